@@ -1,0 +1,52 @@
+# Two commands matter: `make serve` and `make test`. Everything else is a step they call.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+PROTOS := $(shell find protos -name '*.proto')
+MODEL_REPO ?= models
+
+.PHONY: install install-serve protos serve test test-fast models experiments bench lint clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip setuptools wheel
+
+# One stamp per extra: re-running is a no-op until pyproject.toml changes.
+$(VENV)/.serve-installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e ".[serve]" --config-settings editable_mode=compat
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e ".[dev]" --config-settings editable_mode=compat
+	touch $@ $(VENV)/.serve-installed
+
+protos: $(VENV)/.serve-installed  ## generate the gRPC stubs from protos/ (never edited by hand)
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+
+install-serve: $(VENV)/.serve-installed protos  ## the server's runtime only (no torch)
+
+install: $(VENV)/.dev-installed protos  ## everything: train, export, serve, tests
+
+serve: install-serve  ## serve the committed model repository on :8001 (gRPC) and :8002 (metrics)
+	$(VENV)/bin/s2s serve --model-repo $(MODEL_REPO)
+
+system-deps:  ## Debian packages the tests use (a real Prometheus, Compose v1 for the compose check)
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-compose >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus docker-compose >/dev/null; }
+
+test: install system-deps  ## set everything up and run the test suite
+	$(PY) -m pytest -q
+
+models: install  ## retrain and re-export the default model repository (about 30 min on 2 cores)
+	bash scripts/make_models.sh
+
+experiments: install  ## the heads x reversed-input grid of docs/experiments.md
+	$(PY) bench/heads_experiment.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
+	find protos -name '*_pb2*.py*' -delete

@@ -1,0 +1,60 @@
+"""Text <-> ids, the same way in training, evaluation and serving.
+
+The tokenizer itself is a Hugging Face ``tokenizers`` file that travels with the weights; this
+module adds what the model expects around it: the task's source preprocessing (reversed input),
+EOS on the source, BOS/EOS on the target, and the unknown-character policy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from contract.config import TaskConfig
+from contract.tokens import SpecialIds
+
+
+class UnknownCharactersError(ValueError):
+    """The input holds characters the model's vocabulary cannot represent."""
+
+    def __init__(self, chars: list[str]):
+        self.chars = chars
+        shown = ", ".join(repr(c) for c in chars[:10])
+        super().__init__(f"input has characters outside the model's vocabulary: {shown}")
+
+
+class TextCodec:
+    def __init__(self, tokenizer: Tokenizer, task: TaskConfig, special: SpecialIds):
+        self.tokenizer, self.task, self.special = tokenizer, task, special
+
+    @classmethod
+    def from_file(cls, path: Path, task: TaskConfig, special: SpecialIds) -> TextCodec:
+        return cls(Tokenizer.from_file(str(path)), task, special)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def _ids(self, text: str) -> list[int]:
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        if self.task.unknown == "reject" and self.special.unk in enc.ids:
+            bad = sorted({text[s:e] for i, (s, e) in zip(enc.ids, enc.offsets) if i == self.special.unk})
+            raise UnknownCharactersError(bad)
+        return enc.ids
+
+    def source_ids(self, text: str) -> list[int]:
+        """Encoder input: the (optionally reversed) source tokens, then EOS."""
+        if self.task.reverse_source:
+            text = text[::-1]
+        return self._ids(text) + [self.special.eos]
+
+    def target_ids(self, text: str) -> list[int]:
+        """Target tokens without BOS/EOS (the training batcher adds them)."""
+        return self._ids(text)
+
+    def decode(self, ids: list[int]) -> str:
+        """Generated ids -> text; stops at the first EOS, drops special tokens."""
+        if self.special.eos in ids:
+            ids = ids[: ids.index(self.special.eos)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,3 @@
+"""The `s2s` command line: train, eval, export, serve, client."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,109 @@
+"""`s2s` — one entry point, one subcommand per pipeline stage.
+
+Each subcommand imports its stage lazily, so `s2s serve` and `s2s client` never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+
+TRAIN_HELP = {
+    "task": "addition | copy | reverse | translation",
+    "out": "run folder: checkpoints best/ and last/, metrics.jsonl, learning_curves.png, data splits",
+    "data": "translation: parallel TSV, source<TAB>target per line (split train/valid/test by a hash of the source)",
+    "digits": "addition: operands have up to this many digits",
+    "min_len": "copy/reverse: shortest source", "max_len_sym": "copy/reverse: longest source",
+    "n_train": "synthetic tasks: training problems", "n_valid": "synthetic tasks: validation problems",
+    "n_test": "synthetic tasks: held-out test problems (never seen in training)",
+    "reverse_source": "feed the source reversed (the seeds' 'input reversed' option; also applied when serving)",
+    "vocab_size": "translation: joint BPE vocabulary size",
+    "d_model": "model width", "n_heads": "attention heads", "n_layers": "encoder and decoder layers (each)",
+    "d_ff": "feed-forward inner size", "dropout": "dropout rate", "max_len": "longest sequence in tokens",
+    "epochs": "maximum epochs", "batch_size": "sentences per batch", "lr_factor": "scale of the warm-up schedule",
+    "warmup": "warm-up steps", "label_smoothing": "label smoothing epsilon", "clip": "gradient-norm clip",
+    "seed": "seed of data, split and initialisation", "device": "auto | cpu | cuda[:N]",
+    "stop_at": "stop once validation exact match reaches this fraction",
+    "eval_max": "validation examples decoded per epoch", "bleu_tokenize": "sacrebleu tokenizer (char for Japanese)",
+    "threads": "torch intra-op threads (0 = default)", "resume": "continue the run in --out from last/",
+}
+
+
+def _add_dataclass_args(p: argparse.ArgumentParser, cls: type, helps: dict[str, str]) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        t = hints[f.name]
+        if t is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=helps.get(f.name))
+        else:
+            base = next((a for a in typing.get_args(t) if a is not type(None)), t)
+            p.add_argument(flag, type=base, default=f.default, help=helps.get(f.name), metavar=f.name.upper())
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from training.config import TrainConfig
+    from training.train import train
+
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
+    train(cfg)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from training import checkpoint, tasks
+    from training.evaluate import evaluate
+
+    ckpt = checkpoint.load(Path(args.checkpoint), args.device)
+    pairs = tasks.read_tsv(Path(args.data))
+    if args.limit:
+        pairs = pairs[: args.limit]
+    metrics = evaluate(ckpt.model, ckpt.codec, pairs, batch_size=args.batch_size, device=args.device,
+                       translation=ckpt.task.name == "translation", bleu_tokenize=args.bleu_tokenize)
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="s2s",
+        description="Train, export and serve encoder-decoder Transformers: corpus -> checkpoint (s2s train) "
+        "-> ONNX bundle (s2s export) -> gRPC server (s2s serve) -> answers (s2s client).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from training.config import TrainConfig
+
+    p = sub.add_parser("train", help="train a Transformer on a task; writes a self-describing checkpoint",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Train the encoder-decoder of Vaswani et al. 2017. Data-parallel: "
+                       "torchrun --nproc_per_node 2 -m s2s.cli train ...")
+    _add_dataclass_args(p, TrainConfig, TRAIN_HELP)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a checkpoint on a TSV; prints metrics as JSON",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("checkpoint", help="checkpoint folder (e.g. runs/addition/best)")
+    p.add_argument("--data", required=True, help="TSV of source<TAB>reference")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--limit", type=int, default=0, help="evaluate only the first N pairs (0 = all)")
+    p.add_argument("--bleu-tokenize", default="13a", help="sacrebleu tokenizer (char for Japanese)")
+    p.set_defaults(func=cmd_eval)
+
+    for register in _LATER_STAGES:
+        register(sub)
+
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+_LATER_STAGES: list = []
+
+if __name__ == "__main__":
+    sys.exit(main())

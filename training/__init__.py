@@ -1,0 +1,1 @@
+"""Training stage: the PyTorch Transformer, tokenizers, tasks, the training loop and evaluation."""

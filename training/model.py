@@ -1,0 +1,210 @@
+"""The encoder-decoder Transformer of Vaswani et al. 2017, "Attention Is All You Need".
+
+Section numbers refer to the paper. Post-LN as in the paper: each sub-layer is
+``LayerNorm(x + Dropout(Sublayer(x)))`` (§3.1, §5.4).
+
+The model exposes the two calls that inference needs and that the ONNX export traces:
+``encode(src, src_mask)`` and ``decode_step(tgt, positions, past, past_mask, cross, src_mask)``.
+Training runs the same ``decode_step`` with an empty cache, so the code the tests cover is
+the code that is exported.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contract.config import ModelConfig
+
+# Added to attention scores of masked positions. A large finite value rather than -inf keeps a
+# fully masked row (a padding row of a batch) finite instead of NaN; exp(-1e9) is exactly 0 in
+# float32, so real rows are unaffected.
+MASKED = -1e9
+
+KV = tuple[Tensor, Tensor]  # (key, value), each (B, H, L, Dh)
+
+
+class PositionalEncoding(nn.Module):
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+        inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(pos * inv_freq)
+        pe[:, 1::2] = torch.cos(pos * inv_freq)
+        self.register_buffer("pe", pe, persistent=False)  # a function of the config, not a weight
+
+    def forward(self, positions: Tensor) -> Tensor:
+        # Explicit positions (B, T) rather than arange: a decode step of a batch whose rows
+        # joined at different times feeds each row its own position.
+        return self.pe[positions]  # (B, T, d_model)
+
+
+class MultiHeadAttention(nn.Module):
+    """§3.2.2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
+    with §3.2.1 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.h, self.d_k).transpose(1, 2)  # (B, H, T, Dh)
+
+    def project_kv(self, x: Tensor) -> KV:
+        return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))  # 2 x (B, H, L, Dh)
+
+    def attend(self, x: Tensor, k: Tensor, v: Tensor, keep: Tensor) -> Tensor:
+        """x: queries (B, T, d_model); k, v: (B, H, L, Dh); keep: bool, broadcastable to (B, H, T, L)."""
+        q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, T, L)
+        scores = scores.masked_fill(~keep, MASKED)
+        attn = self.dropout(scores.softmax(dim=-1))
+        out = (attn @ v).transpose(1, 2).flatten(2)  # (B, T, d_model)
+        return self.w_o(out)
+
+
+class FeedForward(nn.Module):
+    """§3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """§3.1 encoder layer: self-attention, then FFN, each wrapped in Add & Norm."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+        k, v = self.self_attn.project_kv(x)
+        x = self.norm1(x + self.dropout(self.self_attn.attend(x, k, v, keep)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class DecoderLayer(nn.Module):
+    """§3.1 decoder layer: masked self-attention, cross-attention over the encoder output, FFN."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(c.d_model) for _ in range(3))
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, y: Tensor, past: KV, self_keep: Tensor, cross: KV, cross_keep: Tensor) -> tuple[Tensor, KV]:
+        k_new, v_new = self.self_attn.project_kv(y)  # (B, H, T, Dh)
+        k = torch.cat([past[0], k_new], dim=2)  # (B, H, P+T, Dh)
+        v = torch.cat([past[1], v_new], dim=2)
+        y = self.norm1(y + self.dropout(self.self_attn.attend(y, k, v, self_keep)))
+        y = self.norm2(y + self.dropout(self.cross_attn.attend(y, cross[0], cross[1], cross_keep)))
+        y = self.norm3(y + self.dropout(self.ffn(y)))
+        return y, (k, v)
+
+
+class Transformer(nn.Module):
+    """§3 EncoderDecoder: embeddings (§3.4) + positional encoding (§3.5) + N encoder and N decoder layers."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.config = c
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.special.pad)
+        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.special.pad)
+        self.pos = PositionalEncoding(c.d_model, c.max_len)
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        if c.tie_output:  # §3.4: share the target embedding and the pre-softmax projection
+            self.generator.weight = self.tgt_embed.weight
+        self.dropout = nn.Dropout(c.dropout)
+        self.scale = math.sqrt(c.d_model)  # §3.4: embeddings are multiplied by sqrt(d_model)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        # The tied table also feeds the output softmax; N(0, d^-1/2) keeps the scaled input
+        # embeddings and the initial logits both at unit scale.
+        nn.init.normal_(self.tgt_embed.weight, std=self.config.d_model**-0.5)
+        if not self.config.share_embeddings:
+            nn.init.normal_(self.src_embed.weight, std=self.config.d_model**-0.5)
+
+    def embed(self, table: nn.Embedding, ids: Tensor, positions: Tensor) -> Tensor:
+        return self.dropout(table(ids) * self.scale + self.pos(positions))  # (B, T, d_model)
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """src, src_mask: (B, S) ids and 1/0 mask -> memory (B, S, d_model)."""
+        positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
+        keep = src_mask.bool()[:, None, None, :]  # (B, 1, 1, S): queries may look at real tokens only
+        x = self.embed(self.src_embed, src, positions)
+        for layer in self.encoder:
+            x = layer(x, keep)
+        return x
+
+    def cross_kv(self, memory: Tensor) -> list[KV]:
+        """Cross-attention K/V of every decoder layer: computed once per source, reused each step."""
+        return [layer.cross_attn.project_kv(memory) for layer in self.decoder]
+
+    def empty_past(self, batch: int, device: torch.device | None = None) -> tuple[list[KV], Tensor]:
+        c = self.config
+        z = torch.zeros(batch, c.n_heads, 0, c.d_head, device=device)
+        return [(z, z) for _ in range(c.n_decoder_layers)], torch.zeros(batch, 0, dtype=torch.long, device=device)
+
+    def decode_step(
+        self,
+        tgt: Tensor,  # (B, T) target ids fed now
+        positions: Tensor,  # (B, T) their absolute positions
+        past: list[KV],  # per layer (B, H, P, Dh)
+        past_mask: Tensor,  # (B, P) 1 = real cached position
+        cross: list[KV],  # per layer (B, H, S, Dh)
+        src_mask: Tensor,  # (B, S)
+    ) -> tuple[Tensor, list[KV]]:
+        """One decoder pass over T new tokens on top of P cached ones -> logits (B, T, V), present K/V (B, H, P+T, Dh).
+
+        §3.2.3 masking: a token sees the real cached positions and the new tokens up to itself,
+        so a future target token cannot change earlier logits. Holes in the cache (rows that
+        joined a running batch later than others) are masked like padding.
+        """
+        t = tgt.shape[1]
+        causal = torch.ones(t, t, dtype=torch.bool, device=tgt.device).tril()  # (T, T)
+        self_keep = torch.cat(
+            [past_mask.bool()[:, None, :].expand(-1, t, -1), causal.expand(tgt.shape[0], -1, -1)], dim=2
+        )[:, None]  # (B, 1, T, P+T)
+        cross_keep = src_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+        y = self.embed(self.tgt_embed, tgt, positions)
+        present: list[KV] = []
+        for layer, layer_past, layer_cross in zip(self.decoder, past, cross):
+            y, kv = layer(y, layer_past, self_keep, layer_cross, cross_keep)
+            present.append(kv)
+        return self.generator(y), present
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: logits (B, T, V) for every target position at once."""
+        memory = self.encode(src, src_mask)
+        past, past_mask = self.empty_past(src.shape[0], src.device)
+        positions = torch.arange(tgt_in.shape[1], device=src.device).expand_as(tgt_in)
+        logits, _ = self.decode_step(tgt_in, positions, past, past_mask, self.cross_kv(memory), src_mask)
+        return logits

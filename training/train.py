@@ -1,0 +1,203 @@
+"""The training loop (§5): Adam with the warm-up schedule, label smoothing, dropout, clipping.
+
+Runs on CPU by default and CUDA when present; under ``torchrun`` it trains data-parallel
+(gloo on CPU, NCCL on GPU): every rank sees its own share of the batches and gradients are
+averaged, so adding processes or nodes adds throughput.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from contract.config import ModelConfig, TaskConfig, write_json
+from contract.text import TextCodec
+from training import checkpoint, tasks
+from training.batching import bucketed_batches, encode_pairs
+from training.evaluate import evaluate
+from training.model import Transformer
+from training.config import TrainConfig
+from training.plots import learning_curves
+from training.vocab import bpe_tokenizer, char_tokenizer
+
+
+def rate(step: int, d_model: int, warmup: int, factor: float) -> float:
+    """§5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)."""
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def build_data(cfg: TrainConfig) -> tuple[tasks.Splits, TaskConfig]:
+    if cfg.task == "addition":
+        splits = tasks.addition(cfg.digits, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.seed)
+        task = TaskConfig("addition", cfg.reverse_source, "reject", max_new_tokens=cfg.digits + 3)
+    elif cfg.task in ("copy", "reverse"):
+        splits = tasks.symbols(cfg.task, cfg.min_len, cfg.max_len_sym, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.seed)
+        task = TaskConfig(cfg.task, cfg.reverse_source, "reject", max_new_tokens=cfg.max_len_sym + 2)
+    elif cfg.task == "translation":
+        if not cfg.data:
+            raise SystemExit("--task translation needs --data FILE.tsv (source<TAB>target per line)")
+        splits = tasks.translation(Path(cfg.data))
+        task = TaskConfig("translation", cfg.reverse_source, "unk", max_new_tokens=cfg.max_len - 1)
+    else:
+        raise SystemExit(f"unknown task {cfg.task!r}; choose one of {', '.join(tasks.TASKS)}")
+    return splits, task
+
+
+def build_tokenizer(cfg: TrainConfig, splits: tasks.Splits):
+    if cfg.task == "translation":
+        return bpe_tokenizer((t for pair in splits.train for t in pair), cfg.vocab_size)
+    return char_tokenizer("".join(s + t for s, t in splits.train + splits.valid + splits.test))
+
+
+class DistEnv:
+    """torchrun's environment (read here, at the entry point, never at import)."""
+
+    def __init__(self, device: str):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if device == "auto":
+            device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        if self.world > 1:
+            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def replicas_in_sync(model: torch.nn.Module, env: DistEnv) -> bool:
+    """All ranks hold bit-identical weights (DDP's promise; checked, not assumed)."""
+    flat = torch.cat([p.detach().flatten().double() for p in model.parameters()]).cpu()
+    digest = torch.tensor([flat.sum().item(), (flat * torch.arange(flat.numel(), dtype=torch.float64)).sum().item()])
+    if env.world == 1:
+        return True
+    gathered = [torch.zeros_like(digest) for _ in range(env.world)]
+    dist.all_gather(gathered, digest)
+    return all(torch.equal(g, gathered[0]) for g in gathered)
+
+
+def train(cfg: TrainConfig) -> dict:
+    env = DistEnv(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+    splits, task = build_data(cfg)
+    if cfg.resume:
+        ckpt = checkpoint.load(out / "last")
+        tokenizer, model = ckpt.codec.tokenizer, ckpt.model.train()
+    else:
+        tokenizer = build_tokenizer(cfg, splits)
+        vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+        config = ModelConfig(
+            src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=cfg.d_model, n_heads=cfg.n_heads,
+            n_encoder_layers=cfg.n_layers, n_decoder_layers=cfg.n_layers, d_ff=cfg.d_ff, dropout=cfg.dropout,
+            max_len=cfg.max_len, share_embeddings=cfg.task == "translation", tie_output=True,
+        )
+        model = Transformer(config)
+    model.to(env.device)
+    config = model.config
+    codec = TextCodec(tokenizer, task, config.special)
+    train_ex = encode_pairs(splits.train, codec, config.max_len)
+    dropped = len(splits.train) - len(train_ex)
+
+    if env.main:
+        splits.write(out / "data")
+        print(f"task={task.name} train={len(train_ex)} (dropped {dropped} over max_len={config.max_len}) "
+              f"valid={len(splits.valid)} test={len(splits.test)} vocab={codec.vocab_size} "
+              f"params={sum(p.numel() for p in model.parameters()):,} device={env.device} world={env.world}", flush=True)
+
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if env.world > 1 else model
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)  # §5.3
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: rate(s + 1, config.d_model, cfg.warmup, cfg.lr_factor))
+    start_epoch, best = 1, -math.inf
+    log_path = out / "metrics.jsonl"
+    if cfg.resume:
+        state = torch.load(out / "last" / checkpoint.STATE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        start_epoch, best = state["epoch"] + 1, state["best"]
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["py_rng"])
+    elif env.main and log_path.exists():
+        log_path.unlink()
+
+    train_probe = splits.train[: min(len(splits.train), 500)]
+    valid = splits.valid[: cfg.eval_max]
+    translation = task.name == "translation"
+    t0 = time.time()
+    row: dict = {}
+    for epoch in range(start_epoch, cfg.epochs + 1):
+        ddp.train()
+        n_batches = math.ceil(len(train_ex) / cfg.batch_size) // env.world
+        bar = tqdm(bucketed_batches(train_ex, cfg.batch_size, config, cfg.seed + epoch, env.rank, env.world),
+                   total=n_batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not env.main, leave=False)
+        loss_sum = tok_sum = 0.0
+        for batch in bar:
+            batch = batch.to(env.device)
+            logits = ddp(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=config.special.pad,
+                                   label_smoothing=cfg.label_smoothing)  # §5.4 label smoothing
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            sched.step()
+            loss_sum += loss.item() * batch.n_tokens
+            tok_sum += batch.n_tokens
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}")
+
+        if env.main:
+            model.eval()
+            tr = evaluate(model, codec, train_probe, device=env.device, translation=translation, bleu_tokenize=cfg.bleu_tokenize)
+            va = evaluate(model, codec, valid, device=env.device, translation=translation, bleu_tokenize=cfg.bleu_tokenize)
+            row = {"epoch": epoch, "step": sched.last_epoch, "time_s": round(time.time() - t0, 1),
+                   "train_smoothed_loss": loss_sum / max(tok_sum, 1),
+                   **{f"train_{k}": v for k, v in tr.items() if k != "n"}, **{f"valid_{k}": v for k, v in va.items() if k != "n"}}
+            with open(log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            score = va["chrf"] if translation else va["seq_acc"]
+            summary = " ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("valid_"))
+            print(f"epoch {epoch} ({row['time_s']}s) {summary}", flush=True)
+            train_info = {"config": dataclasses.asdict(cfg), "epoch": epoch, "world": env.world}
+            checkpoint.save(out / "last", model, task, tokenizer, row, train_info)
+            torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "epoch": epoch, "best": max(best, score),
+                        "torch_rng": torch.get_rng_state(), "py_rng": random.getstate()}, out / "last" / checkpoint.STATE)
+            if score > best:
+                best = score
+                checkpoint.save(out / "best", model, task, tokenizer, row, train_info)
+            learning_curves(log_path, out / "learning_curves.png", title=f"{task.name} ({out.name})")
+        stop = torch.tensor([int(env.main and cfg.stop_at is not None and row.get("valid_seq_acc", 0) >= cfg.stop_at)])
+        if env.world > 1:
+            dist.broadcast(stop, 0)
+        env.barrier()
+        if stop.item():
+            break
+
+    in_sync = replicas_in_sync(model, env)
+    if env.main:
+        print(f"replicas in sync: {in_sync}" if env.world > 1 else "", end="\n" if env.world > 1 else "", flush=True)
+        write_json(out / "summary.json", {"epochs": row.get("epoch"), "train_time_s": round(time.time() - t0, 1),
+                                         "best_valid": best, "world": env.world, "replicas_in_sync": in_sync, "last": row})
+    if env.world > 1:
+        dist.destroy_process_group()
+    return row
