@@ -1,0 +1,1 @@
+"""Export stage: a training checkpoint -> a self-describing ONNX bundle, validated against PyTorch."""

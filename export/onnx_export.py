@@ -1,0 +1,104 @@
+"""`s2s export`: checkpoint -> models/<name>/<version>/ {encoder.onnx, decoder.onnx, tokenizer.json, config.json}."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import torch
+from torch.export import Dim
+
+from contract import bundle, names
+from contract.bundle import BundleConfig
+from export.validate import validate_bundle
+from export.wrappers import DecoderGraph, EncoderGraph
+from training import checkpoint
+
+log = logging.getLogger("s2s.export")
+logging.getLogger("onnx_ir").setLevel(logging.WARNING)  # its passes log every deduplicated initializer
+OPSET = 18
+
+
+@dataclass
+class ExportOptions:
+    checkpoint: Path
+    repo: Path
+    name: str
+    version: int | None = None  # None = next free version
+    quantize: str = "none"  # none | int8
+    atol: float = 1e-4
+
+
+def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
+    """Example shapes are all >= 2: the exporter would freeze a dynamic axis whose example size is 1."""
+    c = model.config
+    src = torch.randint(4, c.src_vocab_size, (b, s))
+    src_mask = torch.ones(b, s, dtype=torch.long)
+    past = [torch.randn(b, c.n_heads, p, c.d_head) for _ in range(2 * c.n_decoder_layers)]
+    cross = [torch.randn(b, c.n_heads, s, c.d_head) for _ in range(2 * c.n_decoder_layers)]
+    tgt = torch.randint(4, c.tgt_vocab_size, (b, t))
+    positions = torch.arange(p, p + t).expand(b, t).contiguous()
+    past_mask = torch.ones(b, p, dtype=torch.long)
+    return (src, src_mask), (tgt, positions, past_mask, *past, *cross, src_mask)
+
+
+def _dims(io: names.GraphIO) -> dict[str, dict[int, Dim]]:
+    axis = {a: Dim(a, min=0 if a == "past_len" else 1, max=4096) for a in ("batch", "src_len", "past_len", "tgt_len")}
+    return {name: {k: axis[v] for k, v in axes.items()} for name, axes in io.inputs.items()}
+
+
+def _export(module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int) -> None:
+    """n_named: how many leading forward() parameters are named; the rest arrive as *rest."""
+    module.eval()
+    dims = [d for d in _dims(io).values()]
+    shapes = [*dims[:n_named], tuple(dims[n_named:])] if n_named < len(dims) else dims
+    torch.onnx.export(
+        module, args, str(path), dynamo=True, opset_version=OPSET, external_data=False,
+        input_names=list(io.inputs), output_names=list(io.outputs),
+        dynamic_shapes=shapes, optimize=True, verbose=False,
+    )
+    onnx.checker.check_model(str(path), full_check=True)
+
+
+def next_version(model_dir: Path) -> int:
+    versions = [int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def export(opts: ExportOptions) -> Path:
+    ckpt = checkpoint.load(opts.checkpoint)
+    model = ckpt.model.eval()
+    c = model.config
+    version = opts.version or next_version(opts.repo / opts.name)
+    final = opts.repo / opts.name / str(version)
+    with tempfile.TemporaryDirectory(prefix="s2s-export-") as tmp:
+        out = Path(tmp)
+        enc_args, dec_args = _example_inputs(model)
+        with torch.no_grad():
+            _export(EncoderGraph(model), enc_args, names.encoder_io(c.n_decoder_layers), out / bundle.ENCODER_FILE, 2)
+            _export(DecoderGraph(model), dec_args, names.decoder_io(c.n_decoder_layers), out / bundle.DECODER_FILE, 3)
+        if opts.quantize == "int8":
+            from export.quantize import quantize_int8
+
+            quantize_int8(out)
+        shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
+        cfg = BundleConfig(
+            name=opts.name, version=version, model=c, task=ckpt.task, opset=OPSET,
+            files={f: bundle.sha256_file(out / f) for f in bundle.PAYLOAD_FILES},
+            source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=opts.quantize,
+        )
+        cfg.write(out)
+        # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.
+        report = validate_bundle(model, out, atol=opts.atol if opts.quantize == "none" else None)
+        cfg = BundleConfig(**{**cfg.__dict__, "validation": report})
+        cfg.write(out)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            shutil.rmtree(final)
+        shutil.copytree(out, final)
+    log.info("exported %s -> %s (%s)", opts.checkpoint, final, report)
+    return final

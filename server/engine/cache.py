@@ -1,0 +1,82 @@
+"""The running batch's KV cache: rows that join, leave and (for beams) reorder between decode steps.
+
+Layout, per decoder layer: self-attention K and V (B, H, P, Dh), cross-attention K and V
+(B, H, S, Dh). A row that joins a running batch gets P zero columns marked 0 in ``past_mask``:
+holes that attention ignores, so every row decodes exactly as it would alone. Columns that are
+holes in every row are dropped when rows leave, so the cache never grows beyond what is live.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _pad_axis(a: np.ndarray, axis: int, size: int) -> np.ndarray:
+    if a.shape[axis] == size:
+        return a
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (0, size - a.shape[axis])
+    return np.pad(a, widths)
+
+
+class DecodeBatch:
+    def __init__(self, n_layers: int, n_heads: int, d_head: int, dtype=np.float32):
+        self.shape_hd = (n_heads, d_head)
+        self.dtype = dtype
+        z = np.zeros((0, n_heads, 0, d_head), dtype)
+        self.past: list[np.ndarray] = [z] * (2 * n_layers)  # flat [k0, v0, k1, v1, ...]  (B, H, P, Dh)
+        self.cross: list[np.ndarray] = [z] * (2 * n_layers)  # (B, H, S, Dh)
+        self.past_mask = np.zeros((0, 0), np.int64)  # (B, P)
+        self.src_mask = np.zeros((0, 0), np.int64)  # (B, S)
+        self.tokens = np.zeros((0, 1), np.int64)  # (B, 1) next token to feed
+        self.positions = np.zeros((0, 1), np.int64)  # (B, 1) its position
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def past_len(self) -> int:
+        return self.past_mask.shape[1]
+
+    def add(self, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
+        """Append rows (their encoder's cross K/V and source mask); they start at position 0."""
+        b_new = src_mask.shape[0]
+        s = max(self.src_mask.shape[1], src_mask.shape[1])
+        self.cross = [np.concatenate([_pad_axis(old, 2, s), _pad_axis(new, 2, s)]) for old, new in zip(self.cross, cross)]
+        self.src_mask = np.concatenate([_pad_axis(self.src_mask, 1, s), _pad_axis(src_mask, 1, s)])
+        p = self.past_len
+        hole = np.zeros((b_new, *self.shape_hd[:1], p, self.shape_hd[1]), self.dtype)
+        self.past = [np.concatenate([old, hole]) for old in self.past]
+        self.past_mask = np.concatenate([self.past_mask, np.zeros((b_new, p), np.int64)])
+        self.tokens = np.concatenate([self.tokens, np.full((b_new, 1), first_token, np.int64)])
+        self.positions = np.concatenate([self.positions, np.zeros((b_new, 1), np.int64)])
+
+    def advance(self, present: list[np.ndarray], next_tokens: np.ndarray) -> None:
+        """After a step: the present K/V become the past, each row's next token is fed at position + 1."""
+        self.past = present
+        self.past_mask = np.concatenate([self.past_mask, np.ones((len(self), 1), np.int64)], axis=1)
+        self.tokens = next_tokens.reshape(-1, 1).astype(np.int64)
+        self.positions = self.positions + 1
+
+    def reorder(self, parents: np.ndarray) -> None:
+        """Row i takes row parents[i]'s self-attention cache (beam search); cross K/V, masks and positions
+        are equal within a beam group, so only the past K/V move."""
+        self.past = [a[parents] for a in self.past]
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep these rows (in this order), drop the rest, then drop columns no row uses any more."""
+        self.past = [a[rows] for a in self.past]
+        self.cross = [a[rows] for a in self.cross]
+        self.past_mask, self.src_mask = self.past_mask[rows], self.src_mask[rows]
+        self.tokens, self.positions = self.tokens[rows], self.positions[rows]
+        live_p = self.past_mask.any(axis=0)
+        if len(rows) and not live_p.all():
+            self.past = [a[:, :, live_p] for a in self.past]
+            self.past_mask = self.past_mask[:, live_p]
+        live_s = self.src_mask.any(axis=0)
+        if len(rows) and not live_s.all():
+            # Source padding is a suffix, so keeping the live columns keeps a prefix.
+            self.cross = [a[:, :, live_s] for a in self.cross]
+            self.src_mask = self.src_mask[:, live_s]
+        if not len(rows):
+            self.__init__(len(self.past) // 2, *self.shape_hd, self.dtype)

@@ -1,0 +1,132 @@
+"""The decode-step loop: sequences join between steps, every step advances all of them, finished ones leave.
+
+This is iteration-level (continuous) batching's mechanism; the scheduler decides *when* to
+call ``add`` and ``step``. ``generate`` runs the same loop to completion for in-process use.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from server.engine.cache import DecodeBatch
+from server.engine.search import Beam, Greedy
+from server.engine.session import Engine
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One input text's generation. ``on_token`` (optional) sees each greedy token as it is chosen."""
+
+    src_ids: list[int]
+    max_new_tokens: int
+    beam: int = 1
+    id: int = field(default_factory=lambda: next(_ids))
+    on_token: Callable[[Sequence, int], None] | None = None
+    search: Greedy | Beam | None = None
+    result: list[int] | None = None
+    error: BaseException | None = None
+
+    @property
+    def n_rows(self) -> int:
+        return self.beam
+
+
+def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad, np.int64)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+    return ids, (ids != pad).astype(np.int64)
+
+
+class Generator:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
+        self.seqs: list[Sequence] = []  # in row order; each owns seq.n_rows consecutive rows
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.batch)
+
+    def budget(self, seq: Sequence) -> int:
+        # The paper's maximum output length is input length + 50; never beyond the positions the model has.
+        return max(1, min(seq.max_new_tokens, len(seq.src_ids) + 50, self.engine.config.model.max_len - 1))
+
+    def add(self, seqs: list[Sequence]) -> None:
+        """Encode the newcomers in one batch and append their rows (beams repeat their row)."""
+        if not seqs:
+            return
+        sp = self.engine.special
+        ids, mask = pad_batch([s.src_ids for s in seqs], sp.pad)
+        cross = self.engine.encode(ids, mask)
+        rep = np.repeat(np.arange(len(seqs)), [s.n_rows for s in seqs])
+        self.batch.add([c[rep] for c in cross], mask[rep], sp.bos)
+        for s in seqs:
+            s.search = Greedy(sp.eos, self.budget(s)) if s.beam == 1 else Beam(sp.eos, self.budget(s), s.beam)
+        self.seqs += seqs
+
+    def step(self) -> list[Sequence]:
+        """One decoder step for every row; returns the sequences that finished (already removed)."""
+        b = self.batch
+        logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
+        logits = logits[:, -1]  # (B, V)
+        next_tokens = np.empty(len(b), np.int64)
+        parents = np.arange(len(b))
+        reorder = False
+        row = 0
+        for s in self.seqs:
+            rows = slice(row, row + s.n_rows)
+            toks, par = s.search.advance(logits[rows])
+            next_tokens[rows] = toks
+            if par is not None:
+                parents[rows] = row + par
+                reorder = True
+            if s.on_token is not None and s.beam == 1:
+                s.on_token(s, int(toks[0]))
+            row += s.n_rows
+        b.advance(present, next_tokens)
+        if reorder:
+            b.reorder(parents)
+        finished = [s for s in self.seqs if s.search.done]
+        for s in finished:
+            s.result = s.search.result()
+        if finished:
+            self.remove(finished)
+        return finished
+
+    def remove(self, seqs: list[Sequence]) -> None:
+        """Drop sequences (finished, cancelled or past their deadline) and their rows."""
+        gone = {id(s) for s in seqs}
+        keep, row = [], 0
+        for s in self.seqs:
+            if id(s) not in gone:
+                keep.extend(range(row, row + s.n_rows))
+            row += s.n_rows
+        self.seqs = [s for s in self.seqs if id(s) not in gone]
+        self.batch.keep(np.array(keep, np.int64))
+
+
+def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None, beam: int = 1,
+             batch_size: int = 64) -> list[str]:
+    """Decode texts to completion in batches (in-process use: export validation, benchmarks, tests)."""
+    budget = max_new_tokens or engine.config.task.max_new_tokens
+    seqs = [Sequence(engine.codec.source_ids(t), budget, beam) for t in texts]
+    gen = Generator(engine)
+    pending = list(seqs)
+    while pending or len(gen):
+        room = batch_size - len(gen)
+        if room > 0 and pending:
+            gen.add(pending[:room])
+            pending = pending[room:]
+        gen.step()
+    return [engine.codec.decode(s.result) for s in seqs]

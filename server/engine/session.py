@@ -1,0 +1,85 @@
+"""ONNX Runtime sessions for one bundle: load, verify against config.json, run encoder and decoder steps."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from contract import bundle, names
+from contract.bundle import BundleConfig, BundleError
+from contract.text import TextCodec
+
+log = logging.getLogger("s2s.engine")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    device: str = "auto"  # auto (CUDA when it really runs, else CPU) | cpu | cuda
+    # On 2 CPU cores one intra-op thread per session beat two at these model sizes (measured,
+    # bench/decode.py); parallelism comes from batching instead.
+    intra_op_threads: int = 1
+    verify_hashes: bool = True
+
+
+def _providers(device: str) -> list[str]:
+    available = ort.get_available_providers()  # lists CUDA even where CUDA cannot load
+    if device in ("auto", "cuda") and "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+class Engine:
+    """The two ONNX graphs of a bundle and its tokenizer codec."""
+
+    def __init__(self, folder: Path, options: EngineOptions = EngineOptions()):
+        self.folder = Path(folder)
+        self.config: BundleConfig = bundle.read_bundle(self.folder, verify_hashes=options.verify_hashes)
+        m = self.config.model
+        self.n_layers, self.n_heads, self.d_head, self.special = m.n_decoder_layers, m.n_heads, m.d_head, m.special
+        self.codec = TextCodec.from_file(self.folder / bundle.TOKENIZER_FILE, self.config.task, m.special)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = options.intra_op_threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        providers = _providers(options.device)
+        self.encoder = self._session(bundle.ENCODER_FILE, so, providers, self.config.encoder_io)
+        self.decoder = self._session(bundle.DECODER_FILE, so, providers, self.config.decoder_io)
+        # What really runs (get_available_providers() lists CUDA even without a GPU).
+        self.provider = self.decoder.get_providers()[0]
+        if options.device == "cuda" and self.provider != "CUDAExecutionProvider":
+            raise BundleError(f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)")
+        log.info("loaded %s v%s from %s on %s", self.config.name, self.config.version, self.folder, self.provider)
+        self._past_names = [n for i in range(self.n_layers) for n in (names.past_key(i), names.past_value(i))]
+        self._cross_names = [n for i in range(self.n_layers) for n in (names.cross_key(i), names.cross_value(i))]
+        self._present_names = [n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))]
+
+    def _session(self, file: str, so: ort.SessionOptions, providers: list[str], io: names.GraphIO) -> ort.InferenceSession:
+        path = self.folder / file
+        try:
+            sess = ort.InferenceSession(str(path), so, providers=providers)
+        except Exception as e:  # ORT raises its own exception types for unreadable models
+            raise BundleError(f"{path}: ONNX Runtime cannot load it ({str(e).splitlines()[0][:300]})") from e
+        got_in, got_out = [i.name for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]
+        if got_in != list(io.inputs) or got_out != list(io.outputs):
+            raise BundleError(f"{path}: tensor names {got_in} -> {got_out} differ from config.json "
+                              f"{list(io.inputs)} -> {list(io.outputs)}")
+        return sess
+
+    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
+        """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh)."""
+        out = self.encoder.run([n for n in self._cross_names], {names.SRC_IDS: src_ids, names.SRC_MASK: src_mask})
+        return out
+
+    def decode(self, tgt_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, past: list[np.ndarray],
+               cross: list[np.ndarray], src_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One decoder step -> logits (B, T, V) and present K/V, flat like ``past``."""
+        feed = {names.TGT_IDS: tgt_ids, names.POSITIONS: positions, names.PAST_MASK: past_mask, names.SRC_MASK: src_mask}
+        feed.update(zip(self._past_names, past))
+        feed.update(zip(self._cross_names, cross))
+        logits, *present = self.decoder.run(None, feed)
+        return logits, present
