@@ -69,6 +69,45 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    import logging
+    from pathlib import Path
+
+    from export.onnx_export import ExportOptions, export
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    out = export(ExportOptions(Path(args.checkpoint), Path(args.repo), args.name, args.version, args.quantize, args.atol))
+    print(out)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from contract.bundle import BundleError
+    from server.app import serve
+    from server.config import from_args
+
+    config = from_args(args)
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(config))
+    except BundleError as e:
+        print(f"s2s serve: cannot load the model repository: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"s2s serve: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_client(args: argparse.Namespace) -> int:
+    from server.client import run_cli
+
+    return run_cli(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="s2s",
@@ -96,14 +135,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bleu-tokenize", default="13a", help="sacrebleu tokenizer (char for Japanese)")
     p.set_defaults(func=cmd_eval)
 
-    for register in _LATER_STAGES:
-        register(sub)
+    p = sub.add_parser("export", help="export a checkpoint to an ONNX bundle in a model repository",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Write models/NAME/VERSION/{encoder.onnx, decoder.onnx, tokenizer.json, config.json}, "
+                       "validated against PyTorch with ONNX Runtime before it is published.")
+    p.add_argument("checkpoint", help="checkpoint folder (e.g. runs/addition/best)")
+    p.add_argument("--repo", default="models", help="model repository root")
+    p.add_argument("--name", required=True, help="model name (the folder under --repo)")
+    p.add_argument("--version", type=int, default=None, help="version number (default: next free)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: dynamic quantization of MatMul weights")
+    p.add_argument("--atol", type=float, default=1e-4, help="largest |ORT - PyTorch| accepted on logits and K/V")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("serve", help="serve a model repository over gRPC (seq2seq.v1, KServe v2) with /metrics",
+                       description="Serve every model of the repository (latest version unless pinned with --models).")
+    from server.config import add_arguments as add_serve_arguments
+
+    add_serve_arguments(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("client", help="call a running server: one output line per input line",
+                       description="Send TEXT arguments (or stdin, one input per line) to a model; prints one output per line, in order.")
+    p.add_argument("text", nargs="*", help="inputs (default: read stdin)")
+    p.add_argument("--server", default="localhost:8001", help="HOST:PORT")
+    p.add_argument("--model", help="model name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the served models and their limits")
+    p.add_argument("--stream", action="store_true", help="print text as it is generated")
+    p.add_argument("--max-new-tokens", type=int, default=0, help="0 = model default")
+    p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
+    p.add_argument("--timeout", type=float, default=60.0, help="deadline in seconds")
+    p.add_argument("--token", default=None, help="bearer token, if the server requires one")
+    p.add_argument("--tls-ca", default=None, help="PEM CA to verify a TLS server")
+    p.set_defaults(func=cmd_client)
 
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
-
-_LATER_STAGES: list = []
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,119 @@
+"""`s2s serve`: build the gRPC server, serve until SIGTERM/SIGINT, shut down gracefully.
+
+Startup: load and verify every bundle (fail fast naming the file), start a scheduler thread per
+model, the /metrics endpoint, the gRPC services (seq2seq.v1, KServe v2, health, reflection).
+Shutdown: health NOT_SERVING, new requests refused (UNAVAILABLE), in-flight work gets the grace
+period to finish, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
+from s2s import __version__
+from server.config import ServerConfig
+from server.interceptors import BearerTokenInterceptor
+from server.metrics import Metrics
+from server.repository import Repository
+from server.servicer import RequestTracker, Seq2SeqServicer
+
+log = logging.getLogger("s2s.server")
+
+
+@dataclass
+class Running:
+    server: grpc.aio.Server
+    port: int
+    repo: Repository
+    health: health.aio.HealthServicer
+    metrics: Metrics
+    http: object | None
+    config: ServerConfig
+
+    async def stop(self) -> None:
+        """Graceful: NOT_SERVING, refuse new work, let in-flight requests finish within the grace period."""
+        await self.health.enter_graceful_shutdown()
+        loop = asyncio.get_running_loop()
+        for mv in self.repo.all():
+            mv.scheduler.stop()  # new submits now get UNAVAILABLE; queued work still runs
+        drains = [loop.run_in_executor(None, mv.scheduler.drain, self.config.grace_s) for mv in self.repo.all()]
+        await asyncio.gather(self.server.stop(self.config.grace_s), *drains)
+        if self.http is not None:
+            self.http[0].shutdown()
+
+
+def _services() -> list[str]:
+    names = [seq2seq_pb2.DESCRIPTOR.services_by_name["Seq2Seq"].full_name]
+    try:
+        from protos.inference import grpc_service_pb2
+
+        names.append(grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name)
+    except ImportError:
+        pass
+    return names
+
+
+async def start(config: ServerConfig) -> Running:
+    metrics = Metrics()
+    metrics.build_info.info({"version": __version__})
+    repo = Repository(config, metrics)  # raises BundleError naming the file
+    loop = asyncio.get_running_loop()
+    for mv in repo.all():
+        mv.scheduler.start(loop)
+
+    interceptors = [BearerTokenInterceptor(config.auth_token)] if config.auth_token else []
+    server = grpc.aio.server(interceptors=interceptors, options=[
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+    ])
+    tracker = RequestTracker(metrics, repo)
+    seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, config.scheduler, tracker), server)
+    try:
+        from server.kserve import add_kserve
+    except ImportError:
+        add_kserve = None
+    if add_kserve is not None:
+        add_kserve(server, repo, config.scheduler, tracker)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    services = _services()
+    reflection.enable_server_reflection([*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                         reflection.SERVICE_NAME], server)
+
+    address = f"{config.host}:{config.port}"
+    if config.tls_cert:
+        ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
+        creds = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+                                            root_certificates=ca, require_client_auth=ca is not None)
+        port = server.add_secure_port(address, creds)
+    else:
+        port = server.add_insecure_port(address)
+    if not port:
+        raise OSError(f"cannot bind gRPC to {address}")
+    await server.start()
+    http = metrics.serve_http(config.metrics_port, config.host) if config.metrics_port else None
+    for name in ["", *services]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("serving %s on %s (%s), metrics on :%s", ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()),
+             address, "TLS" if config.tls_cert else "plaintext", config.metrics_port or "off")
+    return Running(server, port, repo, health_servicer, metrics, http, config)
+
+
+async def serve(config: ServerConfig) -> None:
+    running = await start(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: finishing in-flight requests (grace %.0fs)", config.grace_s)
+    await running.stop()
+    log.info("stopped")

@@ -1,0 +1,95 @@
+"""Server configuration: parsed once at the entry point (flags over environment over defaults), passed explicitly."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Literal
+
+BatchingMode = Literal["continuous", "request", "none"]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    mode: BatchingMode = "continuous"  # continuous (per decode step) | request (Triton-style) | none
+    max_batch_size: int = 64  # sequences (beams count as rows) decoded together
+    max_queue_size: int = 256  # sequences waiting; beyond it RESOURCE_EXHAUSTED at once
+    max_queue_delay_ms: float = 0.0  # request mode: wait this long for a fuller batch
+    max_inputs_per_request: int = 64
+    max_beam_size: int = 8
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model_repo: Path = Path("models")
+    models: tuple[str, ...] = ()  # serve only these (NAME or NAME:VERSION); () = all, latest version
+    host: str = "0.0.0.0"
+    port: int = 8001  # Triton's gRPC port
+    metrics_port: int = 8002  # Triton's metrics port
+    device: str = "auto"
+    intra_op_threads: int = 1
+    grace_s: float = 10.0
+    max_message_bytes: int = 4 * 1024 * 1024
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None  # set: clients must present a certificate (mTLS)
+    auth_token: str | None = None  # set: every call needs "authorization: Bearer <token>"
+    log_level: str = "INFO"
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+# flag -> (field, type, help). Each flag's environment variable is S2S_<FLAG>, e.g. S2S_PORT.
+_FLAGS = {
+    "model-repo": (Path, "model repository: models/<name>/<version>/ bundles written by `s2s export`"),
+    "models": (str, "comma-separated NAME or NAME:VERSION to serve (default: every model, latest version)"),
+    "host": (str, "address to bind"),
+    "port": (int, "gRPC port (seq2seq.v1, KServe v2, health, reflection)"),
+    "metrics-port": (int, "Prometheus /metrics port (0 = off)"),
+    "device": (str, "auto | cpu | cuda: auto uses CUDA when ONNX Runtime can load it"),
+    "intra-op-threads": (int, "ONNX Runtime threads per session (1 is fastest on small CPUs; measured)"),
+    "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),
+    "max-message-bytes": (int, "largest gRPC message accepted"),
+    "tls-cert": (Path, "PEM certificate chain: serve TLS"),
+    "tls-key": (Path, "PEM private key for --tls-cert"),
+    "tls-client-ca": (Path, "PEM CA bundle: require client certificates (mTLS)"),
+    "auth-token": (str, "require 'authorization: Bearer TOKEN' metadata on every call"),
+    "log-level": (str, "DEBUG | INFO | WARNING | ERROR"),
+    "batching": (str, "continuous | request | none"),
+    "max-batch-size": (int, "sequences decoded together per model"),
+    "max-queue-size": (int, "waiting sequences per model before RESOURCE_EXHAUSTED"),
+    "max-queue-delay-ms": (float, "request batching: wait up to this for a fuller batch"),
+    "max-inputs-per-request": (int, "inputs one request may carry"),
+    "max-beam-size": (int, "largest beam a request may ask for"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    for flag, (typ, help_) in _FLAGS.items():
+        p.add_argument(f"--{flag}", type=typ, default=None, help=f"{help_} [env S2S_{flag.upper().replace('-', '_')}]")
+
+
+def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> ServerConfig:
+    """Flags win over S2S_* environment variables, which win over the defaults."""
+    values: dict[str, object] = {}
+    for flag, (typ, _) in _FLAGS.items():
+        attr = flag.replace("-", "_")
+        raw = getattr(args, attr, None)
+        if raw is None and (e := env.get(f"S2S_{attr.upper()}")) not in (None, ""):
+            raw = typ(e)
+        if raw is not None:
+            values[attr] = raw
+    sched_fields = {f.name for f in fields(SchedulerConfig)}
+    sched = {k: v for k, v in values.items() if k in sched_fields}
+    if "batching" in values:
+        if values["batching"] not in ("continuous", "request", "none"):
+            raise SystemExit(f"--batching must be continuous, request or none, not {values['batching']!r}")
+        sched["mode"] = values["batching"]
+    top = {k: v for k, v in values.items() if k in {f.name for f in fields(ServerConfig)}}
+    if "models" in top:
+        top["models"] = tuple(m.strip() for m in str(top["models"]).split(",") if m.strip())
+    if bool(top.get("tls_cert")) != bool(top.get("tls_key")):
+        raise SystemExit("--tls-cert and --tls-key go together")
+    return ServerConfig(**top, scheduler=SchedulerConfig(**sched))
