@@ -1,0 +1,408 @@
+"""KServe v2 / Triton gRPC inference protocol (``inference.GRPCInferenceService``): protobuf <-> domain
+objects, validation, status codes. No ONNX Runtime here.
+
+A second servicer on the same grpc.aio server as seq2seq.v1: same repository, scheduler, batching,
+limits (``server.requests``) and request metrics (``RequestTracker``, methods "ModelInfer" and
+"ModelStreamInfer"). Each model takes a BYTES tensor ``text_input`` of shape [N] (or [N, 1]) and
+answers a BYTES tensor ``text_output`` of the same shape, one text per input, in order. Generation
+options: request parameters ``max_tokens`` / ``beam_width`` (int64), or optional INT64/INT32 inputs
+of shape [1] with those names; 0 or absent = the model's default. Triton's ``timeout`` request
+parameter (microseconds) shortens the deadline. Other request parameters are ignored.
+
+Output encoding: the response mirrors the request. ``text_input`` sent in ``raw_input_contents``
+(tritonclient always does) -> ``text_output`` in ``raw_output_contents`` (4-byte little-endian
+length before each element), as Triton answers; sent in ``contents.bytes_contents`` (grpcurl,
+hand-built requests) -> answered in ``contents.bytes_contents``. See docs/KSERVE.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import struct
+import sys
+import time
+import types
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+
+from s2s import __version__
+from server.config import SchedulerConfig
+from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError
+from server.repository import ModelVersion, Repository
+from server.requests import GenOptions, limits, prepare
+from server.servicer import RequestTracker, deadline_of
+
+log = logging.getLogger("s2s.kserve")
+
+_PB = "protos.inference.grpc_service_pb2"
+_PB_GRPC = "protos.inference.grpc_service_pb2_grpc"
+# Every message and enum protos/inference/grpc_service.proto declares (the stand-in below needs them all).
+_MESSAGES = (
+    "ServerLiveRequest", "ServerLiveResponse", "ServerReadyRequest", "ServerReadyResponse", "ModelReadyRequest",
+    "ModelReadyResponse", "ServerMetadataRequest", "ServerMetadataResponse", "ModelMetadataRequest",
+    "ModelMetadataResponse", "InferParameter", "InferTensorContents", "ModelInferRequest", "ModelInferResponse",
+    "ModelStreamInferResponse", "ModelConfigRequest", "ModelConfigResponse", "RepositoryIndexRequest",
+    "RepositoryIndexResponse", "ModelInput", "ModelOutput", "ModelParameter", "ModelConfig",
+)
+
+
+def _registered_stand_in(err: TypeError) -> types.ModuleType:
+    """The generated module's contents, built from the ``inference`` descriptors already in protobuf's
+    default pool.
+
+    Another generated copy of the same public protocol (tritonclient's ``grpc_service.proto``, in a
+    process that is also a client, such as the test suite) registers the same ``inference.*`` names,
+    and the default pool refuses a second file that defines them. Both copies keep the
+    specification's field numbers, so the wire format is the same and the registered classes serve.
+    """
+    from google.protobuf import descriptor_pool, message_factory
+    from google.protobuf.internal import enum_type_wrapper
+
+    pool = descriptor_pool.Default()
+    mod = types.ModuleType(_PB, "Stand-in for the generated module: the `inference` protocol as already registered.")
+    try:
+        mod.DESCRIPTOR = pool.FindServiceByName("inference.GRPCInferenceService").file
+        for name in _MESSAGES:
+            setattr(mod, name, message_factory.GetMessageClass(pool.FindMessageTypeByName(f"inference.{name}")))
+        enum = pool.FindEnumTypeByName("inference.DataType")
+    except KeyError as e:
+        raise RuntimeError(f"protos/inference/grpc_service.proto cannot be loaded ({err}), and the `inference` "
+                           f"package already loaded in this process lacks {e}: import only one copy of it") from err
+    mod.DataType = enum_type_wrapper.EnumTypeWrapper(enum)
+    for v in enum.values:
+        setattr(mod, v.name, v.number)
+    return mod
+
+
+def _load_protos() -> tuple[types.ModuleType, types.ModuleType]:
+    try:
+        pb = importlib.import_module(_PB)
+    except TypeError as e:  # "Couldn't build proto file into descriptor pool: duplicate symbol 'inference....'"
+        pb = _registered_stand_in(e)
+        sys.modules[_PB] = pb  # what server.app (reflection) and the generated *_pb2_grpc import
+        log.info("KServe protocol: using the `inference` descriptors already registered in this process (%s)",
+                 pb.DESCRIPTOR.name)
+    return pb, importlib.import_module(_PB_GRPC)
+
+
+pb, pb_grpc = _load_protos()
+
+TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
+OPTIONS = ("max_tokens", "beam_width")  # request parameters or optional inputs
+PLATFORM, BACKEND = "s2s", "onnxruntime"
+EXTENSIONS = ("model_configuration", "parameters")
+
+
+def _ready(mv: ModelVersion) -> bool:
+    return mv.scheduler.thread.is_alive() and not mv.scheduler.stopping
+
+
+# ---- tensors -----------------------------------------------------------------------------------
+def _shape(dims) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def split_bytes(buf: bytes, what: str) -> list[bytes]:
+    """A BYTES tensor's raw encoding: each element as a 4-byte little-endian length, then its bytes."""
+    out, off, n = [], 0, len(buf)
+    while off < n:
+        if n - off < 4:
+            raise InvalidInput(f"{what} is malformed: element {len(out)} at byte {off} has a truncated length prefix "
+                               f"({n - off} of 4 bytes)")
+        (size,) = struct.unpack_from("<I", buf, off)
+        off += 4
+        if size > n - off:
+            raise InvalidInput(f"{what} is malformed: element {len(out)} declares {size} bytes but only {n - off} "
+                               f"remain (each element is a 4-byte little-endian length, then the bytes)")
+        out.append(buf[off:off + size])
+        off += size
+    return out
+
+
+def join_bytes(items: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(b)) + b for b in items)
+
+
+def _texts(model: str, t, raw: bytes | None) -> tuple[list[str], list[int]]:
+    if t.datatype != "BYTES":
+        raise InvalidInput(f"input {TEXT_INPUT!r} has datatype {t.datatype!r}; model {model!r} expects 'BYTES'")
+    dims = list(t.shape)
+    if not (len(dims) == 1 or (len(dims) == 2 and dims[1] == 1)) or dims[0] < 0:
+        raise InvalidInput(f"input {TEXT_INPUT!r} has shape {_shape(dims)}; model {model!r} expects [-1] or [-1, 1] "
+                           "(one text per row)")
+    if raw is not None:
+        items = split_bytes(raw, f"raw_input_contents for input {TEXT_INPUT!r}")
+        where = "raw_input_contents"
+    else:
+        items = list(t.contents.bytes_contents)
+        where = "contents.bytes_contents"
+    if len(items) != dims[0]:
+        raise InvalidInput(f"input {TEXT_INPUT!r} has {len(items)} elements in {where} but its shape {_shape(dims)} "
+                           f"needs {dims[0]}")
+    texts = []
+    for i, b in enumerate(items):
+        try:
+            texts.append(b.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise InvalidInput(f"input {TEXT_INPUT!r} element {i} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    return texts, dims
+
+
+def _scalar(t, raw: bytes | None) -> int:
+    """An optional INT64/INT32 input of shape [1] (or [1, 1])."""
+    if t.datatype not in ("INT64", "INT32"):
+        raise InvalidInput(f"input {t.name!r} has datatype {t.datatype!r}; expected 'INT64' or 'INT32'")
+    dims = list(t.shape)
+    if not dims or any(d != 1 for d in dims):
+        raise InvalidInput(f"input {t.name!r} has shape {_shape(dims)}; expected [1]")
+    if raw is not None:
+        size = 8 if t.datatype == "INT64" else 4
+        if len(raw) != size:
+            raise InvalidInput(f"raw_input_contents for input {t.name!r} has {len(raw)} bytes; one {t.datatype} is {size}")
+        return int.from_bytes(raw, "little", signed=True)
+    values = list(t.contents.int64_contents if t.datatype == "INT64" else t.contents.int_contents)
+    if len(values) != 1:
+        field = "int64_contents" if t.datatype == "INT64" else "int_contents"
+        raise InvalidInput(f"input {t.name!r} has {len(values)} values in contents.{field}; expected 1")
+    return values[0]
+
+
+def _int_param(params, key: str) -> int | None:
+    if key not in params:
+        return None
+    p = params[key]
+    kind = p.WhichOneof("parameter_choice")
+    if kind not in ("int64_param", "uint64_param"):
+        raise InvalidInput(f"parameter {key!r} must be an integer (int64_param), got {kind or 'no value'}")
+    return getattr(p, kind)
+
+
+# ---- requests ----------------------------------------------------------------------------------
+@dataclass
+class Parsed:
+    mv: ModelVersion
+    texts: list[str]
+    shape: list[int]
+    options: GenOptions
+    raw: bool  # answer in raw_output_contents
+    deadline: float | None
+
+
+def parse(repo: Repository, sched: SchedulerConfig, request, deadline: float | None) -> Parsed:
+    """Validate a ModelInferRequest; raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) naming the problem."""
+    mv = repo.get(request.model_name, request.model_version)
+    if not _ready(mv):
+        raise ModelNotReady(f"model {mv.name!r} version {mv.version} is not ready (the server is shutting down); retry")
+    name = mv.name
+    raw = list(request.raw_input_contents)
+    if raw:
+        if len(raw) != len(request.inputs):
+            raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs; "
+                               "send one per input, in the order of inputs")
+        for t in request.inputs:
+            if t.HasField("contents"):
+                raise InvalidInput(f"input {t.name!r} sets contents while the request uses raw_input_contents; use one or the other")
+    given: dict[str, tuple] = {}
+    for i, t in enumerate(request.inputs):
+        if t.name != TEXT_INPUT and t.name not in OPTIONS:
+            raise InvalidInput(f"unexpected inference input {t.name!r} for model {name!r}; its inputs are "
+                               f"{TEXT_INPUT!r} (BYTES) and optional {' and '.join(map(repr, OPTIONS))} (INT64)")
+        if t.name in given:
+            raise InvalidInput(f"input {t.name!r} appears more than once")
+        given[t.name] = (t, raw[i] if raw else None)
+    if TEXT_INPUT not in given:
+        raise InvalidInput(f"model {name!r}: missing input {TEXT_INPUT!r} (BYTES, shape [-1]: the texts)")
+    texts, shape = _texts(name, *given[TEXT_INPUT])
+    for o in request.outputs:
+        if o.name != TEXT_OUTPUT:
+            raise InvalidInput(f"unexpected inference output {o.name!r} for model {name!r}; its output is {TEXT_OUTPUT!r}")
+
+    lim = limits(mv, sched)
+    opts = {}
+    for key in OPTIONS:
+        value = _int_param(request.parameters, key)
+        if key in given:
+            if value is not None:
+                raise InvalidInput(f"{key!r} is given both as a request parameter and as an input; send one")
+            value = _scalar(*given[key])
+        opts[key] = value or 0
+    if not 0 <= opts["max_tokens"] <= lim.max_new_tokens:
+        raise InvalidInput(f"max_tokens={opts['max_tokens']} is out of range for model {name!r}: "
+                           f"0 (model default) to {lim.max_new_tokens}")
+    if not 0 <= opts["beam_width"] <= lim.max_beam:
+        raise InvalidInput(f"beam_width={opts['beam_width']} is out of range for model {name!r}: "
+                           f"1 to {lim.max_beam} (0 = greedy)")
+    timeout_us = _int_param(request.parameters, "timeout")
+    if timeout_us:
+        if timeout_us < 0:
+            raise InvalidInput(f"parameter 'timeout' is {timeout_us}; it is in microseconds and must be positive")
+        until = time.monotonic() + timeout_us / 1e6
+        deadline = until if deadline is None else min(deadline, until)
+    return Parsed(mv, texts, shape, GenOptions(max_new_tokens=opts["max_tokens"], beam=max(1, opts["beam_width"])),
+                  bool(raw), deadline)
+
+
+class _StreamItem:
+    """The ServicerContext the tracker sees for one request of a stream: an abort fails that request only."""
+
+    class Failed(Exception):
+        def __init__(self, code: grpc.StatusCode, details: str):
+            super().__init__(details)
+            self.status, self.details = code, details
+
+    def __init__(self, stream: grpc.aio.ServicerContext):
+        self.stream = stream
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()) -> None:
+        raise self.Failed(code, details)
+
+    def code(self):
+        return None
+
+    def time_remaining(self):
+        return self.stream.time_remaining()
+
+
+class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, repo: Repository, sched: SchedulerConfig, tracker: RequestTracker):
+        self.repo, self.sched, self.tracker = repo, sched, tracker
+
+    async def _get(self, context: grpc.aio.ServicerContext, name: str, version: str) -> ModelVersion:
+        try:
+            return self.repo.get(name, version)
+        except ServingError as e:
+            await context.abort(grpc.StatusCode[e.code], str(e))
+
+    # ---- health and metadata -------------------------------------------------------------------
+    async def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request, context):
+        models = self.repo.all()
+        return pb.ServerReadyResponse(ready=bool(models) and all(_ready(mv) for mv in models))
+
+    async def ModelReady(self, request, context):
+        # As Triton: an unknown model or version is simply not ready (tritonclient's is_model_ready -> False).
+        try:
+            mv = self.repo.get(request.name, request.version)
+        except ModelNotFound:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=_ready(mv))
+
+    async def ServerMetadata(self, request, context):
+        return pb.ServerMetadataResponse(name="s2s", version=__version__, extensions=list(EXTENSIONS))
+
+    async def ModelMetadata(self, request, context):
+        mv = await self._get(context, request.name, request.version)
+        T = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=mv.name, versions=sorted(self.repo.models[mv.name], key=int), platform=PLATFORM,
+            inputs=[T(name=TEXT_INPUT, datatype="BYTES", shape=[-1]),
+                    *(T(name=key, datatype="INT64", shape=[1]) for key in OPTIONS)],
+            outputs=[T(name=TEXT_OUTPUT, datatype="BYTES", shape=[-1])],
+        )
+
+    async def ModelConfig(self, request, context):
+        mv = await self._get(context, request.name, request.version)
+        lim = limits(mv, self.sched)
+        cfg = mv.engine.config
+        params = {
+            "version": mv.version, "task": cfg.task.name, "provider": mv.engine.provider, "quantization": cfg.quantization,
+            "max_input_tokens": lim.max_input_tokens, "max_tokens": lim.max_new_tokens,
+            "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": self.sched.mode,
+            "max_batch_size": self.sched.max_batch_size,
+        }
+        return pb.ModelConfigResponse(config=pb.ModelConfig(
+            name=mv.name, platform=PLATFORM, backend=BACKEND, max_batch_size=0,  # text_input's own dimension is the batch
+            input=[pb.ModelInput(name=TEXT_INPUT, data_type=pb.TYPE_STRING, dims=[-1]),
+                   *(pb.ModelInput(name=key, data_type=pb.TYPE_INT64, dims=[1], optional=True) for key in OPTIONS)],
+            output=[pb.ModelOutput(name=TEXT_OUTPUT, data_type=pb.TYPE_STRING, dims=[-1])],
+            parameters={k: pb.ModelParameter(string_value=str(v)) for k, v in params.items()},
+        ))
+
+    async def RepositoryIndex(self, request, context):
+        index = pb.RepositoryIndexResponse.ModelIndex
+        models = [index(name=mv.name, version=mv.version, state="READY" if _ready(mv) else "UNAVAILABLE",
+                        reason="" if _ready(mv) else "shutting down")
+                  for mv in sorted(self.repo.all(), key=lambda mv: (mv.name, int(mv.version)))]
+        return pb.RepositoryIndexResponse(models=[m for m in models if m.state == "READY" or not request.ready])
+
+    # ---- inference -----------------------------------------------------------------------------
+    async def _infer(self, request, deadline: float | None):
+        p = parse(self.repo, self.sched, request, deadline)
+        mv = p.mv
+        seqs = prepare(mv, p.texts, p.options, limits(mv, self.sched))
+        mv.scheduler.metrics.input_tokens.labels(mv.name).inc(sum(len(s.src_ids) for s in seqs))
+        jobs = await mv.scheduler.generate(seqs, p.deadline)
+        data = [mv.engine.codec.decode(j.seq.result).encode("utf-8") for j in jobs]
+        resp = pb.ModelInferResponse(model_name=mv.name, model_version=mv.version, id=request.id)
+        out = resp.outputs.add(name=TEXT_OUTPUT, datatype="BYTES", shape=p.shape)
+        if p.raw:
+            resp.raw_output_contents.append(join_bytes(data))
+        else:
+            out.contents.bytes_contents.extend(data)
+        return resp
+
+    async def ModelInfer(self, request, context):
+        async with self.tracker.track(context, request.model_name, "ModelInfer"):
+            return await self._infer(request, deadline_of(context))
+
+    async def _stream_one(self, request, context: grpc.aio.ServicerContext):
+        item = _StreamItem(context)
+        try:
+            async with self.tracker.track(item, request.model_name, "ModelStreamInfer"):
+                return pb.ModelStreamInferResponse(infer_response=await self._infer(request, deadline_of(context)))
+        except _StreamItem.Failed as e:
+            message = e.details
+        except Exception as e:  # a bug must fail this request, not the stream (the tracker counted it INTERNAL)
+            log.exception("ModelStreamInfer: request %r failed", request.id)
+            message = f"internal error ({type(e).__name__}); see server log"
+        if request.id:  # as Triton: the client can tell which request of the stream failed
+            message = f"[request id: {request.id}] {message}"
+        return pb.ModelStreamInferResponse(
+            error_message=message,
+            infer_response=pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id))
+
+    async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator:
+        """Each request runs as soon as it arrives, concurrently with the others (so they batch); each
+        response is sent when its request finishes, carrying the request's id. At most max_queue_size
+        requests of one stream are in flight; beyond that the stream stops reading (flow control)."""
+        out: asyncio.Queue = asyncio.Queue()
+        slots = asyncio.Semaphore(max(1, self.sched.max_queue_size))
+        tasks: set[asyncio.Task] = set()
+
+        async def one(request) -> None:
+            try:
+                out.put_nowait(await self._stream_one(request, context))
+            finally:
+                slots.release()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    await slots.acquire()
+                    task = asyncio.ensure_future(one(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*tasks)
+            finally:
+                out.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (response := await out.get()) is not None:
+                yield response
+            reader.result()  # a failed read fails the stream
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+
+def add_kserve(server: grpc.aio.Server, repo: Repository, sched: SchedulerConfig, tracker: RequestTracker) -> None:
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, sched, tracker), server)

@@ -1,0 +1,64 @@
+"""Shared fixtures: the committed model repository and a real gRPC server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# The committed default models; a test run can point elsewhere (e.g. while models are rebuilt).
+MODEL_REPO = Path(os.environ.get("S2S_TEST_MODEL_REPO", ROOT / "models"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """The real server (grpc.aio + scheduler threads + /metrics) on its own event loop thread."""
+
+    def __init__(self, config):
+        from server.app import start
+
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.running = asyncio.run_coroutine_threadsafe(start(config), self.loop).result(60)
+        self.address = f"127.0.0.1:{self.running.port}"
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.running.stop(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def server_config(**overrides):
+    from server.config import SchedulerConfig, ServerConfig
+
+    sched = overrides.pop("scheduler", SchedulerConfig())
+    base = ServerConfig(model_repo=MODEL_REPO, host="127.0.0.1", port=0, metrics_port=free_port(), grace_s=5.0, scheduler=sched)
+    return dataclasses.replace(base, **overrides)
+
+
+@pytest.fixture(scope="session")
+def model_repo() -> Path:
+    if not (MODEL_REPO / "addition").is_dir():
+        pytest.fail(f"no model repository at {MODEL_REPO}: run `make models` or set S2S_TEST_MODEL_REPO")
+    return MODEL_REPO
+
+
+@pytest.fixture(scope="module")
+def server(model_repo):
+    """A server on the committed models with default settings, shared by a test module."""
+    srv = ServerThread(server_config())
+    yield srv
+    srv.stop()
