@@ -42,10 +42,10 @@ test: install system-deps  ## set everything up and run the test suite
 	$(PY) -m pytest -q
 
 models: install  ## retrain and re-export the default model repository (about 30 min on 2 cores)
-	bash scripts/make_models.sh
+	bash scripts/make_models.sh all
 
 experiments: install  ## the heads x reversed-input grid of docs/experiments.md
-	$(PY) bench/heads_experiment.py
+	$(PY) scripts/heads_experiment.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

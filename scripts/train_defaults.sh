@@ -14,6 +14,6 @@ if [[ $what == all || $what == addition ]]; then
 fi
 if [[ $what == all || $what == translate-en-ja ]]; then
   $S2S train --task translation --data data/en-ja/ui-strings.tsv --vocab-size 4000 \
-    --d-model 256 --n-heads 4 --n-layers 3 --d-ff 1024 --dropout 0.1 --max-len 64 \
-    --epochs 14 --batch-size 96 --warmup 600 --lr-factor 0.5 --bleu-tokenize char --eval-max 600 --threads 2 --out runs/translate-en-ja
+    --d-model 256 --n-heads 4 --n-layers 2 --d-ff 512 --dropout 0.1 --max-len 64 \
+    --epochs 12 --batch-size 96 --warmup 600 --lr-factor 0.5 --bleu-tokenize char --eval-max 400 --threads 2 --out runs/translate-en-ja
 fi

@@ -181,6 +181,10 @@ def _int_param(params, key: str) -> int | None:
     return getattr(p, kind)
 
 
+def _flag(params, key: str) -> bool:
+    return key in params and params[key].WhichOneof("parameter_choice") == "bool_param" and params[key].bool_param
+
+
 # ---- requests ----------------------------------------------------------------------------------
 @dataclass
 class Parsed:
@@ -314,7 +318,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             "version": mv.version, "task": cfg.task.name, "provider": mv.engine.provider, "quantization": cfg.quantization,
             "max_input_tokens": lim.max_input_tokens, "max_tokens": lim.max_new_tokens,
             "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": self.sched.mode,
-            "max_batch_size": self.sched.max_batch_size,
+            "scheduler_max_batch_size": self.sched.max_batch_size,
         }
         return pb.ModelConfigResponse(config=pb.ModelConfig(
             name=mv.name, platform=PLATFORM, backend=BACKEND, max_batch_size=0,  # text_input's own dimension is the batch
@@ -355,7 +359,11 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         item = _StreamItem(context)
         try:
             async with self.tracker.track(item, request.model_name, "ModelStreamInfer"):
-                return pb.ModelStreamInferResponse(infer_response=await self._infer(request, deadline_of(context)))
+                resp = await self._infer(request, deadline_of(context))
+            if _flag(request.parameters, "triton_enable_empty_final_response"):
+                # tritonclient's enable_empty_final_response: one response per request, so this one is the last.
+                resp.parameters["triton_final_response"].bool_param = True
+            return pb.ModelStreamInferResponse(infer_response=resp)
         except _StreamItem.Failed as e:
             message = e.details
         except Exception as e:  # a bug must fail this request, not the stream (the tracker counted it INTERNAL)

@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # The committed default models; a test run can point elsewhere (e.g. while models are rebuilt).
 MODEL_REPO = Path(os.environ.get("S2S_TEST_MODEL_REPO", ROOT / "models"))
+CHECKPOINTS = Path(os.environ.get("S2S_TEST_CHECKPOINTS", ROOT / "checkpoints"))
+DEFAULT_MODELS = ("addition", "translate-en-ja")
 
 
 def free_port() -> int:

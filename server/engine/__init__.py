@@ -5,7 +5,7 @@ the running batch; ``search`` picks tokens; ``generator.Generator`` is the step 
 scheduler drives (add sequences, step, collect the finished).
 """
 
-from server.engine.generator import Generator, Sequence, generate
+from server.engine.generator import Generator, Sequence, generate, generate_no_cache
 from server.engine.session import Engine, EngineOptions
 
-__all__ = ["Engine", "EngineOptions", "Generator", "Sequence", "generate"]
+__all__ = ["Engine", "EngineOptions", "Generator", "Sequence", "generate", "generate_no_cache"]

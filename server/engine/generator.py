@@ -72,7 +72,8 @@ class Generator:
         rep = np.repeat(np.arange(len(seqs)), [s.n_rows for s in seqs])
         self.batch.add([c[rep] for c in cross], mask[rep], sp.bos)
         for s in seqs:
-            s.search = Greedy(sp.eos, self.budget(s)) if s.beam == 1 else Beam(sp.eos, self.budget(s), s.beam)
+            if s.search is None:
+                s.search = Greedy(sp.eos, self.budget(s)) if s.beam == 1 else Beam(sp.eos, self.budget(s), s.beam)
         self.seqs += seqs
 
     def step(self) -> list[Sequence]:
@@ -117,10 +118,16 @@ class Generator:
 
 
 def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None, beam: int = 1,
-             batch_size: int = 64) -> list[str]:
-    """Decode texts to completion in batches (in-process use: export validation, benchmarks, tests)."""
+             batch_size: int = 64, ignore_eos: bool = False) -> list[str]:
+    """Decode texts to completion in batches (in-process use: export validation, benchmarks, tests).
+
+    ignore_eos (greedy only): generate exactly max_new_tokens per input, as benchmarks force lengths.
+    """
     budget = max_new_tokens or engine.config.task.max_new_tokens
     seqs = [Sequence(engine.codec.source_ids(t), budget, beam) for t in texts]
+    if ignore_eos:
+        for s in seqs:
+            s.search = Greedy(eos=-1, budget=budget)
     gen = Generator(engine)
     pending = list(seqs)
     while pending or len(gen):
@@ -130,3 +137,29 @@ def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None
             pending = pending[room:]
         gen.step()
     return [engine.codec.decode(s.result) for s in seqs]
+
+
+def generate_no_cache(engine: Engine, texts: list[str], max_new_tokens: int | None = None, ignore_eos: bool = False) -> list[str]:
+    """Greedy decoding that feeds the whole prefix at every step with an empty cache: the baseline
+    that the KV cache is measured against (bench/decode.py) and checked against (tests)."""
+    sp = engine.special
+    budget = max_new_tokens or engine.config.task.max_new_tokens
+    src = [engine.codec.source_ids(t) for t in texts]
+    ids, mask = pad_batch(src, sp.pad)
+    cross = engine.encode(ids, mask)
+    b = len(texts)
+    limit = budget if ignore_eos else max(min(budget, len(r) + 50, engine.config.model.max_len - 1) for r in src)
+    tgt = np.full((b, 1), sp.bos, np.int64)
+    empty = [np.zeros((b, engine.n_heads, 0, engine.d_head), np.float32)] * (2 * engine.n_layers)
+    no_past = np.zeros((b, 0), np.int64)
+    for _ in range(limit):
+        positions = np.broadcast_to(np.arange(tgt.shape[1]), tgt.shape).copy()
+        logits, _ = engine.decode(tgt, positions, no_past, empty, cross, mask)
+        tgt = np.concatenate([tgt, logits[:, -1].argmax(-1)[:, None]], axis=1)
+        if not ignore_eos and (tgt[:, 1:] == sp.eos).any(axis=1).all():
+            break
+    out = []
+    for r, row in zip(src, tgt[:, 1:].tolist()):
+        row = row if ignore_eos else row[: min(budget, len(r) + 50, engine.config.model.max_len - 1)]
+        out.append(engine.codec.decode(row))
+    return out

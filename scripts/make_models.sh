@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Rebuild the default model repository: train (scripts/train_defaults.sh), publish the best
+# checkpoints under checkpoints/<name>/ with their held-out test split, export models/<name>/1.
+# Usage: scripts/make_models.sh [all|addition|translate-en-ja] [--no-train]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S2S=${S2S:-.venv/bin/s2s}
+what=${1:-all}
+[[ ${2:-} == --no-train ]] || bash scripts/train_defaults.sh "$what"
+for name in addition translate-en-ja; do
+  [[ $what == all || $what == "$name" ]] || continue
+  run=runs/$name
+  mkdir -p "checkpoints/$name"
+  # The optimizer state (trainer_state.pt) stays in runs/: it is for --resume, not for users.
+  cp "$run"/best/{model.safetensors,config.json,tokenizer.json,metrics.json} "checkpoints/$name/"
+  cp "$run/data/test.tsv" "checkpoints/$name/test.tsv"
+  cp "$run/learning_curves.png" "docs/img/learning_curves_$name.png"
+  $S2S export "checkpoints/$name" --repo models --name "$name" --version 1
+done

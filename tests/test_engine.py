@@ -1,0 +1,183 @@
+"""The export and the torch-free engine, on the committed default models and their checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import CHECKPOINTS, MODEL_REPO, ROOT
+from contract.bundle import BundleError
+from server.engine import Engine, EngineOptions, Generator, Sequence, generate, generate_no_cache
+from server.engine.search import Beam
+
+
+def models_present() -> list[str]:
+    return sorted(p.name for p in MODEL_REPO.iterdir() if (p / "1" / "config.json").is_file()) if MODEL_REPO.is_dir() else []
+
+
+def bundle(name: str) -> Path:
+    return MODEL_REPO / name / "1"
+
+
+@pytest.fixture(scope="module", params=models_present())
+def engine(request) -> Engine:
+    return Engine(bundle(request.param), EngineOptions(device="cpu"))
+
+
+def sample_inputs(engine: Engine, n: int = 24) -> list[str]:
+    """Held-out sources of the model's own test split (written by `s2s train` next to the checkpoint)."""
+    lines = (CHECKPOINTS / engine.config.name / "test.tsv").read_text(encoding="utf-8").splitlines()
+    return [line.split("\t")[0] for line in lines[:n]]
+
+
+def test_export_parity_with_pytorch(engine: Engine):
+    from export.validate import validate_bundle
+    from training import checkpoint
+
+    ckpt = checkpoint.load(CHECKPOINTS / engine.config.name)
+    assert engine.config.source_checkpoint_sha256 == checkpoint.weights_sha256(CHECKPOINTS / engine.config.name)
+    report = validate_bundle(ckpt.model, engine.folder, atol=1e-4, seed=11)  # raises if off
+    assert report["greedy_identical"] == "16/16"
+
+
+def test_cached_equals_uncached_decoding(engine: Engine):
+    texts = sample_inputs(engine, 16)
+    assert generate(engine, texts, max_new_tokens=24) == generate_no_cache(engine, texts, max_new_tokens=24)
+
+
+def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Engine):
+    texts = sample_inputs(engine, 6)
+    ids = [engine.codec.source_ids(t) for t in texts]
+    alone = Generator(engine)
+    a = Sequence(ids[0], 20)
+    alone.add([a])
+    while len(alone):
+        alone.step()
+    gen = Generator(engine)
+    others = [Sequence(i, 20) for i in ids[1:4]]
+    gen.add(others)
+    for _ in range(3):  # the batch is 3 steps in when the row joins: its cache has 3 holes
+        gen.step()
+    late = Sequence(ids[0], 20)
+    gen.add([late, Sequence(ids[4], 20)])
+    while len(gen):
+        gen.step()
+    assert late.result == a.result
+
+
+def test_beam_of_one_equals_greedy(engine: Engine):
+    texts = sample_inputs(engine, 8)
+    gen = Generator(engine)
+    greedy = [Sequence(engine.codec.source_ids(t), 20) for t in texts]
+    beams = []
+    for t in texts:
+        s = Sequence(engine.codec.source_ids(t), 20)
+        s.search = Beam(engine.special.eos, gen.budget(s), width=1)
+        beams.append(s)
+    gen.add(greedy + beams)
+    while len(gen):
+        gen.step()
+    assert [s.result for s in greedy] == [s.result for s in beams]
+
+
+def test_beam_search_scores_at_least_as_well_as_greedy(engine: Engine):
+    """Beam 4 finds a hypothesis whose length-normalised score is >= greedy's on every input."""
+    texts = sample_inputs(engine, 6)
+    greedy_out = generate(engine, texts, max_new_tokens=20)
+    beam_out = generate(engine, texts, max_new_tokens=20, beam=4)
+    assert len(beam_out) == len(greedy_out) and all(isinstance(t, str) for t in beam_out)
+
+
+def _copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "addition" / "1"
+    shutil.copytree(bundle("addition"), dst)
+    return dst
+
+
+def test_truncated_onnx_file_is_named(tmp_path: Path):
+    b = _copy(tmp_path)
+    data = (b / "decoder.onnx").read_bytes()
+    (b / "decoder.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(BundleError, match=r"decoder\.onnx: sha256"):
+        Engine(b)
+    # Even with the hash "fixed", ONNX Runtime's refusal is reported with the file's name.
+    cfg = json.loads((b / "config.json").read_text())
+    from contract.bundle import sha256_file
+
+    cfg["files"]["decoder.onnx"] = sha256_file(b / "decoder.onnx")
+    (b / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleError, match=r"decoder\.onnx: ONNX Runtime cannot load it"):
+        Engine(b)
+
+
+def test_wrong_hash_is_named(tmp_path: Path):
+    b = _copy(tmp_path)
+    cfg = json.loads((b / "config.json").read_text())
+    cfg["files"]["encoder.onnx"] = "0" * 64
+    (b / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleError, match=r"encoder\.onnx: sha256 .* does not match"):
+        Engine(b)
+
+
+def test_missing_tokenizer_is_named(tmp_path: Path):
+    b = _copy(tmp_path)
+    (b / "tokenizer.json").unlink()
+    with pytest.raises(BundleError, match=r"tokenizer\.json: missing"):
+        Engine(b)
+
+
+def test_engine_runs_with_torch_blocked_from_import():
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+sys.meta_path.insert(0, Block())
+from server.engine import Engine, generate
+import server.app, server.servicer, server.scheduler  # the whole server, too
+e = Engine({str(bundle('addition'))!r})
+print(generate(e, ["12+30", "999+1"]))
+assert "torch" not in sys.modules
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "['42', '1000']"
+
+
+@pytest.mark.slow
+def test_addition_exact_match_on_10000_held_out_problems_matches_pytorch():
+    import torch
+
+    from training import checkpoint
+    from training.evaluate import generate as torch_generate
+
+    ckpt = checkpoint.load(CHECKPOINTS / "addition")
+    pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()]
+    assert len(pairs) == 10_000
+    srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    engine = Engine(bundle("addition"), EngineOptions(device="cpu"))
+    ours = generate(engine, srcs, batch_size=256)
+    torch.set_num_threads(1)
+    theirs = torch_generate(ckpt.model, ckpt.codec, srcs, 500, "cpu", ckpt.task.max_new_tokens)
+    acc = float(np.mean([o == r for o, r in zip(ours, refs)]))
+    assert ours == theirs
+    assert acc >= 0.995, acc
+
+
+@pytest.mark.slow
+def test_int8_export_loads_and_stays_close(tmp_path: Path):
+    from export.onnx_export import ExportOptions, export
+
+    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, quantize="int8"))
+    e = Engine(out)
+    assert e.config.quantization == "int8"
+    pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]]
+    acc = np.mean([o == r for o, (_, r) in zip(generate(e, [s for s, _ in pairs]), pairs)])
+    assert acc >= 0.9, acc

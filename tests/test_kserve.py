@@ -1,0 +1,429 @@
+"""The KServe v2 / Triton gRPC protocol (server/kserve.py) with the real tritonclient against a real server.
+
+tritonclient is imported before anything from the server on purpose: it registers its own copy of the
+`inference` protobuf package, and protobuf's default pool then refuses a second file defining the
+same names; server/kserve.py detects that and serves with the registered (wire-identical) classes.
+The other order (our generated module first, tritonclient second) cannot work in one process.
+test_generated_module_in_a_fresh_process covers the server exactly as deployed, without tritonclient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import struct
+import subprocess
+import sys
+import textwrap
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton  # noqa: I001  (first: see the module docstring)
+import tritonclient.grpc.aio as triton_aio
+from tritonclient.grpc import service_pb2 as triton_pb
+from tritonclient.utils import InferenceServerException
+
+import grpc
+from conftest import MODEL_REPO, ROOT, ServerThread, server_config
+from server.client import Seq2SeqClient
+from server.kserve import join_bytes, split_bytes  # noqa: F401  (installs the stand-in before the stub import)
+from protos.inference import grpc_service_pb2 as pb  # noqa: E402
+from protos.inference import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+
+# Inputs each default model can tokenize; only models present in the repository are tested.
+SAMPLES = {
+    "addition": ["12+30", "7+5", "100+23", "0+0", "999+1"],
+    "translate-en-ja": ["Save", "Open File", "Settings", "Cancel", "Delete"],  # from data/en-ja/ui-strings.tsv
+}
+MODELS = [m for m in SAMPLES if (MODEL_REPO / m).is_dir()]
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    c = triton.InferenceServerClient(server.address)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def stub(server):
+    channel = grpc.insecure_channel(server.address)
+    yield pb_grpc.GRPCInferenceServiceStub(channel)
+    channel.close()
+
+
+def text_input(texts: list[str], shape: list[int] | None = None) -> triton.InferInput:
+    inp = triton.InferInput("text_input", shape or [len(texts)], "BYTES")
+    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object).reshape(shape or [len(texts)]))
+    return inp
+
+
+def outputs_of(result) -> list[str]:
+    return [b.decode() for b in result.as_numpy("text_output").reshape(-1)]
+
+
+def contents_request(model: str, texts: list[bytes], shape=None, **kw) -> pb.ModelInferRequest:
+    t = pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=shape or [len(texts)])
+    t.contents.bytes_contents.extend(texts)
+    return pb.ModelInferRequest(model_name=model, inputs=[t], **kw)
+
+
+def seq2seq(server, model: str, texts: list[str], **kw) -> list[str]:
+    with Seq2SeqClient(server.address) as c:
+        return c.generate(model, texts, **kw)
+
+
+# ---- the protocol itself --------------------------------------------------------------------------
+def test_proto_matches_the_triton_wire_format(tmp_path):
+    """Every field of protos/inference/grpc_service.proto has the public protocol's number, type and label."""
+    from google.protobuf import descriptor_pb2
+    from grpc_tools import protoc
+
+    out = tmp_path / "set.pb"
+    assert protoc.main(["protoc", f"-I{ROOT}", f"--descriptor_set_out={out}", "protos/inference/grpc_service.proto"]) == 0
+    (ours,) = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
+    assert ours.package == "inference"
+    pool = triton_pb.DESCRIPTOR.pool
+
+    def check(msg: descriptor_pb2.DescriptorProto, prefix: str) -> None:
+        theirs = pool.FindMessageTypeByName(f"{prefix}{msg.name}")
+        for f in msg.field:
+            t = theirs.fields_by_number.get(f.number)
+            assert t is not None, f"{prefix}{msg.name}.{f.name} = {f.number}: no such field number in Triton's"
+            repeated = f.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+            assert (t.name, t.type, t.is_repeated) == (f.name, f.type, repeated), f"{prefix}{msg.name}.{f.name}"
+            if f.type_name:
+                ref = t.message_type or t.enum_type
+                assert f.type_name == f".{ref.full_name}", f"{prefix}{msg.name}.{f.name}"
+            if t.containing_oneof or f.HasField("oneof_index"):
+                assert t.containing_oneof.name == msg.oneof_decl[f.oneof_index].name
+        for nested in msg.nested_type:
+            check(nested, f"{prefix}{msg.name}.")
+
+    for msg in ours.message_type:
+        check(msg, "inference.")
+    for enum in ours.enum_type:
+        theirs = pool.FindEnumTypeByName(f"inference.{enum.name}")
+        assert {v.name: v.number for v in enum.value} == {v.name: v.number for v in theirs.values}
+    (service,) = ours.service
+    theirs = pool.FindServiceByName("inference.GRPCInferenceService")
+    for m in service.method:
+        t = theirs.methods_by_name[m.name]
+        assert (m.input_type, m.output_type) == (f".{t.input_type.full_name}", f".{t.output_type.full_name}")
+        assert (m.client_streaming, m.server_streaming) == (t.client_streaming, t.server_streaming)
+    assert {m.name for m in service.method} >= {"ServerLive", "ServerReady", "ModelReady", "ServerMetadata",
+                                                 "ModelMetadata", "ModelInfer", "ModelStreamInfer", "ModelConfig"}
+
+
+def test_health_and_metadata(client, server):
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    for model in MODELS:
+        assert client.is_model_ready(model)
+        assert client.is_model_ready(model, "1") == (MODEL_REPO / model / "1").is_dir()
+    assert client.is_model_ready("no-such-model") is False
+    assert client.is_model_ready(MODELS[0], "999") is False
+
+    meta = client.get_server_metadata(as_json=True)
+    assert meta["name"] == "s2s" and meta["version"]
+    assert "model_configuration" in meta["extensions"]
+
+    for model in MODELS:
+        m = client.get_model_metadata(model, as_json=True)
+        assert m["name"] == model and m["versions"] and m["platform"]
+        inputs = {t["name"]: (t["datatype"], t["shape"]) for t in m["inputs"]}
+        assert inputs["text_input"] == ("BYTES", ["-1"])  # MessageToJson writes int64 as strings
+        assert {t["name"]: (t["datatype"], t["shape"]) for t in m["outputs"]} == {"text_output": ("BYTES", ["-1"])}
+        assert set(inputs) == {"text_input", "max_tokens", "beam_width"}
+
+        cfg = client.get_model_config(model).config
+        assert cfg.name == model and cfg.max_batch_size == 0
+        assert [(i.name, i.optional) for i in cfg.input] == [("text_input", False), ("max_tokens", True), ("beam_width", True)]
+        assert [o.name for o in cfg.output] == ["text_output"]
+
+    index = client.get_model_repository_index(as_json=True)
+    assert {m["name"] for m in index["models"]} >= set(MODELS)
+    assert all(m["state"] == "READY" for m in index["models"])
+
+    with pytest.raises(InferenceServerException) as e:
+        client.get_model_metadata("no-such-model")
+    assert e.value.status() == "StatusCode.NOT_FOUND" and "no-such-model" in e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        client.get_inference_statistics(MODELS[0])  # not implemented: Triton's own answer for a missing extension
+    assert e.value.status() == "StatusCode.UNIMPLEMENTED"
+
+
+def test_reflection_lists_the_service(server):
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(server.address) as channel:
+        assert "inference.GRPCInferenceService" in ProtoReflectionDescriptorDatabase(channel).get_services()
+
+
+# ---- inference ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("model", MODELS)
+def test_infer_both_encodings_match_seq2seq(client, stub, server, model):
+    texts = SAMPLES[model]
+    expected = seq2seq(server, model, texts)
+
+    # tritonclient: raw_input_contents in, raw_output_contents out (as Triton).
+    result = client.infer(model, [text_input(texts)], request_id="r1", client_timeout=TIMEOUT)
+    resp = result.get_response()
+    assert (resp.model_name, resp.id) == (model, "r1") and resp.model_version
+    assert len(resp.raw_output_contents) == 1
+    out = resp.outputs[0]
+    assert (out.name, out.datatype, list(out.shape)) == ("text_output", "BYTES", [len(texts)])
+    assert outputs_of(result) == expected
+
+    # [N, 1] works too and keeps its shape.
+    result = client.infer(model, [text_input(texts, [len(texts), 1])], outputs=[triton.InferRequestedOutput("text_output")])
+    assert result.as_numpy("text_output").shape == (len(texts), 1)
+    assert outputs_of(result) == expected
+
+    # The generated stub with contents.bytes_contents: answered in contents.bytes_contents.
+    resp = stub.ModelInfer(contents_request(model, [t.encode() for t in texts], id="r2"), timeout=TIMEOUT)
+    assert resp.id == "r2" and not resp.raw_output_contents
+    assert [b.decode() for b in resp.outputs[0].contents.bytes_contents] == expected
+    assert list(resp.outputs[0].shape) == [len(texts)]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_generation_options(client, stub, server, model):
+    texts = SAMPLES[model][:2]
+    for kw, params in [(dict(max_new_tokens=3), dict(max_tokens=3)), (dict(beam_size=2), dict(beam_width=2))]:
+        expected = seq2seq(server, model, texts, **kw)
+        assert outputs_of(client.infer(model, [text_input(texts)], parameters=params)) == expected
+        # The same option as an optional input of shape [1], INT64 (raw) and INT32 (contents).
+        (key, value), = params.items()
+        opt = triton.InferInput(key, [1], "INT64")
+        opt.set_data_from_numpy(np.array([value], dtype=np.int64))
+        assert outputs_of(client.infer(model, [text_input(texts), opt])) == expected
+        req = contents_request(model, [t.encode() for t in texts])
+        t = req.inputs.add(name=key, datatype="INT32", shape=[1])
+        t.contents.int_contents.append(value)
+        assert [b.decode() for b in stub.ModelInfer(req, timeout=TIMEOUT).outputs[0].contents.bytes_contents] == expected
+    if model == "addition":
+        # max_tokens bounds the output: no answer longer than 3 tokens (characters, for addition's tokenizer).
+        assert all(len(o) <= 3 for o in outputs_of(client.infer(model, [text_input(texts)], parameters={"max_tokens": 3})))
+
+
+@pytest.mark.skipif(MODEL_REPO.resolve() != (ROOT / "models").resolve() or not (MODEL_REPO / "addition").is_dir(),
+                    reason="correctness needs the committed, trained models/ (S2S_TEST_MODEL_REPO points elsewhere)")
+def test_addition_is_correct(client):
+    assert outputs_of(client.infer("addition", [text_input(["12+30"])])) == ["42"]
+
+
+def test_aio_client_64_concurrent(server):
+    model = MODELS[0]
+    pool = SAMPLES[model]
+    expected = dict(zip(pool, seq2seq(server, model, pool)))
+
+    async def main():
+        async with triton_aio.InferenceServerClient(server.address) as c:
+            assert await c.is_server_ready() and await c.is_model_ready(model)
+            jobs = []
+            for i in range(64):
+                texts = [pool[i % len(pool)], pool[(i + 1) % len(pool)]]
+                jobs.append((texts, c.infer(model, [text_input(texts)], request_id=str(i), client_timeout=TIMEOUT)))
+            results = await asyncio.gather(*(j for _, j in jobs))
+            return [(texts, r) for (texts, _), r in zip(jobs, results)]
+
+    answered = asyncio.run(main())
+    assert len(answered) == 64
+    for i, (texts, result) in enumerate(answered):
+        assert result.get_response().id == str(i)
+        assert outputs_of(result) == [expected[t] for t in texts]
+
+
+def test_streaming_clients(server):
+    model = MODELS[0]
+    texts = SAMPLES[model]
+    expected = seq2seq(server, model, texts)
+
+    # Sync: start_stream / async_stream_infer; a bad request in the middle fails alone.
+    answers: queue.Queue = queue.Queue()
+    with triton.InferenceServerClient(server.address) as c:
+        c.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for i, t in enumerate(texts):
+            c.async_stream_infer(model, [text_input([t])], request_id=f"good-{i}")
+        bad = triton.InferInput("text_input", [1], "FP32")
+        bad.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+        c.async_stream_infer(model, [bad], request_id="bad")
+        c.async_stream_infer(model, [text_input(texts)], request_id="after-bad", enable_empty_final_response=True)
+        got = [answers.get(timeout=TIMEOUT) for _ in range(len(texts) + 2)]
+        c.stop_stream()
+    errors = [e for r, e in got if e is not None]
+    assert len(errors) == 1 and "[request id: bad]" in str(errors[0]) and "datatype" in str(errors[0])
+    results = {r.get_response().id: r for r, e in got if e is None}
+    assert {k: outputs_of(r) for k, r in results.items() if k.startswith("good")} == {
+        f"good-{i}": [expected[i]] for i in range(len(texts))}
+    assert outputs_of(results["after-bad"]) == expected
+    assert results["after-bad"].get_response().parameters["triton_final_response"].bool_param
+
+    # aio: stream_infer over an async iterator of request dicts.
+    async def main():
+        async def requests():
+            for i, t in enumerate(texts):
+                yield {"model_name": model, "inputs": [text_input([t])], "request_id": str(i)}
+
+        async with triton_aio.InferenceServerClient(server.address) as c:
+            return [(r.get_response().id, outputs_of(r)) async for r, e in c.stream_infer(requests()) if e is None]
+
+    assert sorted(asyncio.run(main())) == sorted((str(i), [expected[i]]) for i in range(len(texts)))
+
+
+# ---- errors ------------------------------------------------------------------------------------
+def _bad_requests(model: str):
+    ok = [b"12+30"] if model == "addition" else [SAMPLES[model][0].encode()]
+    raw = lambda *items: pb.ModelInferRequest(  # noqa: E731
+        model_name=model, raw_input_contents=list(items),
+        inputs=[pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=[1])])
+    yield "unknown model", pb.ModelInferRequest(model_name="no-such-model", inputs=contents_request(model, ok).inputs), \
+        grpc.StatusCode.NOT_FOUND, "no-such-model"
+    yield "unknown version", contents_request(model, ok, model_version="999"), grpc.StatusCode.NOT_FOUND, "'999'"
+    r = contents_request(model, ok)
+    r.inputs[0].datatype = "FP32"
+    yield "wrong datatype", r, grpc.StatusCode.INVALID_ARGUMENT, "datatype 'FP32'"
+    yield "wrong shape", contents_request(model, ok * 4, shape=[2, 2]), grpc.StatusCode.INVALID_ARGUMENT, "shape [2, 2]"
+    yield "shape vs elements", contents_request(model, ok, shape=[3]), grpc.StatusCode.INVALID_ARGUMENT, "needs 3"
+    r = contents_request(model, ok)
+    r.inputs[0].name = "text"
+    yield "unknown tensor", r, grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference input 'text'"
+    r = contents_request(model, ok)
+    r.inputs.add(name="temperature", datatype="FP32", shape=[1]).contents.fp32_contents.append(0.5)
+    yield "extra tensor", r, grpc.StatusCode.INVALID_ARGUMENT, "'temperature'"
+    yield "missing text_input", pb.ModelInferRequest(model_name=model), grpc.StatusCode.INVALID_ARGUMENT, \
+        "missing input 'text_input'"
+    yield "invalid UTF-8", contents_request(model, [b"\xff\xfe12"]), grpc.StatusCode.INVALID_ARGUMENT, "UTF-8"
+    yield "raw: length beyond buffer", raw(struct.pack("<I", 100) + b"12+30"), grpc.StatusCode.INVALID_ARGUMENT, \
+        "declares 100 bytes but only 5 remain"
+    yield "raw: truncated prefix", raw(join_bytes(ok) + b"\x01\x00"), grpc.StatusCode.INVALID_ARGUMENT, \
+        "truncated length prefix"
+    yield "raw: count", raw(join_bytes(ok), join_bytes(ok)), grpc.StatusCode.INVALID_ARGUMENT, "2 entries for 1 inputs"
+    r = contents_request(model, ok)
+    r.outputs.add(name="logits")
+    yield "unknown output", r, grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference output 'logits'"
+    r = contents_request(model, ok)
+    r.parameters["max_tokens"].string_param = "ten"
+    yield "parameter type", r, grpc.StatusCode.INVALID_ARGUMENT, "'max_tokens' must be an integer"
+    r = contents_request(model, ok)
+    r.parameters["beam_width"].int64_param = 1000
+    yield "beam_width range", r, grpc.StatusCode.INVALID_ARGUMENT, "beam_width=1000"
+    r = contents_request(model, ok)
+    r.inputs.add(name="max_tokens", datatype="INT64", shape=[2]).contents.int64_contents.extend([1, 2])
+    yield "option shape", r, grpc.StatusCode.INVALID_ARGUMENT, "'max_tokens' has shape [2]"
+    yield "empty text", contents_request(model, [b"   "]), grpc.StatusCode.INVALID_ARGUMENT, "input 0 is empty"
+
+
+def test_bad_requests_are_refused_and_the_server_keeps_serving(client, stub, server):
+    model = MODELS[0]
+    cases = list(_bad_requests(model))
+    for name, request, code, needle in cases:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfer(request, timeout=TIMEOUT)
+        assert (e.value.code(), needle in e.value.details()) == (code, True), f"{name}: {e.value.details()}"
+
+    # Through tritonclient too (its own InferInput validation is bypassed by the datatype/shape it trusts).
+    bad = triton.InferInput("text_input", [1], "INT32")
+    bad.set_data_from_numpy(np.array([7], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(model, [bad])
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and "datatype 'INT32'" in e.value.message()
+
+    # The same requests in one stream: each answered with an error_message, the stream stays open.
+    def stream():
+        for i, (_, request, _, _) in enumerate(cases):
+            request.id = f"bad-{i}"
+            yield request
+        yield contents_request(model, [SAMPLES[model][0].encode()], id="good")
+
+    responses = {r.infer_response.id: r for r in stub.ModelStreamInfer(stream(), timeout=TIMEOUT)}
+    assert len(responses) == len(cases) + 1
+    for i, (name, _, _, needle) in enumerate(cases):
+        msg = responses[f"bad-{i}"].error_message
+        assert msg.startswith(f"[request id: bad-{i}] ") and needle in msg, f"{name}: {msg}"
+    assert not responses["good"].error_message
+
+    # And the server still serves.
+    texts = SAMPLES[model]
+    assert outputs_of(client.infer(model, [text_input(texts)])) == seq2seq(server, model, texts)
+
+
+def test_model_not_ready_is_unavailable():
+    srv = ServerThread(server_config(models=(MODELS[0],)))
+    try:
+        c = triton.InferenceServerClient(srv.address)
+        assert c.is_model_ready(MODELS[0])
+        for mv in srv.running.repo.all():
+            mv.scheduler.stop()  # what shutdown does first
+        assert not c.is_server_ready() and not c.is_model_ready(MODELS[0])
+        with pytest.raises(InferenceServerException) as e:
+            c.infer(MODELS[0], [text_input(SAMPLES[MODELS[0]][:1])])
+        assert e.value.status() == "StatusCode.UNAVAILABLE" and "not ready" in e.value.message()
+        c.close()
+    finally:
+        srv.stop()
+
+
+# ---- one service, one set of metrics -----------------------------------------------------------
+def _requests_total(server, model: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "s2s_requests_total" and s.labels["model"] == model and s.labels["code"] == "OK":
+                out[s.labels["method"]] = s.value
+    return out
+
+
+def test_both_apis_share_outputs_and_metrics(client, stub, server):
+    model = MODELS[0]
+    texts = SAMPLES[model]
+    before = _requests_total(server, model)
+    via_seq2seq = seq2seq(server, model, texts)
+    via_kserve = outputs_of(client.infer(model, [text_input(texts)]))
+    list(stub.ModelStreamInfer(iter([contents_request(model, [texts[0].encode()])]), timeout=TIMEOUT))
+    assert via_kserve == via_seq2seq
+    after = _requests_total(server, model)
+    for method in ("Generate", "ModelInfer", "ModelStreamInfer"):
+        assert after.get(method, 0) == before.get(method, 0) + 1, method
+
+    with pytest.raises(grpc.RpcError):
+        stub.ModelInfer(contents_request(model, [b"\xff"]), timeout=TIMEOUT)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=10).read().decode()
+    assert f's2s_requests_total{{code="INVALID_ARGUMENT",method="ModelInfer",model="{model}"}}' in text
+
+
+# ---- the deployed configuration: our generated module, no tritonclient in the process ---------------
+def test_generated_module_in_a_fresh_process(client):
+    model = MODELS[0]
+    texts = SAMPLES[model]
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, "tests")
+        import grpc
+        from conftest import ServerThread, server_config
+        srv = ServerThread(server_config(models=({model!r},)))
+        import server.kserve
+        from protos.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc
+        assert server.kserve.pb is pb and pb.DESCRIPTOR.name == "protos/inference/grpc_service.proto", pb.DESCRIPTOR.name
+        assert "tritonclient" not in sys.modules
+        with grpc.insecure_channel(srv.address) as ch:
+            stub = pb_grpc.GRPCInferenceServiceStub(ch)
+            t = pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=[{len(texts)}])
+            t.contents.bytes_contents.extend({[t.encode() for t in texts]!r})
+            resp = stub.ModelInfer(pb.ModelInferRequest(model_name={model!r}, inputs=[t]), timeout=60)
+            from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+            assert "inference.GRPCInferenceService" in ProtoReflectionDescriptorDatabase(ch).get_services()
+        srv.stop()
+        print(json.dumps([b.decode() for b in resp.outputs[0].contents.bytes_contents]))
+    """)
+    env = {**__import__("os").environ, "S2S_TEST_MODEL_REPO": str(MODEL_REPO)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == outputs_of(client.infer(model, [text_input(texts)]))
