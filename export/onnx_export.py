@@ -100,5 +100,6 @@ def export(opts: ExportOptions) -> Path:
         if final.exists():
             shutil.rmtree(final)
         shutil.copytree(out, final)
+        final.chmod(0o755)  # mkdtemp made it 0700; the server may run as another user (container)
     log.info("exported %s -> %s (%s)", opts.checkpoint, final, report)
     return final

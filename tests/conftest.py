@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+try:  # tritonclient registers its own copy of the `inference` protos; it must load before ours (see server/kserve.py)
+    import tritonclient.grpc  # noqa: F401
+except ImportError:
+    pass
+
 ROOT = Path(__file__).resolve().parents[1]
 # The committed default models; a test run can point elsewhere (e.g. while models are rebuilt).
 MODEL_REPO = Path(os.environ.get("S2S_TEST_MODEL_REPO", ROOT / "models"))

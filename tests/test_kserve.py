@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import struct
 import subprocess
@@ -20,7 +21,9 @@ import urllib.request
 
 import numpy as np
 import pytest
-import tritonclient.grpc as triton  # noqa: I001  (first: see the module docstring)
+
+# Order matters (see the module docstring): tritonclient, then server.kserve, then the generated stubs.
+import tritonclient.grpc as triton
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import service_pb2 as triton_pb
 from tritonclient.utils import InferenceServerException
@@ -28,9 +31,9 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from conftest import MODEL_REPO, ROOT, ServerThread, server_config
 from server.client import Seq2SeqClient
-from server.kserve import join_bytes, split_bytes  # noqa: F401  (installs the stand-in before the stub import)
-from protos.inference import grpc_service_pb2 as pb  # noqa: E402
-from protos.inference import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+from server.kserve import join_bytes
+from protos.inference import grpc_service_pb2 as pb
+from protos.inference import grpc_service_pb2_grpc as pb_grpc
 
 # Inputs each default model can tokenize; only models present in the repository are tested.
 SAMPLES = {
@@ -123,7 +126,8 @@ def test_health_and_metadata(client, server):
     assert client.is_server_ready()
     for model in MODELS:
         assert client.is_model_ready(model)
-        assert client.is_model_ready(model, "1") == (MODEL_REPO / model / "1").is_dir()
+        for version in client.get_model_metadata(model).versions:
+            assert client.is_model_ready(model, version)
     assert client.is_model_ready("no-such-model") is False
     assert client.is_model_ready(MODELS[0], "999") is False
 
@@ -352,7 +356,7 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(client, stub, ser
     assert outputs_of(client.infer(model, [text_input(texts)])) == seq2seq(server, model, texts)
 
 
-def test_model_not_ready_is_unavailable():
+def test_model_not_ready_is_unavailable(model_repo):
     srv = ServerThread(server_config(models=(MODELS[0],)))
     try:
         c = triton.InferenceServerClient(srv.address)
@@ -423,7 +427,7 @@ def test_generated_module_in_a_fresh_process(client):
         srv.stop()
         print(json.dumps([b.decode() for b in resp.outputs[0].contents.bytes_contents]))
     """)
-    env = {**__import__("os").environ, "S2S_TEST_MODEL_REPO": str(MODEL_REPO)}
+    env = {**os.environ, "S2S_TEST_MODEL_REPO": str(MODEL_REPO)}
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == outputs_of(client.infer(model, [text_input(texts)]))

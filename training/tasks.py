@@ -33,15 +33,31 @@ class Splits:
 def addition(digits: int, n_train: int, n_valid: int, n_test: int, seed: int) -> Splits:
     """`a+b` -> decimal sum, a and b in [0, 10^digits), no leading zeros, no spaces.
 
-    Problems are drawn without replacement from all 10^(2*digits) ordered pairs, so the three
-    splits are disjoint by construction.
+    Half the problems are uniform over all pairs; half first pick each operand's digit count
+    uniformly. Uniform sampling alone almost never shows short operands (both one-digit: 1 in
+    10,000), and a model trained that way answers "1+1" with "112". Problems are distinct, so
+    the three splits are disjoint by construction.
     """
     space = 10 ** (2 * digits)
     total = n_train + n_valid + n_test
-    if total > space:
-        raise ValueError(f"{total} problems requested but only {space} exist with {digits} digits")
-    codes = random.Random(seed).sample(range(space), total)
-    pairs = [(f"{c // 10**digits}+{c % 10**digits}", str(c // 10**digits + c % 10**digits)) for c in codes]
+    if total > space // 2:
+        raise ValueError(f"{total} problems requested but {digits}-digit operands give only {space} pairs")
+    rng = random.Random(seed)
+
+    def operand(n_digits: int) -> int:
+        return rng.randrange(10 ** (n_digits - 1) if n_digits > 1 else 0, 10**n_digits)
+
+    seen: set[tuple[int, int]] = set()
+    problems: list[tuple[int, int]] = []
+    while len(problems) < total:
+        if rng.random() < 0.5:
+            ab = (rng.randrange(10**digits), rng.randrange(10**digits))
+        else:
+            ab = (operand(rng.randint(1, digits)), operand(rng.randint(1, digits)))
+        if ab not in seen:  # short-operand cells run out; the uniform half then fills in
+            seen.add(ab)
+            problems.append(ab)
+    pairs = [(f"{a}+{b}", str(a + b)) for a, b in problems]
     return Splits(pairs[:n_train], pairs[n_train : n_train + n_valid], pairs[n_train + n_valid :])
 
 
