@@ -131,20 +131,27 @@ def convert(checkpoint_dir: Path, out_dir: Path, force: bool = False) -> Path:
     stamp_file = out_dir / STAMP
     if not force and (out_dir / "model.bin").is_file() and stamp_file.is_file():
         try:
-            if json.loads(stamp_file.read_text())["weights_sha256"] == stamp["weights_sha256"] and \
-                    json.loads(stamp_file.read_text())["converter_version"] == CONVERTER_VERSION:
-                return out_dir
-        except (ValueError, KeyError):
-            pass
+            old = json.loads(stamp_file.read_text())
+        except ValueError:
+            old = {}
+        if all(old.get(k) == stamp[k] for k in ("converter_version", "weights_sha256")):
+            return out_dir
     ck = ckpt_io.load(checkpoint_dir)
-    spec = build_spec(ck.model, vocabulary(ck.codec.tokenizer))
-    spec.optimize(quantization="float32")  # aliases the shared tables; CTranslate2 quantizes on load
+    save(build_spec(ck.model, vocabulary(ck.codec.tokenizer)), out_dir, stamp)
+    return out_dir
+
+
+def save(spec, out_dir: Path, stamp: dict | None = None) -> Path:
+    """Write a spec as a CTranslate2 model folder (float32; CTranslate2 quantizes on load), atomically."""
+    out_dir = Path(out_dir)
+    spec.optimize(quantization="float32")  # also aliases the shared embedding tables
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     spec.save(str(tmp))
-    (tmp / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    if stamp is not None:
+        (tmp / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
@@ -170,3 +177,42 @@ class CT2Translator:
             min_decoding_length=max_new_tokens if force else 0, return_scores=False,
         )
         return [[self.ids[t] for t in r.hypotheses[0]] for r in res]
+
+
+@torch.no_grad()
+def verify(model: Transformer, codec, translator: CT2Translator, sources: list[str], max_new_tokens: int,
+           batch_size: int = 64) -> dict:
+    """CTranslate2 greedy vs PyTorch greedy (``training.decoding.greedy``, stops at EOS) on ``sources``.
+
+    Returns the token agreement and, as a finer check, the largest difference of the per-token
+    log-probabilities of the PyTorch outputs scored by both (teacher forcing, EOS included).
+    """
+    from server.engine.generator import pad_batch
+    from training.decoding import greedy
+
+    model.eval()
+    sp = model.config.special
+    src = [codec.source_ids(s) for s in sources]
+    same, max_diff, first_mismatch = 0, 0.0, None
+    for k in range(0, len(src), batch_size):
+        chunk = src[k : k + batch_size]
+        ids, mask = (torch.from_numpy(a) for a in pad_batch(chunk, sp.pad))
+        ours = greedy(model, ids, mask, max_new_tokens)
+        theirs = translator.greedy(chunk, max_new_tokens)
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            if a == b:
+                same += 1
+            elif first_mismatch is None:
+                first_mismatch = {"source": sources[k + i], "pytorch": a, "ctranslate2": b}
+        # Teacher-forced log-probabilities of our outputs (+ EOS) under both implementations.
+        scored = translator.translator.score_batch([[translator.tokens[t] for t in r] for r in chunk],
+                                                   [[translator.tokens[t] for t in r] for r in ours])
+        tgt = [[sp.bos] + r for r in ours]
+        tin, _ = pad_batch(tgt, sp.pad)
+        logp = torch.log_softmax(model(ids, mask, torch.from_numpy(tin)), -1)
+        for i, (r, res) in enumerate(zip(ours, scored)):
+            gold = r + [sp.eos]
+            ref = logp[i, torch.arange(len(gold)), torch.tensor(gold)].numpy()
+            max_diff = max(max_diff, float(np.abs(ref - np.asarray(res.log_probs)).max()))
+    return {"n": len(src), "identical": same, "rate": same / max(len(src), 1),
+            "max_abs_logprob_diff": max_diff, "first_mismatch": first_mismatch}

@@ -136,10 +136,6 @@ class Scheduler:
             raise
         return jobs
 
-    @property
-    def load(self) -> tuple[int, int]:
-        return len(self.pending), len(self.active)
-
     # ---- worker thread ---------------------------------------------------------------------
     def _deliver(self, job: Job) -> None:
         if self.loop is not None:

@@ -50,7 +50,7 @@ EXPORTED_METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "s2s_generated_tokens_total": ("counter", frozenset({"model"})),
     "s2s_queued_sequences": ("gauge", frozenset({"model"})),
     "s2s_active_sequences": ("gauge", frozenset({"model"})),
-    "s2s_model_info": ("gauge", frozenset({"model", "version", "provider"})),
+    "s2s_model_info": ("gauge", frozenset({"model", "version", "provider", "quantization"})),
     "s2s_build_info": ("gauge", frozenset({"version"})),
 }
 # Labels Prometheus attaches at scrape time (target labels, and static labels of prometheus.yml).

@@ -81,19 +81,21 @@ class Generator:
         b = self.batch
         logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
         logits = logits[:, -1]  # (B, V)
-        next_tokens = np.empty(len(b), np.int64)
+        next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
         parents = np.arange(len(b))
         reorder = False
         row = 0
         for s in self.seqs:
-            rows = slice(row, row + s.n_rows)
-            toks, par = s.search.advance(logits[rows])
-            next_tokens[rows] = toks
-            if par is not None:
+            if isinstance(s.search, Greedy):
+                tok = int(next_tokens[row])
+                s.search.push(tok)
+                if s.on_token is not None:
+                    s.on_token(s, tok)
+            else:
+                rows = slice(row, row + s.n_rows)
+                next_tokens[rows], par = s.search.advance(logits[rows])
                 parents[rows] = row + par
                 reorder = True
-            if s.on_token is not None and s.beam == 1:
-                s.on_token(s, int(toks[0]))
             row += s.n_rows
         b.advance(present, next_tokens)
         if reorder:

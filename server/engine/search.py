@@ -25,9 +25,13 @@ class Greedy:
 
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         tok = int(logits[0].argmax())
+        self.push(tok)
+        return np.array([tok]), None
+
+    def push(self, tok: int) -> None:
+        """The step loop takes one argmax over the whole batch and hands each greedy row its token."""
         self.tokens.append(tok)
         self.done = tok == self.eos or len(self.tokens) >= self.budget
-        return np.array([tok]), None
 
     def result(self) -> list[int]:
         return self.tokens[:-1] if self.tokens and self.tokens[-1] == self.eos else self.tokens

@@ -1,0 +1,509 @@
+#!/usr/bin/env python
+"""Decode-speed benchmark: the s2s engine against PyTorch eager and CTranslate2, side by side.
+
+On the same held-out sources (``checkpoints/<model>/test.tsv``) and the same weights, every
+engine generates exactly N new tokens per input (EOS ignored, so every engine does the same
+work), single-threaded, one engine at a time:
+
+  ort+kv      the serving engine: ONNX Runtime, KV cache   (server.engine.generate, ignore_eos=True)
+  ort-nocache the same graphs, whole prefix recomputed every step (server.engine.generate_no_cache)
+  torch+kv    PyTorch eager with the KV cache (model.decode_step N times; training code untouched)
+  ct2         CTranslate2 on the same weights, converted by bench/ct2_convert.py
+              (translate_batch, beam 1, min = max decoding length = N)
+  with --int8 also:
+  ort-int8+kv the engine on an int8 (dynamic, MatMul) bundle exported to .cache/bench/models/
+  ct2-int8    CTranslate2 with compute_type="int8"
+
+Each cell of the grid (batch size x new tokens) runs a warm-up, then R timed repeats over the
+same inputs; the table gives the medians as sequences/s and generated tokens/s, the spread
+(max-min)/median, and each engine's ratio to CTranslate2 of the same precision (>1 = faster
+than CTranslate2). Timings include tokenization and detokenization for every engine.
+
+Before timing, the CTranslate2 conversion is verified: greedy tokens (stopping at EOS) equal
+PyTorch's on held-out inputs, and the teacher-forced log-probabilities agree. With --int8 the
+accuracy change of int8 (exact match, chrF, character BLEU against the references, and how many
+outputs stay identical to float32) is measured on --accuracy-sentences test sentences.
+
+The report is printed and written into docs/BENCHMARKS.md between
+``<!-- bench-decode:begin -->`` and ``<!-- bench-decode:end -->`` (other sections are kept).
+``--quick`` runs a tiny grid (< 1 minute) and writes nothing unless --output is given.
+
+Converted/exported artifacts are cached under .cache/bench/ and rebuilt when the checkpoint's
+weights change. The machine should be otherwise idle: the load average at start is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+BEGIN, END = "<!-- bench-decode:begin -->", "<!-- bench-decode:end -->"
+CACHE = ROOT / ".cache" / "bench"
+ENGINES = ("ort+kv", "ort-nocache", "torch+kv", "ct2")
+INT8_ENGINES = ("ort-int8+kv", "ct2-int8")
+BASELINE = {"ort+kv": "ct2", "ort-nocache": "ct2", "torch+kv": "ct2", "ct2": "ct2",
+            "ort-int8+kv": "ct2-int8", "ct2-int8": "ct2-int8"}
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="bench/decode.py",
+        description=__doc__.split("\n\n")[0] + " Grid: batch sizes x new tokens; see the module docstring for what each engine is.",
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", default="translate-en-ja",
+                   help="model name: checkpoint checkpoints/NAME, bundle models/NAME/<latest version> (default: %(default)s)")
+    p.add_argument("--checkpoint", type=Path, help="checkpoint folder (default: checkpoints/MODEL); its test.tsv gives the inputs")
+    p.add_argument("--bundle", type=Path, help="float32 ONNX bundle folder (default: the latest models/MODEL/<version>)")
+    p.add_argument("--data", type=Path, help="TSV of source<TAB>reference (default: CHECKPOINT/test.tsv)")
+    p.add_argument("--batch-sizes", type=_ints, default=[1, 16, 64], help="comma-separated batch sizes (default: 1,16,64)")
+    p.add_argument("--new-tokens", type=_ints, default=[32, 64],
+                   help="comma-separated numbers of tokens generated per input, EOS ignored; at most the model's max_len (default: 32,64)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per cell, after one warm-up; the median is reported (>= 3; default: %(default)s)")
+    p.add_argument("--min-sentences", type=int, default=16,
+                   help="inputs per timed repeat: max(batch size, this), split in batches of the batch size (default: %(default)s)")
+    p.add_argument("--engines", default=",".join(ENGINES),
+                   help=f"comma-separated subset of {','.join(ENGINES)} (ct2 is the ratio baseline; default: all)")
+    p.add_argument("--int8", action="store_true",
+                   help=f"also time {', '.join(INT8_ENGINES)} and measure int8's accuracy change (exports an int8 bundle once, ~30 s)")
+    p.add_argument("--accuracy-sentences", type=int, default=200, help="test sentences for the int8 accuracy check (default: %(default)s)")
+    p.add_argument("--verify-sentences", type=int, default=64,
+                   help="held-out inputs on which CTranslate2 greedy must equal PyTorch greedy (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=1, help="threads of every engine (ORT intra-op, torch, CT2 intra_threads; default: 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the choice of test sentences (default: %(default)s)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny grid for development and smoke tests (batch 1,4; 8,16 tokens; 4 inputs; < 1 minute); writes no docs unless --output")
+    p.add_argument("--output", type=Path, help="markdown file to update (default: docs/BENCHMARKS.md; none with --quick)")
+    p.add_argument("--no-write", action="store_true", help="print the report only")
+    p.add_argument("--json", type=Path, help="also write the raw results as JSON here")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.batch_sizes, a.new_tokens, a.min_sentences = [1, 4], [8, 16], 4
+        a.verify_sentences, a.accuracy_sentences = min(a.verify_sentences, 16), min(a.accuracy_sentences, 32)
+    a.engines = [e for e in a.engines.split(",") if e]
+    unknown = set(a.engines) - set(ENGINES)
+    if unknown:
+        p.error(f"unknown engines {sorted(unknown)}; choose from {ENGINES}")
+    if a.int8:
+        a.engines += list(INT8_ENGINES)
+    if a.repeats < 3:
+        p.error("--repeats must be >= 3 (the median of fewer is not a median)")
+    a.checkpoint = a.checkpoint or ROOT / "checkpoints" / a.model
+    a.data = a.data or a.checkpoint / "test.tsv"
+    if a.bundle is None:
+        versions = sorted((int(v.name) for v in (ROOT / "models" / a.model).glob("*") if v.name.isdigit()), reverse=True)
+        if not versions:
+            p.error(f"no bundle under {ROOT / 'models' / a.model}: export one (s2s export) or pass --bundle")
+        a.bundle = ROOT / "models" / a.model / str(versions[0])
+    if a.output is None and not a.quick:
+        a.output = ROOT / "docs" / "BENCHMARKS.md"
+    return a
+
+
+# ----------------------------------------------------------------------------- engines
+
+@dataclass
+class Runner:
+    """One engine: ``run(texts, n)`` decodes a batch, exactly n new tokens each, and returns token-id rows or texts."""
+
+    name: str
+    run: Callable[[list[str], int], list]
+    note: str = ""
+
+
+def torch_forced(model, src, src_mask, n: int) -> list[list[int]]:
+    """PyTorch eager greedy with the KV cache, exactly n steps (EOS is fed back like any token).
+
+    ``training.decoding.greedy`` stops at EOS; this is its loop without the stop.
+    """
+    import torch
+
+    sp = model.config.special
+    b = src.shape[0]
+    cross = model.cross_kv(model.encode(src, src_mask))
+    past, past_mask = model.empty_past(b)
+    tok = torch.full((b, 1), sp.bos, dtype=torch.long)
+    one = torch.ones(b, 1, dtype=torch.long)
+    out = []
+    for step in range(n):
+        positions = torch.full((b, 1), step, dtype=torch.long)
+        logits, past = model.decode_step(tok, positions, past, past_mask, cross, src_mask)
+        past_mask = torch.cat([past_mask, one], dim=1)
+        tok = logits[:, -1].argmax(-1, keepdim=True)
+        out.append(tok)
+    return torch.cat(out, 1).tolist()
+
+
+def make_runners(args, ck, engine, engine_int8, ct2, ct2_int8) -> dict[str, Runner]:
+    import torch
+
+    from server.engine import generate, generate_no_cache
+    from server.engine.generator import pad_batch
+
+    codec, sp = ck.codec, ck.config.special
+
+    def ort_kv(eng):
+        return lambda texts, n: generate(eng, texts, n, batch_size=len(texts), ignore_eos=True)
+
+    def torch_kv(texts, n):
+        with torch.inference_mode():
+            ids, mask = (torch.from_numpy(a) for a in pad_batch([codec.source_ids(t) for t in texts], sp.pad))
+            return [codec.decode(r) for r in torch_forced(ck.model, ids, mask, n)]
+
+    def ct2_run(tr):
+        return lambda texts, n: [codec.decode(r) for r in tr.greedy([codec.source_ids(t) for t in texts], n, force=True)]
+
+    runners = {
+        "ort+kv": Runner("ort+kv", ort_kv(engine), "ONNX Runtime, KV cache (serving engine)"),
+        "ort-nocache": Runner("ort-nocache", lambda texts, n: generate_no_cache(engine, texts, n, ignore_eos=True),
+                              "ONNX Runtime, prefix recomputed each step"),
+        "torch+kv": Runner("torch+kv", torch_kv, "PyTorch eager, KV cache"),
+        "ct2": Runner("ct2", ct2_run(ct2), "CTranslate2 float32"),
+    }
+    if engine_int8 is not None:
+        runners["ort-int8+kv"] = Runner("ort-int8+kv", ort_kv(engine_int8), "ONNX Runtime int8 (dynamic MatMul), KV cache")
+        runners["ct2-int8"] = Runner("ct2-int8", ct2_run(ct2_int8), "CTranslate2 int8")
+    return {k: v for k, v in runners.items() if k in args.engines}
+
+
+# ----------------------------------------------------------------------------- measuring
+
+@dataclass
+class Cell:
+    engine: str
+    batch: int
+    new_tokens: int
+    sequences: int
+    times: list[float] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def seq_s(self) -> float:
+        return self.sequences / self.median
+
+    @property
+    def tok_s(self) -> float:
+        return self.sequences * self.new_tokens / self.median
+
+    @property
+    def spread(self) -> float:
+        return (max(self.times) - min(self.times)) / self.median
+
+
+def time_cell(runner: Runner, texts: list[str], batch: int, n: int, repeats: int) -> Cell:
+    chunks = [texts[k : k + batch] for k in range(0, len(texts), batch)]
+    cell = Cell(runner.name, batch, n, len(texts))
+    runner.run(chunks[0], n)  # warm-up: session/allocator caches, lazy initialisation
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = [o for c in chunks for o in runner.run(c, n)]
+        cell.times.append(time.perf_counter() - t0)
+    cell.outputs = out
+    return cell
+
+
+# ----------------------------------------------------------------------------- artifacts
+
+def int8_bundle(checkpoint_dir: Path, name: str) -> Path:
+    """An int8 bundle of the checkpoint under .cache/bench/models/, exported once per weights."""
+    from contract import bundle
+    from training import checkpoint as ckpt_io
+
+    repo, bname = CACHE / "models", f"{name}-int8"
+    folder = repo / bname / "1"
+    sha = ckpt_io.weights_sha256(checkpoint_dir)
+    if (folder / "config.json").is_file():
+        try:
+            cfg = bundle.read_bundle(folder, verify_hashes=False)
+            if cfg.source_checkpoint_sha256 == sha and cfg.quantization == "int8":
+                return folder
+        except Exception:  # stale or partial: re-export
+            pass
+    import logging
+
+    from export.onnx_export import ExportOptions, export
+
+    logging.getLogger("s2s").setLevel(logging.WARNING)
+    print(f"exporting an int8 bundle of {checkpoint_dir} to {folder} ...", file=sys.stderr)
+    return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize="int8"))
+
+
+def machine() -> dict:
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"nproc": nproc, "cpu": cpu, "loadavg": os.getloadavg()}
+
+
+# ----------------------------------------------------------------------------- accuracy (int8)
+
+def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
+    import sacrebleu
+
+    from server.engine import generate
+
+    srcs, refs = [s for s, _ in pairs], [r for _, r in pairs]
+    codec = ck.codec
+    budget = min(ck.task.max_new_tokens, ck.config.max_len - 1)
+    tok = ck.extra.get("config", {}).get("bleu_tokenize", "13a") if ck.task.name == "translation" else "13a"
+
+    def ct2_gen(tr):
+        out = []
+        for k in range(0, len(srcs), 64):
+            out += [codec.decode(r) for r in tr.greedy([codec.source_ids(s) for s in srcs[k : k + 64]], budget)]
+        return out
+
+    systems = [("ort+kv", "float32", lambda: generate(engine, srcs, budget, batch_size=64)),
+               ("ort+kv", "int8", lambda: generate(engine_int8, srcs, budget, batch_size=64)),
+               ("ct2", "float32", lambda: ct2_gen(ct2)),
+               ("ct2", "int8", lambda: ct2_gen(ct2_int8))]
+    rows, base = [], {}
+    for name, prec, fn in systems:
+        t0 = time.perf_counter()
+        hyps = fn()
+        secs = time.perf_counter() - t0
+        if prec == "float32":
+            base[name] = hyps
+        rows.append({
+            "engine": name, "precision": prec, "n": len(refs),
+            "exact": sum(h == r for h, r in zip(hyps, refs)) / len(refs),
+            "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
+            "bleu": sacrebleu.corpus_bleu(hyps, [refs], tokenize=tok).score, "bleu_tokenize": tok,
+            "same_as_fp32": sum(a == b for a, b in zip(hyps, base[name])) / len(refs),
+            "seconds": secs,
+        })
+    return rows
+
+
+# ----------------------------------------------------------------------------- report
+
+def render(args, info: dict, cells: list[Cell], verification: dict, consistency: dict, acc: list[dict] | None) -> str:
+    c = info["model"]
+    m = info["machine"]
+    by = {(x.engine, x.batch, x.new_tokens): x for x in cells}
+    lines = [
+        "## Decode speed: engine vs PyTorch vs CTranslate2 (`bench/decode.py`)",
+        "",
+        f"- date: {info['date']}",
+        f"- machine: {m['nproc']} CPU(s) (`nproc`), {m['cpu']}; load average at start {m['loadavg'][0]:.2f}",
+        f"- software: Python {platform.python_version()}, onnxruntime {info['versions']['onnxruntime']}, "
+        f"torch {info['versions']['torch']}, ctranslate2 {info['versions']['ctranslate2']}",
+        f"- model: `{info['model_name']}` (checkpoint `{info['checkpoint']}`, bundle `{info['bundle']}`): "
+        f"d_model {c['d_model']}, {c['n_heads']} heads, {c['n_encoder_layers']}+{c['n_decoder_layers']} layers, "
+        f"d_ff {c['d_ff']}, vocab {c['src_vocab_size']}/{c['tgt_vocab_size']}"
+        f"{' shared' if c['share_embeddings'] else ''}{', output tied' if c['tie_output'] else ''}, max_len {c['max_len']}",
+        f"- command: `{info['command']}`",
+        f"- method: every engine generates exactly N new tokens per input (EOS ignored), {args.threads} thread(s) each, "
+        f"engines run one after another; per cell one warm-up then {args.repeats} timed repeats over max(batch, "
+        f"{args.min_sentences}) held-out sources (`{info['data']}`, seed {args.seed}), split in batches; medians; "
+        "timings include (de)tokenization. spread = (max-min)/median. *x CT2* = tokens/s divided by CTranslate2's "
+        "of the same precision (> 1: faster than CTranslate2).",
+        "",
+        "**Conversion check** (CTranslate2 via `TransformerSpec`, bench/ct2_convert.py): "
+        f"greedy tokens equal PyTorch's (`training.decoding.greedy`, stopping at EOS, budget {verification['budget']}) on "
+        f"{verification['identical']}/{verification['n']} held-out inputs ({100 * verification['rate']:.1f}%); "
+        f"teacher-forced log-probabilities of those outputs differ by at most {verification['max_abs_logprob_diff']:.1e}.",
+    ]
+    if verification.get("first_mismatch"):
+        lines.append(f"First mismatch: `{json.dumps(verification['first_mismatch'], ensure_ascii=False)[:400]}`")
+    if consistency:
+        lines.append("Forced outputs of the timed runs (last cell of each engine pair, texts): "
+                     + "; ".join(f"{k}: {v}" for k, v in consistency.items()) + ".")
+    lines += [
+        "",
+        "| new tokens | batch | engine | sequences/s | tokens/s | spread | x CT2 |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for n in args.new_tokens:
+        for b in args.batch_sizes:
+            for e in args.engines:
+                x = by.get((e, b, n))
+                if x is None:
+                    continue
+                base = by.get((BASELINE[e], b, n))
+                ratio = f"{x.tok_s / base.tok_s:.2f}" if base else "-"
+                lines.append(f"| {n} | {b} | {e} | {x.seq_s:.1f} | {x.tok_s:.0f} | {100 * x.spread:.0f}% | {ratio} |")
+    # KV-cache speed-up of the engine, the figure the engine's design rests on.
+    if "ort+kv" in args.engines and "ort-nocache" in args.engines:
+        ups = [f"N={n} B={b}: {by[('ort+kv', b, n)].tok_s / by[('ort-nocache', b, n)].tok_s:.1f}x"
+               for n in args.new_tokens for b in args.batch_sizes if ('ort+kv', b, n) in by and ('ort-nocache', b, n) in by]
+        lines += ["", "KV cache speed-up of the engine (ort+kv / ort-nocache tokens/s): " + ", ".join(ups) + "."]
+    if acc:
+        speed = []
+        for b in args.batch_sizes:
+            for n in args.new_tokens:
+                for f32, i8 in (("ort+kv", "ort-int8+kv"), ("ct2", "ct2-int8")):
+                    if (f32, b, n) in by and (i8, b, n) in by:
+                        speed.append((f32, b, n, by[(i8, b, n)].tok_s / by[(f32, b, n)].tok_s))
+        lines += [
+            "",
+            f"**int8** (ORT: dynamic quantization of the MatMul weights, `s2s export --quantize int8`; CTranslate2: "
+            f"`compute_type=\"int8\"`). Accuracy on {acc[0]['n']} test sentences, greedy with EOS, batch 64 "
+            f"(BLEU tokenize `{acc[0]['bleu_tokenize']}`); *same as fp32* = outputs identical to the same engine in float32:",
+            "",
+            "| engine | precision | exact match | chrF | BLEU | same as fp32 | seconds |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in acc:
+            lines.append(f"| {r['engine']} | {r['precision']} | {100 * r['exact']:.1f}% | {r['chrf']:.1f} | {r['bleu']:.1f} | "
+                         f"{100 * r['same_as_fp32']:.1f}% | {r['seconds']:.1f} |")
+        if speed:
+            lines += ["", "int8 speed-up over float32 (tokens/s): " + ", ".join(
+                f"{e} B={b} N={n}: {s:.2f}x" for e, b, n, s in speed) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, body: str) -> None:
+    block = f"{BEGIN}\n{body}{END}\n"
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if BEGIN in text and END in text:
+            head, rest = text.split(BEGIN, 1)
+            tail = rest.split(END, 1)[1].lstrip("\n")
+            text = head + block + ("\n" + tail if tail else "")
+        else:
+            text = text.rstrip("\n") + "\n\n" + block
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = "# Benchmarks\n\n" + block
+    path.write_text(text, encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    info = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+            "command": "python bench/decode.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
+    if info["machine"]["loadavg"][0] > 0.5 * info["machine"]["nproc"]:
+        print(f"warning: load average {info['machine']['loadavg'][0]:.2f} on {info['machine']['nproc']} CPUs: "
+              "timings will be disturbed by other work", file=sys.stderr)
+
+    import ctranslate2
+    import onnxruntime
+    import torch
+    from tqdm import tqdm
+
+    from bench.ct2_convert import CT2Translator, convert, verify, vocabulary
+    from server.engine import Engine, EngineOptions
+    from training import checkpoint as ckpt_io
+    from training.tasks import read_tsv
+
+    torch.set_num_threads(args.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set (e.g. when called twice in one process)
+        pass
+    info["versions"] = {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__.split("+")[0],
+                        "ctranslate2": ctranslate2.__version__}
+
+    for what, path in (("checkpoint", args.checkpoint / "config.json"), ("data", args.data), ("bundle", args.bundle / "config.json")):
+        if not path.is_file():
+            print(f"bench/decode.py: {what} {path} is missing (train/export the model, or pass --{what})", file=sys.stderr)
+            return 2
+    ck = ckpt_io.load(args.checkpoint)
+    c = ck.config
+    if max(args.new_tokens) > c.max_len:
+        print(f"bench/decode.py: --new-tokens {max(args.new_tokens)} > the model's max_len {c.max_len}", file=sys.stderr)
+        return 2
+    info.update(model=c.to_dict(), model_name=args.model, checkpoint=_rel(args.checkpoint), bundle=_rel(args.bundle),
+                data=_rel(args.data))
+    pairs = read_tsv(args.data)
+    rng = random.Random(args.seed)
+    order = list(range(len(pairs)))
+    rng.shuffle(order)
+    shuffled = [pairs[i] for i in order]
+    # The timed inputs cycle through the shuffled test set (a small test set repeats itself).
+    need = max(max(args.batch_sizes), args.min_sentences)
+    inputs = [shuffled[i % len(shuffled)][0] for i in range(need)]
+
+    print(f"converting {args.checkpoint} for CTranslate2 ...", file=sys.stderr)
+    ct2_dir = convert(args.checkpoint, CACHE / f"ct2-{args.model}")
+    tokens = vocabulary(ck.codec.tokenizer)
+    ct2 = CT2Translator(ct2_dir, tokens, "float32", args.threads)
+    engine = Engine(args.bundle, EngineOptions(device="cpu", intra_op_threads=args.threads))
+    if engine.config.source_checkpoint_sha256 != ckpt_io.weights_sha256(args.checkpoint):
+        print(f"warning: {args.bundle} was not exported from {args.checkpoint} (weights differ)", file=sys.stderr)
+        info["bundle"] += " (NOT exported from this checkpoint's weights)"
+
+    budget = min(ck.task.max_new_tokens, c.max_len - 1)
+    verification = verify(ck.model, ck.codec, ct2, [s for s, _ in shuffled[: args.verify_sentences]], budget)
+    verification["budget"] = budget
+    print(f"CT2 vs PyTorch greedy: {verification['identical']}/{verification['n']} identical, "
+          f"max |d log p| {verification['max_abs_logprob_diff']:.1e}", file=sys.stderr)
+
+    engine_int8 = ct2_int8 = None
+    if args.int8:
+        engine_int8 = Engine(int8_bundle(args.checkpoint, args.model), EngineOptions(device="cpu", intra_op_threads=args.threads))
+        ct2_int8 = CT2Translator(ct2_dir, tokens, "int8", args.threads)
+
+    runners = make_runners(args, ck, engine, engine_int8, ct2, ct2_int8)
+    grid = [(n, b, e) for n in args.new_tokens for b in args.batch_sizes for e in args.engines if e in runners]
+    cells: list[Cell] = []
+    bar = tqdm(grid, desc="decode grid", unit="cell", file=sys.stderr)
+    for n, b, e in bar:
+        bar.set_postfix_str(f"N={n} B={b} {e}")
+        cells.append(time_cell(runners[e], inputs[: max(b, args.min_sentences)], b, n, args.repeats))
+    bar.close()
+
+    # The forced outputs must agree across our three implementations (CT2 masks EOS until N, so
+    # it only agrees up to the first EOS and is compared by the conversion check instead).
+    consistency = {}
+    last = {x.engine: x for x in cells}
+    for a, b_ in (("ort+kv", "ort-nocache"), ("ort+kv", "torch+kv"), ("ort-int8+kv", "ort+kv")):
+        if a in last and b_ in last and last[a].outputs and (last[a].batch, last[a].new_tokens) == (last[b_].batch, last[b_].new_tokens):
+            same = sum(x == y for x, y in zip(last[a].outputs, last[b_].outputs))
+            consistency[f"{a} = {b_}"] = f"{same}/{len(last[a].outputs)}"
+
+    acc = None
+    if args.int8:
+        print(f"int8 accuracy on {args.accuracy_sentences} test sentences ...", file=sys.stderr)
+        acc = accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, shuffled[: args.accuracy_sentences])
+
+    report = render(args, info, cells, verification, consistency, acc)
+    print(report)
+    print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps({"info": info, "verification": verification, "consistency": consistency,
+                                         "accuracy": acc, "cells": [{**{k: v for k, v in x.__dict__.items() if k != "outputs"},
+                                                                     "seq_s": x.seq_s, "tok_s": x.tok_s} for x in cells]},
+                                        indent=2, ensure_ascii=False, default=str))
+    if args.output and not args.no_write:
+        write_section(args.output, report)
+        print(f"wrote {_rel(args.output)}", file=sys.stderr)
+    return 0 if verification["rate"] == 1.0 else 1
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,646 @@
+"""Closed-loop load on the real gRPC server, per batching mode and concurrency, against the engine's ceiling.
+
+For each batching mode (continuous, request, none) one `s2s serve` process is started (a separate
+process, so client and server never share a GIL), and for each concurrency C, C client workers
+(grpc.aio, one channel, in this process) each send one Generate request (one held-out sentence,
+cycling through the test set) and send the next as soon as the answer arrives.
+
+Per cell: a warm-up (until max(C, 8) answers or --warmup-s, whichever comes first) then a
+measurement window that closes after max(3*C, --min-requests) answers or --seconds, whichever comes
+first. Throughput = answers received inside the window / window length (generated tokens from
+each Output's output_tokens). Latency (client-side, send to answer) and time to first token
+(server-side, Timings.time_to_first_token_seconds of the unary response) are taken over every
+request *sent* inside the window; requests still in flight when it closes are drained (awaited)
+and counted in the latency figures, never cancelled, so the slow tail is not dropped.
+
+The ceiling is measured in this process after every server has exited: `server.engine.generate`
+on the same inputs with batch_size=64 (best of --ceiling-repeats), and the single-request decode
+time (batch 1, median) on the inputs the concurrency-1 cells sent.
+
+Results are printed and written to docs/BENCHMARKS.md between the bench-serve markers (other
+sections of the file are left as they are). Run it on an otherwise idle machine:
+
+    .venv/bin/python bench/serve.py                 # full grid, < 10 minutes on 2 cores
+    .venv/bin/python bench/serve.py --quick         # C in {1, 8}, few requests, < 1 minute, no file written
+    .venv/bin/python bench/serve.py --model-repo /tmp/models --model addition --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import datetime as dt
+import itertools
+import os
+import platform
+import re
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+
+from protos.seq2seq.v1 import seq2seq_pb2 as pb  # noqa: E402
+from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc  # noqa: E402
+
+BEGIN, END = "<!-- bench-serve:begin -->", "<!-- bench-serve:end -->"
+MODES = ("continuous", "request", "none")
+
+
+# ---------------------------------------------------------------------------------------------
+# the server process
+# ---------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the server gets SIGTERM if this process dies without cleaning up (Linux only)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class ServerProcess:
+    """`python -m s2s.cli serve` on loopback, one model, one batching mode; always terminated on exit."""
+
+    def __init__(self, args: argparse.Namespace, mode: str):
+        self.port, self.metrics_port = free_port(), free_port()
+        while self.metrics_port == self.port:
+            self.metrics_port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.cmd = [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(args.model_repo), "--models", args.model,
+                    "--host", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.metrics_port),
+                    "--batching", mode, "--max-batch-size", str(args.max_batch_size),
+                    "--max-queue-size", str(args.max_queue_size), "--intra-op-threads", str(args.intra_op_threads),
+                    "--grace-s", "2", "--log-level", "WARNING"]
+        if mode == "request":
+            self.cmd += ["--max-queue-delay-ms", str(args.queue_delay_ms)]
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"bench-serve-{mode}-", suffix=".log", delete=False)
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> ServerProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("S2S_")}  # flags only, no stray settings
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        try:
+            self._wait_ready(120.0)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.address) as ch:
+            stub = pb_grpc.Seq2SeqStub(ch)
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
+                try:
+                    stub.ListModels(pb.ListModelsRequest(), timeout=1.0)
+                    return
+                except grpc.RpcError:
+                    time.sleep(0.2)
+        raise RuntimeError(f"server not ready after {timeout:.0f}s:\n{self.tail()}")
+
+    def tail(self, n: int = 30) -> str:
+        self.log.flush()
+        return "".join(Path(self.log.name).read_text(errors="replace").splitlines(True)[-n:])
+
+    def __exit__(self, *exc) -> None:
+        p = self.proc
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        self.log.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server process has used so far; 0 where /proc is missing."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def scrape(self) -> dict[str, float]:
+        """Sums and counts of the step histograms on /metrics (mean rows per decode step, step time)."""
+        want = ("s2s_batch_size_sum", "s2s_batch_size_count", "s2s_decode_step_duration_seconds_sum")
+        out = dict.fromkeys(want, 0.0)
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return out
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in out:
+                out[name] += float(line.rsplit(" ", 1)[1])
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# closed-loop load
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Cell:
+    mode: str
+    conc: int
+    window_s: float = 0.0
+    answers: int = 0  # answered inside the window (throughput)
+    tokens: int = 0  # their generated tokens
+    latencies: list[float] = field(default_factory=list)  # requests sent inside the window (drained)
+    ttfts: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    indices: list[int] = field(default_factory=list)  # inputs sent inside the window
+    rows_per_step: float | None = None
+    step_ms: float | None = None
+    busy: float | None = None  # share of the window the scheduler thread spent inside decode steps
+    server_cpu: float = 0.0  # CPU seconds per second of window (1.0 = one core busy)
+    client_cpu: float = 0.0
+
+    @property
+    def rps(self) -> float:
+        return self.answers / self.window_s if self.window_s else 0.0
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.window_s if self.window_s else 0.0
+
+    def lat(self, q: float) -> float:
+        return pct(self.latencies, q)
+
+
+def pct(xs: list[float], q: float) -> float:
+    """Percentile by linear interpolation (numpy's default), q in [0, 100]."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list[str], mode: str, conc: int,
+                   start_index: int) -> Cell:
+    cell = Cell(mode, conc)
+    target = max(args.requests_per_worker * conc, args.min_requests)
+    warm_target = max(conc, 8)
+    counter = itertools.count(start_index)
+    stop = asyncio.Event()
+    window_open = asyncio.Event()
+    t_open = t_close = 0.0
+    warm_answers = 0
+    before: dict[str, float] = {}
+
+    def open_window() -> None:
+        nonlocal t_open
+        if not window_open.is_set():
+            t_open = time.perf_counter()
+            window_open.set()
+
+    def close_window() -> None:
+        nonlocal t_close
+        if not stop.is_set():
+            t_close = time.perf_counter()
+            stop.set()
+
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.Seq2SeqStub(channel)
+
+        async def worker() -> None:
+            nonlocal warm_answers
+            while not stop.is_set():
+                i = next(counter) % len(inputs)
+                measured = window_open.is_set()
+                req = pb.GenerateRequest(model=args.model, inputs=[inputs[i]],
+                                         options=pb.GenerateOptions(max_new_tokens=args.max_new_tokens))
+                t0 = time.perf_counter()
+                try:
+                    resp = await stub.Generate(req, timeout=args.request_timeout_s)
+                    err = None
+                except grpc.aio.AioRpcError as e:
+                    resp, err = None, e.code().name
+                t1 = time.perf_counter()
+                if measured:
+                    cell.indices.append(i)
+                    if err is None:
+                        cell.latencies.append(t1 - t0)
+                        cell.ttfts.append(resp.timings.time_to_first_token_seconds)
+                    else:
+                        cell.errors[err] = cell.errors.get(err, 0) + 1
+                if window_open.is_set() and not stop.is_set():
+                    if err is None:
+                        cell.answers += 1
+                        cell.tokens += sum(o.output_tokens for o in resp.outputs)
+                    if cell.answers >= target and time.perf_counter() - t_open >= args.min_seconds:
+                        close_window()
+                elif not window_open.is_set():
+                    warm_answers += 1
+                    if warm_answers >= warm_target:
+                        open_window()
+                if err is not None and not window_open.is_set() and err != "RESOURCE_EXHAUSTED":
+                    raise RuntimeError(f"{mode} C={conc}: request failed during warm-up: {err}\n{server.tail()}")
+
+        tasks = [asyncio.create_task(worker()) for _ in range(conc)]
+        try:
+            # warm-up: max(C, 8) answers or --warmup-s, whichever first
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(window_open.wait(), args.warmup_s)
+            open_window()
+            before = await asyncio.to_thread(server.scrape)
+            cpu0 = (server.cpu_s(), time.process_time())
+            while not stop.is_set():
+                left = args.seconds - (time.perf_counter() - t_open)
+                if left <= 0:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    # wake up at --min-seconds too, in case the answer target was reached before it
+                    await asyncio.wait_for(stop.wait(), min(left, max(args.min_seconds - (time.perf_counter() - t_open), 0.05)))
+                if cell.answers >= target and time.perf_counter() - t_open >= args.min_seconds:
+                    break
+            close_window()
+            cpu1 = (server.cpu_s(), time.process_time())
+            after = await asyncio.to_thread(server.scrape)
+            # drain: every request already sent finishes (bounded by its deadline)
+            done, pending = await asyncio.wait(tasks, timeout=args.request_timeout_s + 5)
+            for t in done:
+                if t.exception() is not None:
+                    raise t.exception()
+            if pending:
+                raise RuntimeError(f"{mode} C={conc}: {len(pending)} workers did not finish")
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    cell.window_s = t_close - t_open
+    if cell.window_s > 0:
+        cell.server_cpu = (cpu1[0] - cpu0[0]) / cell.window_s
+        cell.client_cpu = (cpu1[1] - cpu0[1]) / cell.window_s
+    steps = after["s2s_batch_size_count"] - before["s2s_batch_size_count"]
+    if steps > 0:
+        cell.rows_per_step = (after["s2s_batch_size_sum"] - before["s2s_batch_size_sum"]) / steps
+        step_s = after["s2s_decode_step_duration_seconds_sum"] - before["s2s_decode_step_duration_seconds_sum"]
+        cell.step_ms = 1000 * step_s / steps
+        cell.busy = step_s / cell.window_s if cell.window_s else None
+    return cell
+
+
+async def run_mode(args: argparse.Namespace, inputs: list[str], mode: str, log) -> list[Cell]:
+    cells = []
+    with ServerProcess(args, mode) as server:
+        # one short burst so that ONNX Runtime's first runs are not in any cell
+        async with grpc.aio.insecure_channel(server.address) as ch:
+            stub = pb_grpc.Seq2SeqStub(ch)
+            await asyncio.gather(*(stub.Generate(pb.GenerateRequest(model=args.model, inputs=[inputs[i % len(inputs)]]),
+                                                 timeout=args.request_timeout_s) for i in range(8)))
+        for conc in args.concurrency:
+            t = time.perf_counter()
+            cell = await run_cell(server, args, inputs, mode, conc, start_index=0)
+            cells.append(cell)
+            log(f"  {mode:10s} C={conc:<3d} {cell.answers:4d} answers in {cell.window_s:5.1f}s  {cell.rps:7.1f} req/s  "
+                f"{cell.tps:8.0f} tok/s  p50 {1000 * cell.lat(50):7.1f} ms  p99 {1000 * cell.lat(99):7.1f} ms  "
+                f"rows/step {cell.rows_per_step or 0:5.1f}  ({time.perf_counter() - t:.1f}s)")
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine's ceiling, in process
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Ceiling:
+    n: int
+    seconds: float
+    tokens: int
+    single_ms: float
+    single_n: int
+
+    @property
+    def sps(self) -> float:
+        return self.n / self.seconds
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.seconds
+
+
+def output_tokens(engine, texts: list[str], max_new_tokens: int, batch_size: int) -> int:
+    """Generated tokens for these inputs (greedy is deterministic): generate()'s loop, keeping the Sequences."""
+    from server.engine import Generator, Sequence
+
+    budget = max_new_tokens or engine.config.task.max_new_tokens
+    seqs = [Sequence(engine.codec.source_ids(t), budget) for t in texts]
+    gen, pending = Generator(engine), list(seqs)
+    while pending or len(gen):
+        room = batch_size - len(gen)
+        if room > 0 and pending:
+            gen.add(pending[:room])
+            pending = pending[room:]
+        gen.step()
+    return sum(len(s.result or []) for s in seqs)
+
+
+def measure_ceiling(engine, args: argparse.Namespace, inputs: list[str], single_idx: list[int], log) -> Ceiling:
+    from server.engine import generate
+
+    mnt = args.max_new_tokens or None
+    tokens = output_tokens(engine, inputs, args.max_new_tokens, args.max_batch_size)  # also warms ORT up
+    best = float("inf")
+    for r in range(args.ceiling_repeats):
+        t = time.perf_counter()
+        generate(engine, inputs, max_new_tokens=mnt, batch_size=args.max_batch_size)
+        best = min(best, time.perf_counter() - t)
+        log(f"  engine ceiling run {r + 1}: {len(inputs)} sequences in {time.perf_counter() - t:.2f}s")
+    idx = single_idx or list(range(min(40, len(inputs))))
+    for i in idx[:3]:
+        generate(engine, [inputs[i]], max_new_tokens=mnt, batch_size=1)
+    single = []
+    for i in idx:
+        t = time.perf_counter()
+        generate(engine, [inputs[i]], max_new_tokens=mnt, batch_size=1)
+        single.append(time.perf_counter() - t)
+    return Ceiling(len(inputs), best, tokens, 1000 * statistics.median(single), len(single))
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        m = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        if m:
+            cpu = m.group(1).strip()
+    return f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu}, Python {platform.python_version()}"
+
+
+def versions() -> str:
+    import onnxruntime
+
+    return f"onnxruntime {onnxruntime.__version__}, grpcio {grpc.__version__}"
+
+
+def ms(x: float) -> str:
+    return "n/a" if x != x else f"{1000 * x:.1f}"
+
+
+def table(cells: list[Cell]) -> list[str]:
+    rows = ["| batching | C | answers | window s | req/s | tok/s | p50 ms | p95 ms | p99 ms | TTFT p50 ms | rows/step | step ms | in steps | CPU server / client | errors |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for c in cells:
+        err = ", ".join(f"{k} {v}" for k, v in sorted(c.errors.items())) or "0"
+        rows.append(f"| {c.mode} | {c.conc} | {c.answers} | {c.window_s:.1f} | {c.rps:.1f} | {c.tps:.0f} | {ms(c.lat(50))} | "
+                    f"{ms(c.lat(95))} | {ms(c.lat(99))} | {ms(pct(c.ttfts, 50))} | "
+                    f"{'n/a' if c.rows_per_step is None else f'{c.rows_per_step:.1f}'} | "
+                    f"{'n/a' if c.step_ms is None else f'{c.step_ms:.2f}'} | "
+                    f"{'n/a' if c.busy is None else f'{100 * c.busy:.0f}%'} | "
+                    f"{100 * c.server_cpu:.0f}% / {100 * c.client_cpu:.0f}% | {err} |")
+    return rows
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def acceptance(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
+    by = {(c.mode, c.conc): c for c in cells}
+    top = max((c.conc for c in cells), default=0)
+    rows = ["| figure | value | target | |", "|---|---|---|---|"]
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    cont, none_, req = by.get(("continuous", top)), by.get(("none", top)), by.get(("request", top))
+    if cont and none_:
+        r = ratio(cont.rps, none_.rps)
+        rows.append(f"| throughput continuous / none at C={top} | {cont.rps:.1f} / {none_.rps:.1f} req/s = **{r:.2f}×** "
+                    f"(tokens: {ratio(cont.tps, none_.tps):.2f}×) | ≥ 5× | {verdict(r >= 5)} |")
+    if cont and req:
+        r = ratio(cont.lat(99), req.lat(99))
+        rows.append(f"| p99 latency continuous / request at C={top} | {ms(cont.lat(99))} / {ms(req.lat(99))} ms = **{r:.2f}×** "
+                    f"(p50 {ratio(cont.lat(50), req.lat(50)):.2f}×) | none set (< 1×: continuous has the shorter tail) | "
+                    f"{'continuous lower' if r < 1 else 'continuous higher'} |")
+    conts = [c for c in cells if c.mode == "continuous"]
+    if conts and ceiling:
+        sat = max(conts, key=lambda c: c.tps)
+        r_t, r_s = ratio(sat.tps, ceiling.tps), ratio(sat.rps, ceiling.sps)
+        rows.append(f"| saturation / engine ceiling (continuous, best cell C={sat.conc}) | tokens {sat.tps:.0f} / {ceiling.tps:.0f} tok/s = "
+                    f"**{100 * r_t:.0f}%**; sequences {sat.rps:.1f} / {ceiling.sps:.1f} /s = **{100 * r_s:.0f}%** | ≥ 70% | "
+                    f"{verdict(r_t >= 0.7 and r_s >= 0.7)} |")
+    c1 = by.get(("continuous", 1))
+    if c1 and ceiling:
+        r = ratio(1000 * c1.lat(50), ceiling.single_ms)
+        rows.append(f"| C=1 p50 latency / engine single request (continuous) | {ms(c1.lat(50))} / {ceiling.single_ms:.1f} ms = **{r:.2f}×** | "
+                    f"≤ 1.5× | {verdict(r <= 1.5)} |")
+        for mode in ("request", "none"):
+            c = by.get((mode, 1))
+            if c:
+                rows.append(f"| C=1 p50 latency / engine single request ({mode}) | {ms(c.lat(50))} / {ceiling.single_ms:.1f} ms = "
+                            f"{ratio(1000 * c.lat(50), ceiling.single_ms):.2f}× | (reference) | |")
+    return rows
+
+
+def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str], inputs_path: Path, bundle: Path,
+            started: dt.datetime, load_before: str, elapsed: float) -> str:
+    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
+    lines = [
+        BEGIN,
+        "## Serving under load (`bench/serve.py`)",
+        "",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC; run took {elapsed / 60:.1f} min",
+        f"- Machine: {machine()}; {versions()}; load average before the run: {load_before}",
+        f"- Command: `{cmd}`",
+        f"- Model: `{args.model}` (`{os.path.relpath(bundle, ROOT) if bundle.is_relative_to(ROOT) else bundle}`), "
+        f"inputs: {len(inputs)} held-out sentences from `{os.path.relpath(inputs_path, ROOT) if inputs_path.is_relative_to(ROOT) else inputs_path}`, "
+        "one per Generate request, cycled in file order; greedy, model default max_new_tokens",
+        f"- Server: a separate `s2s serve` process per batching mode on 127.0.0.1, `--max-batch-size {args.max_batch_size} "
+        f"--max-queue-size {args.max_queue_size} --intra-op-threads {args.intra_op_threads}`, request mode "
+        f"`--max-queue-delay-ms {args.queue_delay_ms:g}`; client: grpc.aio in the bench process, one channel, "
+        "C closed-loop workers",
+        f"- Cell: warm-up of max(C, 8) answers or {args.warmup_s:g} s, then a window of max({args.requests_per_worker}·C, "
+        f"{args.min_requests}) answers (but at least {args.min_seconds:g} s) or {args.seconds:g} s, whichever first. req/s and tok/s = answers (their "
+        "`output_tokens`) inside the window / window length. Latency = client-side send→answer of every request sent "
+        "inside the window (in-flight ones drained, not cancelled). TTFT = server-side "
+        "`timings.time_to_first_token_seconds` of the unary Generate response (arrival at the servicer → first token). "
+        "rows/step, step ms and in steps (share of the window spent inside decode steps): the server's `s2s_batch_size` and "
+        "`s2s_decode_step_duration_seconds` histograms over the window. CPU: the server process's and this "
+        "(client) process's CPU time over the window (100% = one core).",
+        "",
+        *table(cells),
+        "",
+    ]
+    if ceiling:
+        lines += [
+            f"Engine ceiling, in process with no server running (same bundle, {args.intra_op_threads} intra-op thread): "
+            f"`server.engine.generate(Engine(bundle), inputs, batch_size={args.max_batch_size})` on the {ceiling.n} inputs, "
+            f"best of {args.ceiling_repeats}: {ceiling.seconds:.2f} s = **{ceiling.sps:.1f} sequences/s, "
+            f"{ceiling.tps:.0f} tokens/s** ({ceiling.tokens} generated tokens). Single request (batch 1), median over the "
+            f"{ceiling.single_n} inputs the concurrency-1 cells sent: **{ceiling.single_ms:.1f} ms**.",
+            "",
+        ]
+    acc = acceptance(cells, ceiling)
+    if len(acc) == 2:
+        acc.append("| (needs the continuous, request and none modes) | | | |")
+    lines += ["Acceptance (issue #4 item 9):", "", *acc, "", END]
+    return "\n".join(lines)
+
+
+def write_doc(path: Path, text: str) -> None:
+    old = path.read_text() if path.exists() else "# Benchmarks\n"
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        new = head + text + rest.split(END, 1)[1]
+    else:
+        new = old.rstrip("\n") + "\n\n" + text + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Closed-loop gRPC load on `s2s serve` (separate process) for each batching mode and concurrency, "
+                    "with the in-process engine ceiling; prints a table and writes the bench-serve section of "
+                    "docs/BENCHMARKS.md. Run it on an idle machine (the full grid takes < 10 minutes on 2 cores).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="translate-en-ja", help="model name in the repository")
+    p.add_argument("--model-repo", type=Path, default=ROOT / "models", help="model repository (models/<name>/<version>/)")
+    p.add_argument("--inputs", type=Path, default=None,
+                   help="TSV source<TAB>reference; default checkpoints/<model>/test.tsv (else runs/<model>/data/test.tsv)")
+    p.add_argument("--modes", default=",".join(MODES), help="batching modes, comma-separated")
+    p.add_argument("--concurrency", default="1,8,32,64", help="closed-loop client workers per cell, comma-separated")
+    p.add_argument("--min-requests", type=int, default=40, help="a cell's window closes after max(requests-per-worker*C, this) answers ...")
+    p.add_argument("--requests-per-worker", type=int, default=3, help="... (see --min-requests)")
+    p.add_argument("--seconds", type=float, default=20.0, help="... or after this many seconds, whichever first")
+    p.add_argument("--min-seconds", type=float, default=5.0,
+                   help="... but never before this many seconds (so fast cells still give enough samples for p99)")
+    p.add_argument("--warmup-s", type=float, default=3.0, help="per-cell warm-up: max(C, 8) answers or this long")
+    p.add_argument("--max-batch-size", type=int, default=64, help="server --max-batch-size and the ceiling's batch_size")
+    p.add_argument("--max-queue-size", type=int, default=4096, help="server --max-queue-size (never the limit here)")
+    p.add_argument("--queue-delay-ms", type=float, default=5.0, help="request mode's --max-queue-delay-ms")
+    p.add_argument("--intra-op-threads", type=int, default=1, help="ONNX Runtime threads, server and ceiling alike")
+    p.add_argument("--max-new-tokens", type=int, default=0, help="0 = the model's default")
+    p.add_argument("--request-timeout-s", type=float, default=120.0, help="deadline of every request")
+    p.add_argument("--ceiling-repeats", type=int, default=2, help="timed runs of the in-process ceiling (best counts)")
+    p.add_argument("--limit-inputs", type=int, default=0, help="use only the first N inputs (0 = all)")
+    p.add_argument("--quick", action="store_true",
+                   help="development grid: C in {1, 8}, 16 answers or 3 s per cell, 64 inputs, < 1 minute; writes no file unless --write")
+    p.add_argument("--write", action=argparse.BooleanOptionalAction, default=None,
+                   help="write the section into --output (default: yes, except with --quick)")
+    p.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md", help="markdown file to update")
+    args = p.parse_args(argv)
+    if args.quick:  # smaller defaults; flags given explicitly still win
+        quick = dict(concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0,
+                     ceiling_repeats=1, limit_inputs=64)
+        for k, v in quick.items():
+            if getattr(args, k) == p.get_default(k):
+                setattr(args, k, v)
+    args.concurrency = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if bad := [m for m in args.modes if m not in MODES]:
+        p.error(f"unknown batching mode(s) {bad}; choose from {MODES}")
+    if args.write is None:
+        args.write = not args.quick
+    return args
+
+
+def find_bundle(repo: Path, model: str) -> Path:
+    versions = sorted((int(d.name) for d in (repo / model).glob("*") if d.is_dir() and d.name.isdigit()), reverse=True)
+    if not versions:
+        raise SystemExit(f"bench/serve.py: no bundle under {repo / model}/<version>/ (build the models first)")
+    return repo / model / str(versions[0])
+
+
+def load_inputs(args: argparse.Namespace, engine) -> tuple[list[str], Path]:
+    from contract.text import UnknownCharactersError
+
+    path = args.inputs
+    if path is None:
+        cands = [ROOT / "checkpoints" / args.model / "test.tsv", ROOT / "runs" / args.model / "data" / "test.tsv"]
+        path = next((c for c in cands if c.exists()), cands[0])
+    if not path.exists():
+        raise SystemExit(f"bench/serve.py: no inputs at {path} (give --inputs FILE.tsv)")
+    limit = engine.config.model.max_len
+    texts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        src = line.split("\t", 1)[0]
+        if not src.strip():
+            continue
+        try:
+            if len(engine.codec.source_ids(src)) > limit:
+                continue  # the server would refuse it (INVALID_ARGUMENT)
+        except UnknownCharactersError:
+            continue
+        texts.append(src)
+    if args.limit_inputs:
+        texts = texts[: args.limit_inputs]
+    if not texts:
+        raise SystemExit(f"bench/serve.py: no usable inputs in {path}")
+    return texts, path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from server.engine import Engine, EngineOptions
+
+    def on_term(signum, frame):  # SIGTERM unwinds like Ctrl-C, so every server process is stopped on the way out
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    started, t_all = dt.datetime.now(dt.timezone.utc), time.perf_counter()
+    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "n/a"
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    bundle = find_bundle(args.model_repo, args.model)
+    engine = Engine(bundle, EngineOptions(device="cpu", intra_op_threads=args.intra_op_threads))
+    inputs, inputs_path = load_inputs(args, engine)
+    log(f"bench/serve.py: {args.model} from {bundle}, {len(inputs)} inputs from {inputs_path}; load average {load_before}")
+    if float(load_before.split()[0]) > 0.7 * len(os.sched_getaffinity(0)) if load_before != "n/a" else False:
+        log("  warning: the machine is busy (load average above); the figures will be depressed")
+
+    cells: list[Cell] = []
+    for mode in args.modes:
+        log(f"{mode}: starting the server")
+        cells += asyncio.run(run_mode(args, inputs, mode, log))
+
+    log("engine ceiling (in process, no server running)")
+    single_idx = sorted({i for c in cells if c.conc == 1 for i in c.indices})
+    ceiling = measure_ceiling(engine, args, inputs, single_idx, log)
+    elapsed = time.perf_counter() - t_all
+
+    text = section(args, cells, ceiling, inputs, inputs_path, bundle, started, load_before, elapsed)
+    print(text.replace(BEGIN + "\n", "").replace("\n" + END, ""))
+    if args.write:
+        write_doc(args.output, text)
+        log(f"wrote {args.output}")
+    log(f"done in {elapsed:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
