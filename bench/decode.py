@@ -10,7 +10,7 @@ work), single-threaded, one engine at a time:
   torch+kv    PyTorch eager with the KV cache (model.decode_step N times; training code untouched)
   ct2         CTranslate2 on the same weights, converted by bench/ct2_convert.py
               (translate_batch, beam 1, min = max decoding length = N)
-  with --int8 also:
+  and with --int8 (the default except with --quick):
   ort-int8+kv the engine on an int8 (dynamic, MatMul) bundle exported to .cache/bench/models/
   ct2-int8    CTranslate2 with compute_type="int8"
 
@@ -21,8 +21,9 @@ than CTranslate2). Timings include tokenization and detokenization for every eng
 
 Before timing, the CTranslate2 conversion is verified: greedy tokens (stopping at EOS) equal
 PyTorch's on held-out inputs, and the teacher-forced log-probabilities agree. With --int8 the
-accuracy change of int8 (exact match, chrF, character BLEU against the references, and how many
-outputs stay identical to float32) is measured on --accuracy-sentences test sentences.
+accuracy change of int8 (exact match, chrF, BLEU with the tokenize the checkpoint was evaluated with, and how many
+outputs stay identical to float32) is measured on --accuracy-sentences test sentences, greedy
+with EOS as served.
 
 The report is printed and written into docs/BENCHMARKS.md between
 ``<!-- bench-decode:begin -->`` and ``<!-- bench-decode:end -->`` (other sections are kept).
@@ -56,6 +57,14 @@ BEGIN, END = "<!-- bench-decode:begin -->", "<!-- bench-decode:end -->"
 CACHE = ROOT / ".cache" / "bench"
 ENGINES = ("ort+kv", "ort-nocache", "torch+kv", "ct2")
 INT8_ENGINES = ("ort-int8+kv", "ct2-int8")
+NOTES = {
+    "ort+kv": "the serving engine: ONNX Runtime with the KV cache",
+    "ort-nocache": "the same ONNX graphs, whole prefix recomputed each step",
+    "torch+kv": "PyTorch eager with the KV cache",
+    "ct2": "CTranslate2 float32 (same weights, bench/ct2_convert.py)",
+    "ort-int8+kv": "the engine on an int8 bundle (dynamic quantization of the MatMul weights)",
+    "ct2-int8": "CTranslate2 compute_type=int8",
+}
 BASELINE = {"ort+kv": "ct2", "ort-nocache": "ct2", "torch+kv": "ct2", "ct2": "ct2",
             "ort-int8+kv": "ct2-int8", "ct2-int8": "ct2-int8"}
 
@@ -84,8 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="inputs per timed repeat: max(batch size, this), split in batches of the batch size (default: %(default)s)")
     p.add_argument("--engines", default=",".join(ENGINES),
                    help=f"comma-separated subset of {','.join(ENGINES)} (ct2 is the ratio baseline; default: all)")
-    p.add_argument("--int8", action="store_true",
-                   help=f"also time {', '.join(INT8_ENGINES)} and measure int8's accuracy change (exports an int8 bundle once, ~30 s)")
+    p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"also time {', '.join(INT8_ENGINES)} and measure int8's accuracy change (the first run exports an "
+                        "int8 bundle, ~30 s; default: on, off with --quick)")
     p.add_argument("--accuracy-sentences", type=int, default=200, help="test sentences for the int8 accuracy check (default: %(default)s)")
     p.add_argument("--verify-sentences", type=int, default=64,
                    help="held-out inputs on which CTranslate2 greedy must equal PyTorch greedy (default: %(default)s)")
@@ -100,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.quick:
         a.batch_sizes, a.new_tokens, a.min_sentences = [1, 4], [8, 16], 4
         a.verify_sentences, a.accuracy_sentences = min(a.verify_sentences, 16), min(a.accuracy_sentences, 32)
+    if a.int8 is None:
+        a.int8 = not a.quick
     a.engines = [e for e in a.engines.split(",") if e]
     unknown = set(a.engines) - set(ENGINES)
     if unknown:
@@ -128,7 +140,6 @@ class Runner:
 
     name: str
     run: Callable[[list[str], int], list]
-    note: str = ""
 
 
 def torch_forced(model, src, src_mask, n: int) -> list[list[int]]:
@@ -174,15 +185,14 @@ def make_runners(args, ck, engine, engine_int8, ct2, ct2_int8) -> dict[str, Runn
         return lambda texts, n: [codec.decode(r) for r in tr.greedy([codec.source_ids(t) for t in texts], n, force=True)]
 
     runners = {
-        "ort+kv": Runner("ort+kv", ort_kv(engine), "ONNX Runtime, KV cache (serving engine)"),
-        "ort-nocache": Runner("ort-nocache", lambda texts, n: generate_no_cache(engine, texts, n, ignore_eos=True),
-                              "ONNX Runtime, prefix recomputed each step"),
-        "torch+kv": Runner("torch+kv", torch_kv, "PyTorch eager, KV cache"),
-        "ct2": Runner("ct2", ct2_run(ct2), "CTranslate2 float32"),
+        "ort+kv": Runner("ort+kv", ort_kv(engine)),
+        "ort-nocache": Runner("ort-nocache", lambda texts, n: generate_no_cache(engine, texts, n, ignore_eos=True)),
+        "torch+kv": Runner("torch+kv", torch_kv),
+        "ct2": Runner("ct2", ct2_run(ct2)),
     }
     if engine_int8 is not None:
-        runners["ort-int8+kv"] = Runner("ort-int8+kv", ort_kv(engine_int8), "ONNX Runtime int8 (dynamic MatMul), KV cache")
-        runners["ct2-int8"] = Runner("ct2-int8", ct2_run(ct2_int8), "CTranslate2 int8")
+        runners["ort-int8+kv"] = Runner("ort-int8+kv", ort_kv(engine_int8))
+        runners["ct2-int8"] = Runner("ct2-int8", ct2_run(ct2_int8))
     return {k: v for k, v in runners.items() if k in args.engines}
 
 
@@ -247,9 +257,14 @@ def int8_bundle(checkpoint_dir: Path, name: str) -> Path:
 
     from export.onnx_export import ExportOptions, export
 
+    import warnings
+
     logging.getLogger("s2s").setLevel(logging.WARNING)
+    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's "consider pre-processing" advice
     print(f"exporting an int8 bundle of {checkpoint_dir} to {folder} ...", file=sys.stderr)
-    return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize="int8"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.onnx's dynamic-axis naming notes
+        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize="int8"))
 
 
 def machine() -> dict:
@@ -271,9 +286,12 @@ def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
     tok = ck.extra.get("config", {}).get("bleu_tokenize", "13a") if ck.task.name == "translation" else "13a"
 
     def ct2_gen(tr):
+        # The engine caps each output at min(budget, source length + 50) (Generator.budget);
+        # CTranslate2 takes one cap per batch, so its outputs are cut the same way (a greedy prefix).
         out = []
         for k in range(0, len(srcs), 64):
-            out += [codec.decode(r) for r in tr.greedy([codec.source_ids(s) for s in srcs[k : k + 64]], budget)]
+            ids = [codec.source_ids(s) for s in srcs[k : k + 64]]
+            out += [codec.decode(r[: len(i) + 50]) for i, r in zip(ids, tr.greedy(ids, budget))]
         return out
 
     systems = [("ort+kv", "float32", lambda: generate(engine, srcs, budget, batch_size=64)),
@@ -291,7 +309,9 @@ def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
             "engine": name, "precision": prec, "n": len(refs),
             "exact": sum(h == r for h, r in zip(hyps, refs)) / len(refs),
             "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
-            "bleu": sacrebleu.corpus_bleu(hyps, [refs], tokenize=tok).score, "bleu_tokenize": tok,
+            # BLEU only for translation: 4-gram BLEU of one-token answers (addition) is 0 whatever the accuracy.
+            "bleu": sacrebleu.corpus_bleu(hyps, [refs], tokenize=tok).score if ck.task.name == "translation" else None,
+            "bleu_tokenize": tok,
             "same_as_fp32": sum(a == b for a, b in zip(hyps, base[name])) / len(refs),
             "seconds": secs,
         })
@@ -321,6 +341,8 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
         f"{args.min_sentences}) held-out sources (`{info['data']}`, seed {args.seed}), split in batches; medians; "
         "timings include (de)tokenization. spread = (max-min)/median. *x CT2* = tokens/s divided by CTranslate2's "
         "of the same precision (> 1: faster than CTranslate2).",
+        "- engines: " + "; ".join(f"`{e}` {NOTES[e]}" for e in args.engines) + ".",
+        f"- whole run: {info['seconds']:.0f} s",
         "",
         "**Conversion check** (CTranslate2 via `TransformerSpec`, bench/ct2_convert.py): "
         f"greedy tokens equal PyTorch's (`training.decoding.greedy`, stopping at EOS, budget {verification['budget']}) on "
@@ -368,11 +390,17 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
             "|---|---|---:|---:|---:|---:|---:|",
         ]
         for r in acc:
-            lines.append(f"| {r['engine']} | {r['precision']} | {100 * r['exact']:.1f}% | {r['chrf']:.1f} | {r['bleu']:.1f} | "
+            bleu = "-" if r["bleu"] is None else f"{r['bleu']:.1f}"
+            lines.append(f"| {r['engine']} | {r['precision']} | {100 * r['exact']:.1f}% | {r['chrf']:.1f} | {bleu} | "
                          f"{100 * r['same_as_fp32']:.1f}% | {r['seconds']:.1f} |")
         if speed:
-            lines += ["", "int8 speed-up over float32 (tokens/s): " + ", ".join(
-                f"{e} B={b} N={n}: {s:.2f}x" for e, b, n, s in speed) + "."]
+            lines += ["", "int8 speed-up over float32 (tokens/s ratio, same engine):", "",
+                      "| new tokens | batch | ort-int8+kv / ort+kv | ct2-int8 / ct2 |", "|---:|---:|---:|---:|"]
+            ratio = {(e, b, n): r for e, b, n, r in speed}
+            for n in args.new_tokens:
+                for b in args.batch_sizes:
+                    cols = [f"{ratio[(e, b, n)]:.2f}" if (e, b, n) in ratio else "-" for e in ("ort+kv", "ct2")]
+                    lines.append(f"| {n} | {b} | {cols[0]} | {cols[1]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -484,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"int8 accuracy on {args.accuracy_sentences} test sentences ...", file=sys.stderr)
         acc = accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, shuffled[: args.accuracy_sentences])
 
+    info["seconds"] = time.perf_counter() - started
     report = render(args, info, cells, verification, consistency, acc)
     print(report)
     print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)

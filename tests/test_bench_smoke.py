@@ -65,3 +65,29 @@ def test_check_detects_wrong_positional_layout(setup, tmp_path):
     wrong = CT2Translator(save(spec, tmp_path / "builtin-pe"), tokens, "float32", 1)
     report = verify(ck.model, ck.codec, wrong, sources, budget)
     assert report["max_abs_logprob_diff"] > 1e-2, report
+
+
+@pytest.mark.slow
+def test_bench_decode_quick_runs(tmp_path):
+    """`bench/decode.py --quick` end to end on the addition model (about 15 s): report written, conversion verified."""
+    import subprocess
+    import sys
+
+    from conftest import MODEL_REPO, ROOT
+
+    versions = sorted((int(v.name) for v in (MODEL_REPO / "addition").glob("*") if v.name.isdigit()), reverse=True)
+    if not versions:
+        pytest.skip(f"no addition bundle under {MODEL_REPO / 'addition'}")
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text("# Benchmarks\n\n<!-- bench-serve:begin -->\nkept\n<!-- bench-serve:end -->\n")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "decode.py"), "--quick", "--model", "addition", "--checkpoint", str(ADDITION),
+         "--bundle", str(MODEL_REPO / "addition" / str(versions[0])), "--output", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert "<!-- bench-serve:begin -->\nkept\n<!-- bench-serve:end -->" in text
+    assert text.count("<!-- bench-decode:begin -->") == 1 and "(100.0%)" in text
+    for engine in ("ort+kv", "ort-nocache", "torch+kv", "ct2"):
+        assert f"| {engine} |" in text

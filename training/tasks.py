@@ -33,32 +33,49 @@ class Splits:
 def addition(digits: int, n_train: int, n_valid: int, n_test: int, seed: int) -> Splits:
     """`a+b` -> decimal sum, a and b in [0, 10^digits), no leading zeros, no spaces.
 
-    Half the problems are uniform over all pairs; half first pick each operand's digit count
-    uniformly. Uniform sampling alone almost never shows short operands (both one-digit: 1 in
-    10,000), and a model trained that way answers "1+1" with "112". Problems are distinct, so
-    the three splits are disjoint by construction.
+    Problems come from an even mixture of uniform pairs and pairs whose operand digit counts are
+    uniform: uniform sampling alone shows a one-digit sum once in 10,000 problems, and a model
+    trained that way answered "1+1" with "112". Valid and test problems are distinct and take at
+    most a tenth of each (digits of a, digits of b) cell, so the short cells (only 100 one-digit
+    pairs exist) stay mostly for training, where they are drawn with replacement. No held-out
+    problem appears in training.
     """
     space = 10 ** (2 * digits)
-    total = n_train + n_valid + n_test
-    if total > space // 2:
-        raise ValueError(f"{total} problems requested but {digits}-digit operands give only {space} pairs")
+    n_held = n_valid + n_test
+    if n_held > space // 20:
+        raise ValueError(f"{n_held} held-out problems requested; {digits}-digit operands allow {space // 20}")
     rng = random.Random(seed)
 
-    def operand(n_digits: int) -> int:
-        return rng.randrange(10 ** (n_digits - 1) if n_digits > 1 else 0, 10**n_digits)
+    def n_digits(x: int) -> int:
+        return len(str(x))
 
-    seen: set[tuple[int, int]] = set()
-    problems: list[tuple[int, int]] = []
-    while len(problems) < total:
+    def draw() -> tuple[int, int]:
         if rng.random() < 0.5:
-            ab = (rng.randrange(10**digits), rng.randrange(10**digits))
-        else:
-            ab = (operand(rng.randint(1, digits)), operand(rng.randint(1, digits)))
-        if ab not in seen:  # short-operand cells run out; the uniform half then fills in
-            seen.add(ab)
-            problems.append(ab)
-    pairs = [(f"{a}+{b}", str(a + b)) for a, b in problems]
-    return Splits(pairs[:n_train], pairs[n_train : n_train + n_valid], pairs[n_train + n_valid :])
+            return rng.randrange(10**digits), rng.randrange(10**digits)
+        da, db = rng.randint(1, digits), rng.randint(1, digits)
+        low = lambda d: 10 ** (d - 1) if d > 1 else 0  # noqa: E731
+        return rng.randrange(low(da), 10**da), rng.randrange(low(db), 10**db)
+
+    def cell_size(d: int) -> int:
+        return 10 if d == 1 else 9 * 10 ** (d - 1)
+
+    held: dict[tuple[int, int], None] = {}  # insertion-ordered set
+    per_cell: dict[tuple[int, int], int] = {}
+    while len(held) < n_held:
+        ab = draw()
+        cell = (n_digits(ab[0]), n_digits(ab[1]))
+        if ab in held or per_cell.get(cell, 0) >= cell_size(cell[0]) * cell_size(cell[1]) // 10:
+            continue
+        held[ab] = None
+        per_cell[cell] = per_cell.get(cell, 0) + 1
+    train: list[tuple[int, int]] = []
+    while len(train) < n_train:
+        ab = draw()
+        if ab not in held:
+            train.append(ab)
+    fmt = lambda ab: (f"{ab[0]}+{ab[1]}", str(ab[0] + ab[1]))  # noqa: E731
+    held_pairs = [fmt(ab) for ab in held]
+    return Splits([fmt(ab) for ab in train], held_pairs[:n_valid], held_pairs[n_valid:])
 
 
 def symbols(kind: str, min_len: int, max_len: int, n_train: int, n_valid: int, n_test: int, seed: int) -> Splits:

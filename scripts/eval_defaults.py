@@ -1,0 +1,68 @@
+"""Evaluate the default checkpoints on their held-out test splits and write docs/experiments.md's table.
+
+addition: exact match on the 10,000 held-out problems (PyTorch and the ONNX engine);
+translate-en-ja: BLEU (character-tokenised) and chrF on the test split, next to a baseline that
+copies the source, for the checkpoint and for the served ONNX bundle.
+
+    .venv/bin/python scripts/eval_defaults.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import sacrebleu
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+BEGIN, END = "<!-- default-models:begin -->", "<!-- default-models:end -->"
+
+
+def main() -> int:
+    import torch
+
+    from server.engine import Engine, EngineOptions, generate
+    from training import checkpoint, tasks
+    from training.evaluate import evaluate
+
+    torch.set_num_threads(2)
+    rows = ["| model | test set | metric | PyTorch checkpoint | ONNX engine (served) | copy-the-source baseline | epochs | training time |",
+            "|---|---|---|---:|---:|---:|---:|---:|"]
+    for name in ("addition", "translate-en-ja"):
+        ck_dir = ROOT / "checkpoints" / name
+        ckpt = checkpoint.load(ck_dir)
+        pairs = tasks.read_tsv(ck_dir / "test.tsv")
+        srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
+        translation = ckpt.task.name == "translation"
+        m = evaluate(ckpt.model, ckpt.codec, pairs, batch_size=256, translation=translation, bleu_tokenize="char")
+        engine = Engine(ROOT / "models" / name / "1", EngineOptions(device="cpu"))
+        hyps = generate(engine, srcs, batch_size=64)
+        trained = json.loads((ck_dir / "metrics.json").read_text())
+        epochs, minutes = trained["epoch"], trained["time_s"] / 60
+        if translation:
+            for metric, fn in (("BLEU (char)", lambda h: sacrebleu.corpus_bleu(h, [refs], tokenize="char").score),
+                               ("chrF", lambda h: sacrebleu.corpus_chrf(h, [refs]).score)):
+                torch_score = m["bleu"] if metric.startswith("BLEU") else m["chrf"]
+                rows.append(f"| {name} | {len(pairs)} held-out pairs | {metric} | {torch_score:.1f} | {fn(hyps):.1f} | {fn(srcs):.1f} "
+                            f"| {epochs} | {minutes:.0f} min |")
+            rows.append(f"| {name} | {len(pairs)} held-out pairs | exact match | {m['seq_acc']:.1%} | "
+                        f"{sum(h == r for h, r in zip(hyps, refs)) / len(refs):.1%} | {sum(s == r for s, r in zip(srcs, refs)) / len(refs):.1%} "
+                        f"| {epochs} | {minutes:.0f} min |")
+        else:
+            acc = sum(h == r for h, r in zip(hyps, refs)) / len(refs)
+            rows.append(f"| {name} | {len(pairs):,} held-out problems | exact match | {m['seq_acc']:.2%} | {acc:.2%} | – "
+                        f"| {epochs} | {minutes:.0f} min |")
+        print(rows[-1], flush=True)
+    table = "\n".join(rows)
+    doc = ROOT / "docs" / "experiments.md"
+    body = doc.read_text(encoding="utf-8")
+    pre, rest = body.split(BEGIN, 1)
+    doc.write_text(pre + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1], encoding="utf-8")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
