@@ -14,8 +14,8 @@ work), single-threaded, one engine at a time:
   ort-int8+kv the engine on an int8 (dynamic, MatMul) bundle exported to .cache/bench/models/
   ct2-int8    CTranslate2 with compute_type="int8"
 
-Each cell of the grid (batch size x new tokens) runs a warm-up, then R timed repeats over the
-same inputs; the table gives the medians as sequences/s and generated tokens/s, the spread
+Each cell of the grid (batch size x new tokens) runs a warm-up of every engine, then R timed
+repeats over the same inputs, the engines taking turns within each repeat (one at a time); the table gives the medians as sequences/s and generated tokens/s, the spread
 (max-min)/median, and each engine's ratio to CTranslate2 of the same precision (>1 = faster
 than CTranslate2). Timings include tokenization and detokenization for every engine.
 
@@ -31,6 +31,8 @@ The report is printed and written into docs/BENCHMARKS.md between
 
 Converted/exported artifacts are cached under .cache/bench/ and rebuilt when the checkpoint's
 weights change. The machine should be otherwise idle: the load average at start is recorded.
+Exit status: 0, or 1 when the conversion check fails (the report is still written), 2 when an
+input is missing. The default run takes about 4 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-sizes", type=_ints, default=[1, 16, 64], help="comma-separated batch sizes (default: 1,16,64)")
     p.add_argument("--new-tokens", type=_ints, default=[32, 64],
                    help="comma-separated numbers of tokens generated per input, EOS ignored; at most the model's max_len (default: 32,64)")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats per cell, after one warm-up; the median is reported (>= 3; default: %(default)s)")
-    p.add_argument("--min-sentences", type=int, default=16,
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per cell, after one warm-up; the median is reported (>= 3; default: %(default)s)")
+    p.add_argument("--min-sentences", type=int, default=32,
                    help="inputs per timed repeat: max(batch size, this), split in batches of the batch size (default: %(default)s)")
     p.add_argument("--engines", default=",".join(ENGINES),
                    help=f"comma-separated subset of {','.join(ENGINES)} (ct2 is the ratio baseline; default: all)")
@@ -224,16 +226,21 @@ class Cell:
         return (max(self.times) - min(self.times)) / self.median
 
 
-def time_cell(runner: Runner, texts: list[str], batch: int, n: int, repeats: int) -> Cell:
+def time_cells(runners: list[Runner], texts: list[str], batch: int, n: int, repeats: int, tick=lambda: None) -> list[Cell]:
+    """One grid cell for every engine. Engines run one at a time but take turns repeat by repeat,
+    so a passing disturbance of the machine hits all of them alike rather than one engine's cell."""
     chunks = [texts[k : k + batch] for k in range(0, len(texts), batch)]
-    cell = Cell(runner.name, batch, n, len(texts))
-    runner.run(chunks[0], n)  # warm-up: session/allocator caches, lazy initialisation
+    cells = [Cell(r.name, batch, n, len(texts)) for r in runners]
+    for r in runners:
+        r.run(chunks[0], n)  # warm-up: session/allocator caches, lazy initialisation
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = [o for c in chunks for o in runner.run(c, n)]
-        cell.times.append(time.perf_counter() - t0)
-    cell.outputs = out
-    return cell
+        for r, cell in zip(runners, cells):
+            t0 = time.perf_counter()
+            out = [o for c in chunks for o in r.run(c, n)]
+            cell.times.append(time.perf_counter() - t0)
+            cell.outputs = out
+        tick()
+    return cells
 
 
 # ----------------------------------------------------------------------------- artifacts
@@ -337,7 +344,7 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
         f"{' shared' if c['share_embeddings'] else ''}{', output tied' if c['tie_output'] else ''}, max_len {c['max_len']}",
         f"- command: `{info['command']}`",
         f"- method: every engine generates exactly N new tokens per input (EOS ignored), {args.threads} thread(s) each, "
-        f"engines run one after another; per cell one warm-up then {args.repeats} timed repeats over max(batch, "
+        f"never two engines at once (they take turns, repeat by repeat); per cell one warm-up each, then {args.repeats} timed repeats over max(batch, "
         f"{args.min_sentences}) held-out sources (`{info['data']}`, seed {args.seed}), split in batches; medians; "
         "timings include (de)tokenization. spread = (max-min)/median. *x CT2* = tokens/s divided by CTranslate2's "
         "of the same precision (> 1: faster than CTranslate2).",
@@ -352,7 +359,7 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
     if verification.get("first_mismatch"):
         lines.append(f"First mismatch: `{json.dumps(verification['first_mismatch'], ensure_ascii=False)[:400]}`")
     if consistency:
-        lines.append("Forced outputs of the timed runs (last cell of each engine pair, texts): "
+        lines.append("Identical forced outputs (texts) in the timed runs, all cells: "
                      + "; ".join(f"{k}: {v}" for k, v in consistency.items()) + ".")
     lines += [
         "",
@@ -426,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     info = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-            "command": "python bench/decode.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
+            "command": " ".join(["python bench/decode.py", shlex.join(sys.argv[1:] if argv is None else argv)]).strip()}
     if info["machine"]["loadavg"][0] > 0.5 * info["machine"]["nproc"]:
         print(f"warning: load average {info['machine']['loadavg'][0]:.2f} on {info['machine']['nproc']} CPUs: "
               "timings will be disturbed by other work", file=sys.stderr)
@@ -490,22 +497,25 @@ def main(argv: list[str] | None = None) -> int:
         ct2_int8 = CT2Translator(ct2_dir, tokens, "int8", args.threads)
 
     runners = make_runners(args, ck, engine, engine_int8, ct2, ct2_int8)
-    grid = [(n, b, e) for n in args.new_tokens for b in args.batch_sizes for e in args.engines if e in runners]
+    order = [runners[e] for e in args.engines if e in runners]
     cells: list[Cell] = []
-    bar = tqdm(grid, desc="decode grid", unit="cell", file=sys.stderr)
-    for n, b, e in bar:
-        bar.set_postfix_str(f"N={n} B={b} {e}")
-        cells.append(time_cell(runners[e], inputs[: max(b, args.min_sentences)], b, n, args.repeats))
+    bar = tqdm(total=len(args.new_tokens) * len(args.batch_sizes) * args.repeats, desc="decode grid", unit="repeat", file=sys.stderr)
+    for n in args.new_tokens:
+        for b in args.batch_sizes:
+            bar.set_postfix_str(f"N={n} B={b}")
+            cells += time_cells(order, inputs[: max(b, args.min_sentences)], b, n, args.repeats, tick=lambda: bar.update(1))
     bar.close()
 
     # The forced outputs must agree across our three implementations (CT2 masks EOS until N, so
     # it only agrees up to the first EOS and is compared by the conversion check instead).
     consistency = {}
-    last = {x.engine: x for x in cells}
+    by = {(x.engine, x.batch, x.new_tokens): x for x in cells}
     for a, b_ in (("ort+kv", "ort-nocache"), ("ort+kv", "torch+kv"), ("ort-int8+kv", "ort+kv")):
-        if a in last and b_ in last and last[a].outputs and (last[a].batch, last[a].new_tokens) == (last[b_].batch, last[b_].new_tokens):
-            same = sum(x == y for x, y in zip(last[a].outputs, last[b_].outputs))
-            consistency[f"{a} = {b_}"] = f"{same}/{len(last[a].outputs)}"
+        pairs_ab = [(x.outputs, by[(b_, x.batch, x.new_tokens)].outputs) for x in cells
+                    if x.engine == a and (b_, x.batch, x.new_tokens) in by]
+        if pairs_ab:
+            same = sum(u == v for xs, ys in pairs_ab for u, v in zip(xs, ys))
+            consistency[f"{a} = {b_}"] = f"{same}/{sum(len(xs) for xs, _ in pairs_ab)}"
 
     acc = None
     if args.int8:

@@ -127,9 +127,9 @@ def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None
     """
     budget = max_new_tokens or engine.config.task.max_new_tokens
     seqs = [Sequence(engine.codec.source_ids(t), budget, beam) for t in texts]
-    if ignore_eos:
+    if ignore_eos:  # never past the positions the model has
         for s in seqs:
-            s.search = Greedy(eos=-1, budget=budget)
+            s.search = Greedy(eos=-1, budget=min(budget, engine.config.model.max_len - 1))
     gen = Generator(engine)
     pending = list(seqs)
     while pending or len(gen):
