@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 PROTOS := $(shell find protos -name '*.proto')
 MODEL_REPO ?= models
 
-.PHONY: install install-serve protos serve test test-fast models experiments bench lint clean help
+.PHONY: install install-serve protos serve system-deps test models experiments bench screenshot clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,6 +46,14 @@ models: install  ## retrain and re-export the default model repository (about 30
 
 experiments: install  ## the heads x reversed-input grid of docs/experiments.md
 	$(PY) scripts/heads_experiment.py
+
+bench: install  ## the benchmarks behind docs/BENCHMARKS.md (about 15 min; keep the machine otherwise idle)
+	$(PY) bench/decode.py
+	$(PY) bench/serve.py
+	$(PY) bench/threads.py
+
+screenshot: install system-deps  ## docs/img/prometheus_latency.png from a real Prometheus (needs Debian's chromium)
+	$(PY) scripts/prometheus_screenshot.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

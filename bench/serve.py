@@ -345,18 +345,12 @@ class Ceiling:
 
 
 def output_tokens(engine, texts: list[str], max_new_tokens: int, batch_size: int) -> int:
-    """Generated tokens for these inputs (greedy is deterministic): generate()'s loop, keeping the Sequences."""
-    from server.engine import Generator, Sequence
+    """Generated tokens for these inputs (greedy is deterministic)."""
+    from server.engine import Sequence
+    from server.engine.generator import run
 
     budget = max_new_tokens or engine.config.task.max_new_tokens
-    seqs = [Sequence(engine.codec.source_ids(t), budget) for t in texts]
-    gen, pending = Generator(engine), list(seqs)
-    while pending or len(gen):
-        room = batch_size - len(gen)
-        if room > 0 and pending:
-            gen.add(pending[:room])
-            pending = pending[room:]
-        gen.step()
+    seqs = run(engine, [Sequence(engine.codec.source_ids(t), budget) for t in texts], batch_size)
     return sum(len(s.result or []) for s in seqs)
 
 

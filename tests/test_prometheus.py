@@ -41,7 +41,7 @@ def live_families(text: str) -> dict[str, set[str]]:
 
 def test_the_server_exports_exactly_what_dashboards_and_rules_query(server):
     with Seq2SeqClient(server.address) as c:
-        c.generate("addition", ["1+2"])
+        c.generate("addition", ["1+2", "999+999"])  # a multi-token answer: time per output token needs two
         list(c.stream("addition", ["3+4"]))
     live = live_families(scrape(server))
     for family, (_, labels) in EXPORTED_METRICS.items():

@@ -119,6 +119,19 @@ class Generator:
         self.batch.keep(np.array(keep, np.int64))
 
 
+def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
+    """Decode sequences to completion, at most batch_size rows at a time, refilling as rows finish."""
+    gen = Generator(engine)
+    pending = list(seqs)
+    while pending or len(gen):
+        room = batch_size - gen.n_rows
+        if room > 0 and pending:
+            gen.add(pending[:room])
+            pending = pending[room:]
+        gen.step()
+    return seqs
+
+
 def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None, beam: int = 1,
              batch_size: int = 64, ignore_eos: bool = False) -> list[str]:
     """Decode texts to completion in batches (in-process use: export validation, benchmarks, tests).
@@ -130,14 +143,7 @@ def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None
     if ignore_eos:  # never past the positions the model has
         for s in seqs:
             s.search = Greedy(eos=-1, budget=min(budget, engine.config.model.max_len - 1))
-    gen = Generator(engine)
-    pending = list(seqs)
-    while pending or len(gen):
-        room = batch_size - len(gen)
-        if room > 0 and pending:
-            gen.add(pending[:room])
-            pending = pending[room:]
-        gen.step()
+    run(engine, seqs, batch_size)
     return [engine.codec.decode(s.result) for s in seqs]
 
 
