@@ -558,7 +558,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-seconds", type=float, default=10.0,
                    help="... but never before this many seconds (so fast cells still give enough samples for p99)")
     p.add_argument("--warmup-s", type=float, default=3.0, help="per-cell warm-up: max(C, 8) answers or this long")
-    p.add_argument("--max-batch-size", type=int, default=64, help="server --max-batch-size and the ceiling's batch_size")
+    p.add_argument("--max-batch-size", type=int, default=16, help="server --max-batch-size (its default) and the ceiling's batch_size")
     p.add_argument("--max-queue-size", type=int, default=4096, help="server --max-queue-size (never the limit here)")
     p.add_argument("--queue-delay-ms", type=float, default=5.0, help="request mode's --max-queue-delay-ms")
     p.add_argument("--intra-op-threads", type=int, default=1, help="ONNX Runtime threads, server and ceiling alike")
