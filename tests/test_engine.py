@@ -181,3 +181,14 @@ def test_int8_export_loads_and_stays_close(tmp_path: Path):
     pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]]
     acc = np.mean([o == r for o, (_, r) in zip(generate(e, [s for s, _ in pairs]), pairs)])
     assert acc >= 0.9, acc
+
+
+def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Engine):
+    """Continuous batching churn: with 4 rows, every finished sequence's row is taken over in place by the
+    next one (and longer sources widen the batch); each result must equal decoding that input alone."""
+    from server.engine.generator import run
+
+    texts = sample_inputs(engine, 24)
+    alone = [generate(engine, [t], max_new_tokens=20)[0] for t in texts]
+    seqs = run(engine, [Sequence(engine.codec.source_ids(t), 20) for t in texts], batch_size=4)
+    assert [engine.codec.decode(s.result) for s in seqs] == alone

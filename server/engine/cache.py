@@ -2,8 +2,13 @@
 
 Layout, per decoder layer: self-attention K and V (B, H, P, Dh), cross-attention K and V
 (B, H, S, Dh). A row that joins a running batch gets P zero columns marked 0 in ``past_mask``:
-holes that attention ignores, so every row decodes exactly as it would alone. Columns that are
-holes in every row are dropped when rows leave, so the cache never grows beyond what is live.
+holes that attention ignores, so every row decodes exactly as it would alone.
+
+A row that leaves is only *released*: its slot is masked and handed to the next newcomer, which
+is written into it in place (``fill``). Under steady load, sequences join and leave every step,
+and copying the whole cache each time (as compacting would) cost about a quarter of decode time
+(bench/serve.py's profile). ``keep`` compacts when released slots would otherwise be computed
+for nothing; leading columns that no live row uses are dropped once they are a quarter of the cache.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class DecodeBatch:
         self.src_mask = np.zeros((0, 0), np.int64)  # (B, S)
         self.tokens = np.zeros((0, 1), np.int64)  # (B, 1) next token to feed
         self.positions = np.zeros((0, 1), np.int64)  # (B, 1) its position
+        self.free: list[int] = []  # released rows, reused by ``fill``
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -51,6 +57,36 @@ class DecodeBatch:
         self.tokens = np.concatenate([self.tokens, np.full((b_new, 1), first_token, np.int64)])
         self.positions = np.concatenate([self.positions, np.zeros((b_new, 1), np.int64)])
 
+    def release(self, rows: list[int]) -> None:
+        """Rows whose sequence left: masked out (so they pin no cache column) and offered to newcomers."""
+        self.past_mask[rows] = 0
+        self.free.extend(rows)
+
+    def fill(self, row: int, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
+        """Write one newcomer (cross K/V (H, S', Dh), mask (S',)) into a released row, in place."""
+        s_new, s = src_mask.shape[0], self.src_mask.shape[1]
+        if s_new > s:  # a longer source than any in the batch: widen once (a copy), then write
+            self.cross = [_pad_axis(a, 2, s_new) for a in self.cross]
+            self.src_mask = _pad_axis(self.src_mask, 1, s_new)
+        for a, c in zip(self.cross, cross):
+            a[row, :, :s_new] = c
+            a[row, :, s_new:] = 0
+        self.src_mask[row] = 0
+        self.src_mask[row, :s_new] = src_mask
+        for a in self.past:
+            a[row] = 0
+        self.past_mask[row] = 0
+        self.tokens[row], self.positions[row] = first_token, 0
+        self.free.remove(row)
+
+    def trim(self) -> None:
+        """Drop leading columns no row uses (every row alive then has left) once they are a quarter of P."""
+        used = self.past_mask.any(axis=0)
+        first = int(used.argmax()) if used.any() else self.past_len
+        if first and first * 4 >= self.past_len:
+            self.past = [np.ascontiguousarray(a[:, :, first:]) for a in self.past]
+            self.past_mask = self.past_mask[:, first:]
+
     def advance(self, present: list[np.ndarray], next_tokens: np.ndarray) -> None:
         """After a step: the present K/V become the past, each row's next token is fed at position + 1."""
         self.past = present
@@ -64,7 +100,8 @@ class DecodeBatch:
         self.past = [a[parents] for a in self.past]
 
     def keep(self, rows: np.ndarray) -> None:
-        """Keep these rows (in this order), drop the rest, then drop columns no row uses any more."""
+        """Keep these rows (in this order), drop the rest (released ones included), then drop columns no row uses."""
+        self.free = []
         self.past = [a[rows] for a in self.past]
         self.cross = [a[rows] for a in self.cross]
         self.past_mask, self.src_mask = self.past_mask[rows], self.src_mask[rows]

@@ -29,6 +29,7 @@ class Sequence:
     id: int = field(default_factory=lambda: next(_ids))
     on_token: Callable[[Sequence, int], None] | None = None
     search: Greedy | Beam | None = None
+    row: int = -1  # first of its rows in the running batch
     result: list[int] | None = None
     error: BaseException | None = None
 
@@ -49,54 +50,67 @@ class Generator:
     def __init__(self, engine: Engine):
         self.engine = engine
         self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
-        self.seqs: list[Sequence] = []  # in row order; each owns seq.n_rows consecutive rows
+        self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
 
     def __len__(self) -> int:
         return len(self.seqs)
 
     @property
     def n_rows(self) -> int:
-        return len(self.batch)
+        """Rows in use (released rows waiting for a newcomer do not count)."""
+        return len(self.batch) - len(self.batch.free)
 
     def budget(self, seq: Sequence) -> int:
         # The paper's maximum output length is input length + 50; never beyond the positions the model has.
         return max(1, min(seq.max_new_tokens, len(seq.src_ids) + 50, self.engine.config.model.max_len - 1))
 
     def add(self, seqs: list[Sequence]) -> None:
-        """Encode the newcomers in one batch and append their rows (beams repeat their row)."""
+        """Encode the newcomers in one batch; greedy ones take released rows in place, the rest are appended
+        (a beam's rows stay consecutive and repeat its encoder output)."""
         if not seqs:
             return
-        sp = self.engine.special
+        sp, b = self.engine.special, self.batch
         ids, mask = pad_batch([s.src_ids for s in seqs], sp.pad)
         cross = self.engine.encode(ids, mask)
-        rep = np.repeat(np.arange(len(seqs)), [s.n_rows for s in seqs])
-        self.batch.add([c[rep] for c in cross], mask[rep], sp.bos)
-        for s in seqs:
+        appended: list[int] = []
+        for i, s in enumerate(seqs):
             if s.search is None:
                 s.search = Greedy(sp.eos, self.budget(s)) if s.beam == 1 else Beam(sp.eos, self.budget(s), s.beam)
+            if s.n_rows == 1 and b.free:
+                s.row = b.free[-1]
+                b.fill(s.row, [c[i] for c in cross], mask[i], sp.bos)
+            else:
+                appended.append(i)
+        if appended:
+            rep = np.repeat(np.array(appended), [seqs[i].n_rows for i in appended])
+            start = len(b)
+            b.add([c[rep] for c in cross], mask[rep], sp.bos)
+            for i in appended:
+                seqs[i].row, start = start, start + seqs[i].n_rows
         self.seqs += seqs
 
     def step(self) -> list[Sequence]:
         """One decoder step for every row; returns the sequences that finished (already removed)."""
         b = self.batch
+        if b.free:  # no newcomer took them before this step: stop computing them
+            self._compact()
+        b.trim()
         logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
         logits = logits[:, -1]  # (B, V)
         next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
         parents = np.arange(len(b))
         reorder = False
-        row = 0
         for s in self.seqs:
             if isinstance(s.search, Greedy):
-                tok = int(next_tokens[row])
+                tok = int(next_tokens[s.row])
                 s.search.push(tok)
                 if s.on_token is not None:
                     s.on_token(s, tok)
             else:
-                rows = slice(row, row + s.n_rows)
+                rows = slice(s.row, s.row + s.n_rows)
                 next_tokens[rows], par = s.search.advance(logits[rows])
-                parents[rows] = row + par
+                parents[rows] = s.row + par
                 reorder = True
-            row += s.n_rows
         b.advance(present, next_tokens)
         if reorder:
             b.reorder(parents)
@@ -108,15 +122,20 @@ class Generator:
         return finished
 
     def remove(self, seqs: list[Sequence]) -> None:
-        """Drop sequences (finished, cancelled or past their deadline) and their rows."""
+        """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""
         gone = {id(s) for s in seqs}
-        keep, row = [], 0
-        for s in self.seqs:
-            if id(s) not in gone:
-                keep.extend(range(row, row + s.n_rows))
-            row += s.n_rows
+        self.batch.release([r for s in seqs for r in range(s.row, s.row + s.n_rows)])
         self.seqs = [s for s in self.seqs if id(s) not in gone]
-        self.batch.keep(np.array(keep, np.int64))
+        if not self.seqs:
+            self._compact()
+
+    def _compact(self) -> None:
+        order = sorted(self.seqs, key=lambda s: s.row)
+        rows = [r for s in order for r in range(s.row, s.row + s.n_rows)]
+        start = 0
+        for s in order:
+            s.row, start = start, start + s.n_rows
+        self.batch.keep(np.array(rows, np.int64))
 
 
 def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
