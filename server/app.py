@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from dataclasses import dataclass
 
 import grpc
@@ -108,6 +109,10 @@ async def start(config: ServerConfig) -> Running:
 
 
 async def serve(config: ServerConfig) -> None:
+    # The scheduler threads and the event loop share the GIL. Python hands it over every 5 ms by
+    # default; at 0.5 ms a thread coming back from ONNX Runtime waits less (single-request latency
+    # 0.1-0.3 ms lower in repeated runs of a 200-request loop, decode steps being ~0.35 ms).
+    sys.setswitchinterval(0.0005)
     running = await start(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -61,8 +61,11 @@ class Scheduler:
         self.stopping = False
         self.aborting = False  # grace period over: fail whatever is left
         self.thread = threading.Thread(target=self._run, name=f"scheduler-{name}", daemon=True)
-        self.m_queued = metrics.queued.labels(name)
-        self.m_active = metrics.active.labels(name)
+        # Labelled children resolved once: labels() costs a lookup under a lock on every call.
+        self.m_queued, self.m_active = metrics.queued.labels(name), metrics.active.labels(name)
+        self.m_queue_time, self.m_ttft = metrics.queue_duration.labels(name), metrics.ttft.labels(name)
+        self.m_tpot, self.m_generated = metrics.tpot.labels(name), metrics.generated_tokens.labels(name)
+        self.m_step, self.m_batch = metrics.step_duration.labels(name), metrics.batch_size.labels(name)
 
     # ---- event-loop side -------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -214,7 +217,7 @@ class Scheduler:
         live = []
         for job in jobs:
             job.admitted = now
-            self.metrics.queue_duration.labels(self.name).observe(now - job.arrival)
+            self.m_queue_time.observe(now - job.arrival)
             job.seq.on_token = self._on_token
             live.append(job)
         try:
@@ -232,7 +235,7 @@ class Scheduler:
         now = time.monotonic()
         if job.first_token is None:
             job.first_token = now
-            self.metrics.ttft.labels(self.name).observe(now - job.arrival)
+            self.m_ttft.observe(now - job.arrival)
         job.n_tokens += 1
         if job.on_token is not None and token != self.engine.special.eos:
             self.loop.call_soon_threadsafe(job.on_token, job, token)
@@ -254,18 +257,18 @@ class Scheduler:
         t0 = time.perf_counter()
         finished = self.gen.step()
         dt = time.perf_counter() - t0
-        self.metrics.step_duration.labels(self.name).observe(dt)
-        self.metrics.batch_size.labels(self.name).observe(rows)
+        self.m_step.observe(dt)
+        self.m_batch.observe(rows)
         now = time.monotonic()
         for seq in finished:
             job = self.active.pop(seq.id)
             job.finished = now
             if job.first_token is None:  # beams report their tokens at the end
                 job.first_token = now
-                self.metrics.ttft.labels(self.name).observe(now - job.arrival)
+                self.m_ttft.observe(now - job.arrival)
             n = len(seq.result or [])
             job.n_tokens = n
-            self.metrics.generated_tokens.labels(self.name).inc(n)
+            self.m_generated.inc(n)
             if n > 1:
-                self.metrics.tpot.labels(self.name).observe((now - job.first_token) / (n - 1))
+                self.m_tpot.observe((now - job.first_token) / (n - 1))
             self._deliver(job)
