@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from server.config import SchedulerConfig
 from server.engine import Engine, Generator, Sequence
@@ -167,11 +167,13 @@ class Scheduler:
                         break
                     self.cv.wait(left)
         picked: list[Job] = []
+        now = time.monotonic()
         while self.pending:
             job = self.pending[0]
-            if job.cancelled:
+            if job.cancelled or (job.deadline is not None and now > job.deadline):
                 self.pending.popleft()
-                self._fail(job, Cancelled("cancelled before it started"))
+                self._fail(job, Cancelled("cancelled before it started") if job.cancelled else
+                           DeadlineExceeded(f"deadline exceeded while queued ({now - job.arrival:.3f} s waiting)"))
                 continue
             if job.rows > max(rows_free, 0) and (picked or len(self.gen)):
                 break
@@ -214,20 +216,18 @@ class Scheduler:
         if not jobs:
             return
         now = time.monotonic()
-        live = []
         for job in jobs:
             job.admitted = now
             self.m_queue_time.observe(now - job.arrival)
             job.seq.on_token = self._on_token
-            live.append(job)
         try:
-            self.gen.add([j.seq for j in live])
+            self.gen.add([j.seq for j in jobs])
         except Exception as e:
             log.exception("model %s: encoder failed", self.name)
-            for job in live:
+            for job in jobs:
                 self._fail(job, EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log"))
             return
-        for job in live:
+        for job in jobs:
             self.active[job.seq.id] = job
 
     def _on_token(self, seq: Sequence, token: int) -> None:

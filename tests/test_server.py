@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
@@ -274,3 +273,28 @@ def test_broken_model_repository_fails_fast_naming_the_file(tmp_path):
                           "--metrics-port", "0"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2
     assert re.search(r"encoder\.onnx: sha256 .* does not match", out.stderr), out.stderr[-1000:]
+
+
+def test_an_engine_failure_fails_its_requests_with_internal_and_the_server_keeps_serving(server):
+    """Fault injection: the real engine's decode step raises once (as ONNX Runtime would on a device
+    error); the requests in that batch get INTERNAL, the scheduler loop survives, the next request works."""
+    engine = server.running.repo.get(ADD).engine
+    real = engine.decode
+    calls = {"n": 0}
+
+    def failing_once(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected ONNX Runtime failure")
+        return real(*args, **kw)
+
+    engine.decode = failing_once
+    try:
+        with Seq2SeqClient(server.address) as c:
+            with pytest.raises(grpc.RpcError) as e:
+                c.generate(ADD, ["12+30"])
+            assert e.value.code() == grpc.StatusCode.INTERNAL and "inference failed" in e.value.details()
+            assert c.generate(ADD, ["12+30"]) == ["42"]
+    finally:
+        engine.decode = real
+    assert wait_for(lambda: sample(scrape(server), "s2s_active_sequences", model=ADD) == 0)
