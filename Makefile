@@ -51,6 +51,7 @@ bench: install  ## the benchmarks behind docs/BENCHMARKS.md (about 15 min; keep 
 	$(PY) bench/decode.py
 	$(PY) bench/serve.py
 	$(PY) bench/threads.py
+	$(PY) bench/profile_step.py
 
 screenshot: install system-deps  ## docs/img/prometheus_latency.png from a real Prometheus (needs Debian's chromium)
 	$(PY) scripts/prometheus_screenshot.py

@@ -1,0 +1,93 @@
+"""Where one decoder step spends its time: ONNX Runtime's per-operator profile of the served graph.
+
+Runs decoder.onnx of a bundle at a given batch size and cache length (random inputs of the right
+shapes, 1 intra-op thread), prints the share of kernel time per operator type and writes it to
+docs/BENCHMARKS.md. Read it before optimising the graph: it says what a change could win.
+
+    .venv/bin/python bench/profile_step.py [--model translate-en-ja] [--batch 64] [--past 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+BEGIN, END = "<!-- bench-profile:begin -->", "<!-- bench-profile:end -->"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="translate-en-ja")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--past", type=int, default=32, help="cached positions P")
+    ap.add_argument("--src", type=int, default=16, help="source length S")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
+    args = ap.parse_args()
+    from contract import names
+    from contract.bundle import read_bundle
+
+    folder = ROOT / "models" / args.model / "1"
+    cfg = read_bundle(folder)
+    m = cfg.model
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "step")
+    sess = ort.InferenceSession(str(folder / "decoder.onnx"), so, providers=["CPUExecutionProvider"])
+    b, p, s, rng = args.batch, args.past, args.src, np.random.default_rng(0)
+    feed = {names.TGT_IDS: np.full((b, 1), 5, np.int64), names.POSITIONS: np.full((b, 1), p, np.int64),
+            names.PAST_MASK: np.ones((b, p), np.int64), names.SRC_MASK: np.ones((b, s), np.int64)}
+    for i in range(m.n_decoder_layers):
+        for name in (names.past_key(i), names.past_value(i)):
+            feed[name] = rng.standard_normal((b, m.n_heads, p, m.d_head), dtype=np.float32)
+        for name in (names.cross_key(i), names.cross_value(i)):
+            feed[name] = rng.standard_normal((b, m.n_heads, s, m.d_head), dtype=np.float32)
+    for _ in range(20):
+        sess.run(None, feed)
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        sess.run(None, feed)
+    step_ms = (time.perf_counter() - t0) / args.steps * 1e3
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    per_op: collections.Counter = collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_op[e["args"]["op_name"]] += e["dur"]
+    total = sum(per_op.values())
+    rows = [f"| {op} | {us / total:.1%} |" for op, us in per_op.most_common(10)]
+    table = "\n".join([
+        "## One decoder step, per operator (`bench/profile_step.py`)", "",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: `python bench/profile_step.py --model {args.model} "
+        f"--batch {b} --past {p}`",
+        f"- `{args.model}` decoder.onnx, batch {b}, {p} cached positions, source {s}, 1 intra-op thread: "
+        f"**{step_ms:.2f} ms per step** (mean of {args.steps})", "",
+        "| operator | share of kernel time |", "|---|---:|", *rows, "",
+        "`MatMul` is the projections and the tied output layer; `FusedMatMul` the attention products; `Concat`",
+        "mostly the self-attention cache growing by one position (past + new -> present) each step.",
+    ])
+    print(table)
+    doc = args.output.read_text(encoding="utf-8") if args.output.exists() else "# Benchmarks\n"
+    if BEGIN in doc:
+        pre, rest = doc.split(BEGIN, 1)
+        doc = pre + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1]
+    else:
+        doc = doc.rstrip("\n") + f"\n\n{BEGIN}\n{table}\n{END}\n"
+    args.output.write_text(doc, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
