@@ -36,7 +36,7 @@ def train(heads: int, rev: bool, epochs: int, out: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--epochs", type=int, default=120)
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "heads-experiment")
     ap.add_argument("--skip-training", action="store_true", help="only rebuild the table and plot from --out")
