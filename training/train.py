@@ -195,7 +195,9 @@ def train(cfg: TrainConfig) -> dict:
 
     in_sync = replicas_in_sync(model, env)
     if env.main:
-        print(f"replicas in sync: {in_sync}" if env.world > 1 else "", end="\n" if env.world > 1 else "", flush=True)
+        if env.world > 1:
+            print(f"replicas in sync: {in_sync}", flush=True)
+        print(f"done: best validation {'chrF' if translation else 'exact match'} {best:.4f}; checkpoints in {out}", flush=True)
         write_json(out / "summary.json", {"epochs": row.get("epoch"), "train_time_s": round(time.time() - t0, 1),
                                          "best_valid": best, "world": env.world, "replicas_in_sync": in_sync, "last": row})
     if env.world > 1:
