@@ -41,7 +41,7 @@ system-deps:  ## Debian packages the tests use (a real Prometheus, Compose v1 fo
 test: install system-deps  ## set everything up and run the test suite
 	$(PY) -m pytest -q
 
-models: install  ## retrain and re-export the default model repository (about 30 min on 2 cores)
+models: install  ## retrain and re-export the default model repository (about 40 min on 2 cores)
 	bash scripts/make_models.sh all
 
 experiments: install  ## the heads x reversed-input grid of docs/experiments.md
@@ -53,7 +53,8 @@ bench: install  ## the benchmarks behind docs/BENCHMARKS.md (about 15 min; keep 
 	$(PY) bench/threads.py
 	$(PY) bench/profile_step.py
 
-screenshot: install system-deps  ## docs/img/prometheus_latency.png from a real Prometheus (needs Debian's chromium)
+screenshot: install system-deps  ## docs/img/prometheus_latency.png from a real Prometheus, captured by headless Chromium
+	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
 	$(PY) scripts/prometheus_screenshot.py
 
 clean:
