@@ -55,7 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-BEGIN, END = "<!-- bench-decode:begin -->", "<!-- bench-decode:end -->"
+from bench.markdown import write_section  # noqa: E402
+
 CACHE = ROOT / ".cache" / "bench"
 ENGINES = ("ort+kv", "ort-nocache", "torch+kv", "ct2")
 INT8_ENGINES = ("ort-int8+kv", "ct2-int8")
@@ -411,22 +412,6 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, body: str) -> None:
-    block = f"{BEGIN}\n{body}{END}\n"
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            tail = rest.split(END, 1)[1].lstrip("\n")
-            text = head + block + ("\n" + tail if tail else "")
-        else:
-            text = text.rstrip("\n") + "\n\n" + block
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = "# Benchmarks\n\n" + block
-    path.write_text(text, encoding="utf-8")
-
-
 # ----------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
@@ -532,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                      "seq_s": x.seq_s, "tok_s": x.tok_s} for x in cells]},
                                         indent=2, ensure_ascii=False, default=str))
     if args.output and not args.no_write:
-        write_section(args.output, report)
+        write_section(args.output, "bench-decode", report)
         print(f"wrote {_rel(args.output)}", file=sys.stderr)
     return 0 if verification["rate"] == 1.0 else 1
 

@@ -23,7 +23,8 @@ import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-BEGIN, END = "<!-- bench-profile:begin -->", "<!-- bench-profile:end -->"
+
+from bench.markdown import write_section  # noqa: E402
 
 
 def main() -> int:
@@ -79,13 +80,7 @@ def main() -> int:
         "mostly the self-attention cache growing by one position (past + new -> present) each step.",
     ])
     print(table)
-    doc = args.output.read_text(encoding="utf-8") if args.output.exists() else "# Benchmarks\n"
-    if BEGIN in doc:
-        pre, rest = doc.split(BEGIN, 1)
-        doc = pre + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + f"\n\n{BEGIN}\n{table}\n{END}\n"
-    args.output.write_text(doc, encoding="utf-8")
+    write_section(args.output, "bench-profile", table)
     return 0
 
 

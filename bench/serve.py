@@ -56,7 +56,7 @@ import grpc  # noqa: E402
 from protos.seq2seq.v1 import seq2seq_pb2 as pb  # noqa: E402
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc  # noqa: E402
 
-BEGIN, END = "<!-- bench-serve:begin -->", "<!-- bench-serve:end -->"
+from bench.markdown import write_section  # noqa: E402
 MODES = ("continuous", "request", "none")
 
 
@@ -482,7 +482,6 @@ def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str],
             started: dt.datetime, load_before: str, elapsed: float) -> str:
     cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
     lines = [
-        BEGIN,
         "## Serving under load (`bench/serve.py`)",
         "",
         f"- Date: {started:%Y-%m-%d %H:%M} UTC; run took {elapsed / 60:.1f} min",
@@ -521,22 +520,8 @@ def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str],
         acc.append("| (needs the continuous, request and none modes) | | | |")
     lines += ["Acceptance (issue #4 item 9):", "", *acc, ""]
     if nts := notes(cells, ceiling):
-        lines += ["Notes:", "", *nts, ""]
-    lines.append(END)
+        lines += ["Notes:", "", *nts]
     return "\n".join(lines)
-
-
-def write_doc(path: Path, text: str) -> None:
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + text + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(new)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -655,9 +640,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t_all
 
     text = section(args, cells, ceiling, inputs, inputs_path, bundle, started, load_before, elapsed)
-    print(text.replace(BEGIN + "\n", "").replace("\n" + END, ""))
+    print(text)
     if args.write:
-        write_doc(args.output, text)
+        write_section(args.output, "bench-serve", text)
         log(f"wrote {args.output}")
     log(f"done in {elapsed:.0f}s")
     return 0

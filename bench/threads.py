@@ -19,7 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-BEGIN, END = "<!-- bench-threads:begin -->", "<!-- bench-threads:end -->"
+
+from bench.markdown import write_section  # noqa: E402
 
 
 def main() -> int:
@@ -54,13 +55,7 @@ def main() -> int:
         "One thread per session is the default (`--intra-op-threads 1`): on this machine a second thread costs more in",
         "synchronisation than it gains at these matrix sizes, and it would compete with the gRPC event loop for the other core.",
     ])
-    doc = args.output.read_text(encoding="utf-8") if args.output.exists() else "# Benchmarks\n"
-    if BEGIN in doc:
-        pre, rest = doc.split(BEGIN, 1)
-        doc = pre + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + f"\n\n{BEGIN}\n{table}\n{END}\n"
-    args.output.write_text(doc, encoding="utf-8")
+    write_section(args.output, "bench-threads", table)
     return 0
 
 

@@ -17,7 +17,8 @@ import sacrebleu
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-BEGIN, END = "<!-- default-models:begin -->", "<!-- default-models:end -->"
+
+from bench.markdown import write_section  # noqa: E402
 
 
 def main() -> int:
@@ -56,10 +57,7 @@ def main() -> int:
                         f"| {epochs} | {minutes:.0f} min |")
         print(rows[-1], flush=True)
     table = "\n".join(rows)
-    doc = ROOT / "docs" / "experiments.md"
-    body = doc.read_text(encoding="utf-8")
-    pre, rest = body.split(BEGIN, 1)
-    doc.write_text(pre + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1], encoding="utf-8")
+    write_section(ROOT / "docs" / "experiments.md", "default-models", table, title="# Experiments")
     print(table)
     return 0
 

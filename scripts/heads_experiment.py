@@ -16,9 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.markdown import write_section  # noqa: E402
 GRID = [(heads, rev) for heads in (1, 4) for rev in (False, True)]
 CONVERGED = 0.9  # "converged": first epoch whose validation exact match reaches this
-BEGIN, END = "<!-- heads-experiment:begin -->", "<!-- heads-experiment:end -->"
 
 
 def run_name(heads: int, rev: bool) -> str:
@@ -85,12 +87,7 @@ def main() -> int:
         table.append(f"| {heads} | {'yes' if rev else 'no'} | {seq:.1%} | {tok:.1%} | {conv if conv else 'not reached'} | {n} | {secs:.0f} |")
     text = "\n".join(table)
     print(text)
-    doc = ROOT / "docs" / "experiments.md"
-    body = doc.read_text(encoding="utf-8") if doc.exists() else f"# Experiments\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in body:
-        body += f"\n{BEGIN}\n{END}\n"
-    pre, rest = body.split(BEGIN, 1)
-    doc.write_text(pre + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1], encoding="utf-8")
+    write_section(ROOT / "docs" / "experiments.md", "heads-experiment", text, title="# Experiments")
     return 0
 
 

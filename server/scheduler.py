@@ -40,7 +40,6 @@ class Job:
     on_token: Callable[["Job", int], None] | None = None
     admitted: float | None = None
     first_token: float | None = None
-    finished: float | None = None
     n_tokens: int = 0
     error: Exception | None = None
     cancelled: bool = False
@@ -146,7 +145,6 @@ class Scheduler:
 
     def _fail(self, job: Job, err: Exception) -> None:
         job.error = err
-        job.finished = time.monotonic()
         self._deliver(job)
 
     def _admit(self) -> list[Job]:
@@ -262,7 +260,6 @@ class Scheduler:
         now = time.monotonic()
         for seq in finished:
             job = self.active.pop(seq.id)
-            job.finished = now
             if job.first_token is None:  # beams report their tokens at the end
                 job.first_token = now
                 self.m_ttft.observe(now - job.arrival)

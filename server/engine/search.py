@@ -1,8 +1,8 @@
 """Token choice per sequence: greedy, and beam search with the GNMT length penalty (paper §6.1: beam 4, alpha 0.6).
 
-A search owns ``width`` consecutive rows of the running batch. After each decoder step it reads
-its rows' logits and returns the next token of each row and, for beams, which row each new row
-continues (its parent), so the batch can reorder the cache.
+A greedy search owns one row of the running batch and is pushed the row's argmax after each step.
+A beam owns ``width`` consecutive rows: it reads their logits and returns each row's next token
+and which row it continues (its parent), so the batch can reorder the cache.
 """
 
 from __future__ import annotations
@@ -16,20 +16,14 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 class Greedy:
-    width = 1
+    """One row; the step loop takes a single argmax over the whole batch and pushes each row its token."""
 
     def __init__(self, eos: int, budget: int):
         self.eos, self.budget = eos, budget
         self.tokens: list[int] = []
         self.done = False
 
-    def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        tok = int(logits[0].argmax())
-        self.push(tok)
-        return np.array([tok]), None
-
     def push(self, tok: int) -> None:
-        """The step loop takes one argmax over the whole batch and hands each greedy row its token."""
         self.tokens.append(tok)
         self.done = tok == self.eos or len(self.tokens) >= self.budget
 
