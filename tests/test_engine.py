@@ -71,6 +71,22 @@ def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Engine):
     assert late.result == a.result
 
 
+def test_ragged_encode_equals_each_row_alone(engine: Engine):
+    """Rows are encoded in groups of equal length (no padding computed); each row's cross K/V must equal
+    encoding it alone, and its padding columns must be zero."""
+    from server.engine.generator import pad_batch
+
+    rows = [engine.codec.source_ids(t) for t in sample_inputs(engine, 12)]
+    assert len({len(r) for r in rows}) > 2, "the sample should have ragged lengths"
+    ids, mask = pad_batch(rows, engine.special.pad)
+    batched = engine.encode(ids, mask)
+    for i, r in enumerate(rows):
+        alone = engine.encode(np.array([r]), np.ones((1, len(r)), np.int64))
+        for got, want in zip(batched, alone):
+            np.testing.assert_allclose(got[i, :, : len(r)], want[0], atol=1e-5)
+            assert not got[i, :, len(r):].any()
+
+
 def test_beam_of_one_equals_greedy(engine: Engine):
     texts = sample_inputs(engine, 8)
     gen = Generator(engine)

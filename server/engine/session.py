@@ -71,9 +71,31 @@ class Engine:
         return sess
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
-        """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh)."""
-        out = self.encoder.run([n for n in self._cross_names], {names.SRC_IDS: src_ids, names.SRC_MASK: src_mask})
+        """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh).
+
+        The encoder is compute-bound already at batch 1 (~33 us per source token on one core for
+        translate-en-ja, whatever the batch), so batching buys nothing and padding costs in full: a
+        batch of 64 held-out sentences (mean 10.5 tokens, longest 29) was 2.8x padding. Rows are
+        therefore encoded in groups of equal length, with no padding at all (62 -> 18-24 ms for that
+        batch). Columns past a row's length stay zero: cross-attention masks them.
+        """
+        lengths = src_mask.sum(axis=1)
+        if lengths.min() == src_ids.shape[1]:  # no padding (batch 1, or equal lengths)
+            return self._encode(src_ids, src_mask)
+        out: list[np.ndarray] | None = None
+        order = np.argsort(lengths, kind="stable")
+        bounds = np.flatnonzero(np.diff(lengths[order])) + 1
+        for rows in np.split(order, bounds):
+            s = int(lengths[rows[0]])
+            part = self._encode(src_ids[rows, :s], src_mask[rows, :s])
+            if out is None:
+                out = [np.zeros((len(lengths), p.shape[1], src_ids.shape[1], p.shape[3]), p.dtype) for p in part]
+            for o, p in zip(out, part):
+                o[rows, :, :s] = p
         return out
+
+    def _encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
+        return self.encoder.run(self._cross_names, {names.SRC_IDS: src_ids, names.SRC_MASK: src_mask})
 
     def decode(self, tgt_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, past: list[np.ndarray],
                cross: list[np.ndarray], src_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
