@@ -328,6 +328,29 @@ def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
 
 # ----------------------------------------------------------------------------- report
 
+def acceptance(by: dict, args) -> list[str]:
+    """Issue #3's targets, read off this run's cells (a row only where both of its cells were timed)."""
+    def ratio(a: str, b: str, batch: int, n: int) -> float | None:
+        x, y = by.get((a, batch, n)), by.get((b, batch, n))
+        return x.tok_s / y.tok_s if x and y else None
+
+    checks = [("KV cache / no cache, 64 new tokens, batch 16", [ratio("ort+kv", "ort-nocache", 16, 64)], 3.0)]
+    checks += [(f"engine / PyTorch eager, batch {b}", [ratio("ort+kv", "torch+kv", b, n) for n in args.new_tokens], 1.0)
+               for b in (1, 64)]
+    checks.append(("engine / CTranslate2 float32, batch 64", [ratio("ort+kv", "ct2", 64, n) for n in args.new_tokens], 0.8))
+    rows = []
+    for what, values, target in checks:
+        values = [v for v in values if v is not None]
+        if values:
+            shown = " / ".join(f"{v:.2f}x" for v in values)
+            ok = "met" if (min(values) > target if target == 1.0 else min(values) >= target) else "**not met**"
+            rows.append(f"| {what} | {shown} | {'>' if target == 1.0 else '>='} {target:g}x | {ok} |")
+    if not rows:
+        return []
+    return ["", f"Acceptance (issue #3; tokens/s ratios, one value per new-token count {args.new_tokens}):", "",
+            "| figure | measured | target | |", "|---|---|---|---|", *rows]
+
+
 def render(args, info: dict, cells: list[Cell], verification: dict, consistency: dict, acc: list[dict] | None) -> str:
     c = info["model"]
     m = info["machine"]
@@ -381,6 +404,7 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
         ups = [f"N={n} B={b}: {by[('ort+kv', b, n)].tok_s / by[('ort-nocache', b, n)].tok_s:.1f}x"
                for n in args.new_tokens for b in args.batch_sizes if ('ort+kv', b, n) in by and ('ort-nocache', b, n) in by]
         lines += ["", "KV cache speed-up of the engine (ort+kv / ort-nocache tokens/s): " + ", ".join(ups) + "."]
+    lines += acceptance(by, args)
     if acc:
         speed = []
         for b in args.batch_sizes:

@@ -170,6 +170,8 @@ class Cell:
     tokens: int = 0  # their generated tokens
     latencies: list[float] = field(default_factory=list)  # requests sent inside the window (drained)
     ttfts: list[float] = field(default_factory=list)
+    server_s: list[float] = field(default_factory=list)  # server-side Timings.total_seconds of the same requests
+    rtt_s: list[float] = field(default_factory=list)  # bare round trips (ListModels) on this mode's server, C=1 cells only
     errors: dict[str, int] = field(default_factory=dict)
     indices: list[int] = field(default_factory=list)  # inputs sent inside the window
     rows_per_step: float | None = None
@@ -247,6 +249,7 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
                     if err is None:
                         cell.latencies.append(t1 - t0)
                         cell.ttfts.append(resp.timings.time_to_first_token_seconds)
+                        cell.server_s.append(resp.timings.total_seconds)
                     else:
                         cell.errors[err] = cell.errors.get(err, 0) + 1
                 if window_open.is_set() and not stop.is_set():
@@ -317,6 +320,14 @@ async def run_mode(args: argparse.Namespace, inputs: list[str], mode: str, log) 
         for conc in args.concurrency:
             t = time.perf_counter()
             cell = await run_cell(server, args, inputs, mode, conc, start_index=0)
+            if conc == 1:  # what gRPC alone costs: a call that does no inference, same server, same kind of client
+                async with grpc.aio.insecure_channel(server.address) as ch:
+                    stub = pb_grpc.Seq2SeqStub(ch)
+                    for k in range(args.rtt_calls + 20):
+                        t0 = time.perf_counter()
+                        await stub.ListModels(pb.ListModelsRequest(), timeout=args.request_timeout_s)
+                        if k >= 20:
+                            cell.rtt_s.append(time.perf_counter() - t0)
             cells.append(cell)
             log(f"  {mode:10s} C={conc:<3d} {cell.answers:4d} answers in {cell.window_s:5.1f}s  {cell.rps:7.1f} req/s  "
                 f"{cell.tps:8.0f} tok/s  p50 {1000 * cell.lat(50):7.1f} ms  p99 {1000 * cell.lat(99):7.1f} ms  "
@@ -471,6 +482,16 @@ def notes(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
                if c.mode == "continuous" and c.step_ms and c.rows_per_step]
     if per_row:
         out.append(f"- Decode-step time per row, continuous (ms): {', '.join(per_row)}.")
+    c1 = by.get(("continuous", 1))
+    if c1 and ceiling and c1.rtt_s and c1.server_s:
+        lat, srv, rtt = 1000 * c1.lat(50), 1000 * pct(c1.server_s, 50), 1000 * pct(c1.rtt_s, 50)
+        out.append(f"- Where the C=1 latency goes (continuous, medians): client p50 {lat:.2f} ms = engine single request "
+                   f"{ceiling.single_ms:.2f} ms + {lat - ceiling.single_ms:.2f} ms. The server's own `total_seconds` "
+                   f"(servicer entry to answer: validation, queue hand-off to the worker thread and back, decoding) is "
+                   f"{srv:.2f} ms, {srv - ceiling.single_ms:.2f} ms above the engine; the other {lat - srv:.2f} ms is gRPC "
+                   f"and protobuf in both processes. A bare round trip that does no inference (ListModels, "
+                   f"{len(c1.rtt_s)} calls) takes {rtt:.2f} ms p50 on its own, i.e. {rtt / ceiling.single_ms:.2f}× of the "
+                   f"engine's single-request time before any work is done.")
     busy = [f"C={c.conc} {100 * c.busy:.0f}%" for c in cells if c.mode == "continuous" and c.busy is not None]
     if busy:
         out.append(f"- Share of the window the continuous scheduler spent inside decode steps: {', '.join(busy)} "
@@ -550,6 +571,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = the model's default")
     p.add_argument("--request-timeout-s", type=float, default=120.0, help="deadline of every request")
     p.add_argument("--ceiling-repeats", type=int, default=2, help="timed runs of the in-process ceiling (best counts)")
+    p.add_argument("--rtt-calls", type=int, default=300, help="bare ListModels round trips timed after each C=1 cell")
     p.add_argument("--limit-inputs", type=int, default=0, help="use only the first N inputs (0 = all)")
     p.add_argument("--quick", action="store_true",
                    help="development grid: C in {1, 8}, 16 answers or 3 s per cell, 64 inputs, < 1 minute; writes no file unless --write")
@@ -559,7 +581,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:  # smaller defaults; flags given explicitly still win
         quick = dict(concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0,
-                     ceiling_repeats=1, limit_inputs=64)
+                     ceiling_repeats=1, limit_inputs=64, rtt_calls=50)
         for k, v in quick.items():
             if getattr(args, k) == p.get_default(k):
                 setattr(args, k, v)

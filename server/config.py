@@ -34,6 +34,7 @@ class ServerConfig:
     metrics_port: int = 8002  # Triton's metrics port
     device: str = "auto"
     intra_op_threads: int = 1
+    io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
     grace_s: float = 10.0
     max_message_bytes: int = 4 * 1024 * 1024
     tls_cert: Path | None = None
@@ -53,6 +54,8 @@ _FLAGS = {
     "metrics-port": (int, "Prometheus /metrics port (0 = off)"),
     "device": (str, "auto | cpu | cuda: auto uses CUDA when ONNX Runtime can load it"),
     "intra-op-threads": (int, "ONNX Runtime threads per session (1 is fastest on small CPUs; measured)"),
+    "io-binding": (str, ("auto | on | off: keep the KV cache in ONNX Runtime device memory between steps "
+                         "(auto: on CUDA, where numpy would copy it through the host every step)")),
     "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),
     "max-message-bytes": (int, "largest gRPC message accepted"),
     "tls-cert": (Path, "PEM certificate chain: serve TLS"),
@@ -93,6 +96,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
     top = {k: v for k, v in values.items() if k in {f.name for f in fields(ServerConfig)}}
     if "models" in top:
         top["models"] = tuple(m.strip() for m in str(top["models"]).split(",") if m.strip())
+    if top.get("io_binding", "auto") not in ("auto", "on", "off"):
+        raise SystemExit(f"--io-binding must be auto, on or off, not {top['io_binding']!r}")
     if bool(top.get("tls_cert")) != bool(top.get("tls_key")):
         raise SystemExit("--tls-cert and --tls-key go together")
     return ServerConfig(**top, scheduler=SchedulerConfig(**sched))

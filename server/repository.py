@@ -52,7 +52,7 @@ class Repository:
 
     def __init__(self, config: ServerConfig, metrics: Metrics):
         self.models: dict[str, dict[str, ModelVersion]] = {}
-        opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads)
+        opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
         for name, version in select(config.model_repo, config.models):
             engine = Engine(config.model_repo / name / str(version), opts)
             mv = ModelVersion(name, str(version), engine, Scheduler(name, engine, config.scheduler, metrics))

@@ -208,3 +208,29 @@ def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Engi
     alone = [generate(engine, [t], max_new_tokens=20)[0] for t in texts]
     seqs = run(engine, [Sequence(engine.codec.source_ids(t), 20) for t in texts], batch_size=4)
     assert [engine.codec.decode(s.result) for s in seqs] == alone
+
+
+def test_io_binding_path_decodes_exactly_like_the_numpy_path(engine: Engine):
+    """The device-resident cache (IOBinding, the default on CUDA) runs here on CPU OrtValues: same tokens
+    for greedy with rows joining, leaving and reusing slots, and for beams (which reorder the cache)."""
+    bound = Engine(engine.folder, EngineOptions(device="cpu", io_binding="on"))
+    assert bound.io_binding and not engine.io_binding
+    texts = sample_inputs(engine, 24)
+    assert generate(bound, texts, max_new_tokens=20, batch_size=5) == generate(engine, texts, max_new_tokens=20, batch_size=5)
+    assert generate(bound, texts[:4], max_new_tokens=12, beam=3) == generate(engine, texts[:4], max_new_tokens=12, beam=3)
+
+
+def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Engine):
+    import onnxruntime as ort
+
+    bound = Engine(engine.folder, EngineOptions(device="cpu", io_binding="on"))
+    ids = [bound.codec.source_ids(t) for t in sample_inputs(engine, 3)]
+    gen = Generator(bound)
+    gen.add([Sequence(i, 30) for i in ids[:2]])
+    gen.step()
+    gen.step()  # plain steps: the present K/V stay OrtValues and nothing comes back to the host
+    assert isinstance(gen.batch.dev_past[0], ort.OrtValue) and gen.batch.host_syncs == 0
+    gen.add([Sequence(ids[2], 30)])  # a join is a row operation: one round trip, then device-resident again
+    assert gen.batch.host_syncs == 1
+    gen.step()
+    assert isinstance(gen.batch.dev_past[0], ort.OrtValue) and gen.batch.host_syncs == 1

@@ -298,3 +298,30 @@ def test_an_engine_failure_fails_its_requests_with_internal_and_the_server_keeps
     finally:
         engine.decode = real
     assert wait_for(lambda: sample(scrape(server), "s2s_active_sequences", model=ADD) == 0)
+
+
+def test_device_resident_cache_serves_concurrent_requests(model_repo):
+    """--io-binding on (the CUDA default) through the real scheduler: rows join, leave and reuse slots
+    while the cache lives in OrtValues; every answer is checked against arithmetic or the numpy path."""
+    srv = ServerThread(server_config(io_binding="on", scheduler=SchedulerConfig(max_batch_size=8)))
+    try:
+        assert srv.running.repo.get(ADD).engine.io_binding
+        problems = [(a, b) for a, b in zip(range(3, 900, 23), range(870, 0, -31))][:30]
+        texts = english(12)
+
+        async def main():
+            async with grpc.aio.insecure_channel(srv.address) as ch:
+                stub = pb_grpc.Seq2SeqStub(ch)
+                calls = [stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{a}+{b}"]), timeout=60) for a, b in problems]
+                calls += [stub.Generate(pb.GenerateRequest(model=JA, inputs=[t]), timeout=60) for t in texts]
+                return await asyncio.gather(*calls)
+
+        replies = asyncio.run(main())
+    finally:
+        srv.stop()
+    wrong = [(a, b, r.outputs[0].text) for (a, b), r in zip(problems, replies) if r.outputs[0].text != str(a + b)]
+    assert len(wrong) <= 1, wrong
+    from server.engine import Engine, EngineOptions, generate
+
+    want = generate(Engine(model_repo / JA / "1", EngineOptions(device="cpu")), texts)
+    assert [r.outputs[0].text for r in replies[len(problems):]] == want

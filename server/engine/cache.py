@@ -9,6 +9,13 @@ is written into it in place (``fill``). Under steady load, sequences join and le
 and copying the whole cache each time (as compacting would) cost about a quarter of decode time
 (bench/serve.py's profile). ``keep`` compacts when released slots would otherwise be computed
 for nothing; leading columns that no live row uses are dropped once they are a quarter of the cache.
+
+With IOBinding (``Engine.io_binding``, the default on CUDA) the self-attention cache lives in
+device memory between steps: ``advance`` keeps the step's present K/V as OrtValues, so a plain
+step never copies the cache through the host. Row operations (joins into new rows, in-place
+fills, compaction, trimming, beam reordering) work on numpy: they first bring the cache back
+(``host_syncs`` counts those round trips) and the next step uploads it again. Releasing a row
+only touches the host-side mask and costs no round trip.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ def _pad_axis(a: np.ndarray, axis: int, size: int) -> np.ndarray:
 
 class DecodeBatch:
     def __init__(self, n_layers: int, n_heads: int, d_head: int, dtype=np.float32):
+        self.n_layers = n_layers
         self.shape_hd = (n_heads, d_head)
         self.dtype = dtype
         z = np.zeros((0, n_heads, 0, d_head), dtype)
@@ -39,6 +47,25 @@ class DecodeBatch:
         self.tokens = np.zeros((0, 1), np.int64)  # (B, 1) next token to feed
         self.positions = np.zeros((0, 1), np.int64)  # (B, 1) its position
         self.free: list[int] = []  # released rows, reused by ``fill``
+        # Device-resident copies (IOBinding): when dev_past is set it is the cache and ``past`` is stale.
+        self.dev_past: list | None = None
+        self.dev_cross: list | None = None  # mirrors ``cross``; dropped whenever cross changes
+        self.host_syncs = getattr(self, "host_syncs", 0)  # device -> host round trips so far (kept across resets)
+
+    def _host(self) -> None:
+        """Bring a device-resident cache back into numpy before a row operation."""
+        if self.dev_past is not None:
+            self.past = [v.numpy() for v in self.dev_past]
+            self.dev_past = None
+            self.host_syncs += 1
+
+    def device_kv(self, to_device) -> tuple[list, list]:
+        """The past and cross K/V as device values, uploading (``to_device``) whichever changed since the last step."""
+        if self.dev_past is None:
+            self.dev_past = to_device(self.past)
+        if self.dev_cross is None:
+            self.dev_cross = to_device(self.cross)
+        return self.dev_past, self.dev_cross
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -50,13 +77,16 @@ class DecodeBatch:
     def add(self, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
         """Append rows (their encoder's cross K/V and source mask); they start at position 0."""
         b_new = src_mask.shape[0]
+        self.dev_cross = None
         if not len(self):  # an idle batch: the newcomers are the batch (no padding, no copies)
+            self.dev_past = None
             self.cross, self.src_mask = list(cross), src_mask
-            self.past = [np.zeros((b_new, *self.shape_hd[:1], 0, self.shape_hd[1]), self.dtype)] * len(self.past)
+            self.past = [np.zeros((b_new, *self.shape_hd[:1], 0, self.shape_hd[1]), self.dtype)] * (2 * self.n_layers)
             self.past_mask = np.zeros((b_new, 0), np.int64)
             self.tokens = np.full((b_new, 1), first_token, np.int64)
             self.positions = np.zeros((b_new, 1), np.int64)
             return
+        self._host()
         s = max(self.src_mask.shape[1], src_mask.shape[1])
         self.cross = [np.concatenate([_pad_axis(old, 2, s), _pad_axis(new, 2, s)]) for old, new in zip(self.cross, cross)]
         self.src_mask = np.concatenate([_pad_axis(self.src_mask, 1, s), _pad_axis(src_mask, 1, s)])
@@ -74,6 +104,8 @@ class DecodeBatch:
 
     def fill(self, row: int, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
         """Write one newcomer (cross K/V (H, S', Dh), mask (S',)) into a released row, in place."""
+        self._host()
+        self.dev_cross = None
         s_new, s = src_mask.shape[0], self.src_mask.shape[1]
         if s_new > s:  # a longer source than any in the batch: widen once (a copy), then write
             self.cross = [_pad_axis(a, 2, s_new) for a in self.cross]
@@ -94,12 +126,17 @@ class DecodeBatch:
         used = self.past_mask.any(axis=0)
         first = int(used.argmax()) if used.any() else self.past_len
         if first and first * 4 >= self.past_len:
+            self._host()
             self.past = [np.ascontiguousarray(a[:, :, first:]) for a in self.past]
             self.past_mask = self.past_mask[:, first:]
 
     def advance(self, present: list[np.ndarray], next_tokens: np.ndarray) -> None:
-        """After a step: the present K/V become the past, each row's next token is fed at position + 1."""
-        self.past = present
+        """After a step: the present K/V (numpy, or OrtValues that stay on the device) become the past, each
+        row's next token is fed at position + 1."""
+        if isinstance(present[0], np.ndarray):
+            self.past, self.dev_past = present, None
+        else:
+            self.past, self.dev_past = None, present
         self.past_mask = np.concatenate([self.past_mask, np.ones((len(self), 1), np.int64)], axis=1)
         self.tokens = next_tokens.reshape(-1, 1).astype(np.int64)
         self.positions = self.positions + 1
@@ -107,11 +144,14 @@ class DecodeBatch:
     def reorder(self, parents: np.ndarray) -> None:
         """Row i takes row parents[i]'s self-attention cache (beam search); cross K/V, masks and positions
         are equal within a beam group, so only the past K/V move."""
+        self._host()
         self.past = [a[parents] for a in self.past]
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep these rows (in this order), drop the rest (released ones included), then drop columns no row uses."""
         self.free = []
+        self._host()
+        self.dev_cross = None
         self.past = [a[rows] for a in self.past]
         self.cross = [a[rows] for a in self.cross]
         self.past_mask, self.src_mask = self.past_mask[rows], self.src_mask[rows]
@@ -126,4 +166,4 @@ class DecodeBatch:
             self.cross = [a[:, :, live_s] for a in self.cross]
             self.src_mask = self.src_mask[:, live_s]
         if not len(rows):
-            self.__init__(len(self.past) // 2, *self.shape_hd, self.dtype)
+            self.__init__(self.n_layers, *self.shape_hd, self.dtype)

@@ -95,7 +95,11 @@ class Generator:
         if b.free:  # no newcomer took them before this step: stop computing them
             self._compact()
         b.trim()
-        logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
+        if self.engine.io_binding:  # the cache stays in device memory from step to step
+            past, cross = b.device_kv(self.engine.to_device)
+            logits, present = self.engine.decode_bound(b.tokens, b.positions, b.past_mask, past, cross, b.src_mask)
+        else:
+            logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
         logits = logits[:, -1]  # (B, V)
         next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
         parents = np.arange(len(b))

@@ -23,6 +23,11 @@ class EngineOptions:
     # bench/decode.py); parallelism comes from batching instead.
     intra_op_threads: int = 1
     verify_hashes: bool = True
+    # Keep the KV cache in ONNX Runtime's own buffers between steps (IOBinding + OrtValue) instead
+    # of numpy arrays. "auto": when the decoder runs on CUDA, where numpy inputs and outputs would
+    # cross host memory on every step. On CPU numpy already is the device memory; "on" there runs
+    # the same code path (the tests do).
+    io_binding: str = "auto"  # auto | on | off
 
 
 def _providers(device: str) -> list[str]:
@@ -53,7 +58,10 @@ class Engine:
         self.provider = self.decoder.get_providers()[0]
         if options.device == "cuda" and self.provider != "CUDAExecutionProvider":
             raise BundleError(f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)")
-        log.info("loaded %s v%s from %s on %s", self.config.name, self.config.version, self.folder, self.provider)
+        self.device_type = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
+        self.io_binding = options.io_binding == "on" or (options.io_binding == "auto" and self.device_type == "cuda")
+        log.info("loaded %s v%s from %s on %s%s", self.config.name, self.config.version, self.folder, self.provider,
+                 " (KV cache in device memory via IOBinding)" if self.io_binding else "")
         self._past_names = [n for i in range(self.n_layers) for n in (names.past_key(i), names.past_value(i))]
         self._cross_names = [n for i in range(self.n_layers) for n in (names.cross_key(i), names.cross_value(i))]
         self._present_names = [n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))]
@@ -96,6 +104,29 @@ class Engine:
 
     def _encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
         return self.encoder.run(self._cross_names, {names.SRC_IDS: src_ids, names.SRC_MASK: src_mask})
+
+    def to_device(self, arrays: list[np.ndarray]) -> list[ort.OrtValue]:
+        """Copy host arrays into the decoder's device memory (once per batch change, not per step)."""
+        return [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device_type, 0) for a in arrays]
+
+    def decode_bound(self, tgt_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, past: list[ort.OrtValue],
+                     cross: list[ort.OrtValue], src_mask: np.ndarray) -> tuple[np.ndarray, list[ort.OrtValue]]:
+        """``decode`` with the cache in device memory: past and cross K/V are OrtValues bound as they are, the present
+        K/V stay on the device for the next step, and only ids, masks and the logits cross to or from the host."""
+        binding = self.decoder.io_binding()
+        for name, a in ((names.TGT_IDS, tgt_ids), (names.POSITIONS, positions), (names.PAST_MASK, past_mask),
+                        (names.SRC_MASK, src_mask)):
+            binding.bind_cpu_input(name, np.ascontiguousarray(a))
+        for name, v in zip(self._past_names, past):
+            binding.bind_ortvalue_input(name, v)
+        for name, v in zip(self._cross_names, cross):
+            binding.bind_ortvalue_input(name, v)
+        binding.bind_output(names.LOGITS, "cpu")
+        for name in self._present_names:
+            binding.bind_output(name, self.device_type, 0)
+        self.decoder.run_with_iobinding(binding)
+        logits, *present = binding.get_outputs()
+        return logits.numpy(), present
 
     def decode(self, tgt_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, past: list[np.ndarray],
                cross: list[np.ndarray], src_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
