@@ -223,14 +223,25 @@ def test_io_binding_path_decodes_exactly_like_the_numpy_path(engine: Engine):
 def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Engine):
     import onnxruntime as ort
 
+    from server.engine.search import Greedy
+
     bound = Engine(engine.folder, EngineOptions(device="cpu", io_binding="on"))
-    ids = [bound.codec.source_ids(t) for t in sample_inputs(engine, 3)]
+    ids = [bound.codec.source_ids(t) for t in sample_inputs(engine, 4)]
+
+    def seq(i: int) -> Sequence:  # never stops at EOS, so only the test changes the batch
+        return Sequence(ids[i], 30, search=Greedy(eos=-1, budget=30))
+
     gen = Generator(bound)
-    gen.add([Sequence(i, 30) for i in ids[:2]])
+    first = [seq(0), seq(1)]
+    gen.add(first)
     gen.step()
     gen.step()  # plain steps: the present K/V stay OrtValues and nothing comes back to the host
     assert isinstance(gen.batch.dev_past[0], ort.OrtValue) and gen.batch.host_syncs == 0
-    gen.add([Sequence(ids[2], 30)])  # a join is a row operation: one round trip, then device-resident again
+    gen.remove([first[0]])  # released: its slot waits for a newcomer
+    gen.add([seq(2)])  # takes the released slot in place: masks and cross K/V only, no round trip
+    gen.step()
+    assert isinstance(gen.batch.dev_past[0], ort.OrtValue) and gen.batch.host_syncs == 0
+    gen.add([seq(3)])  # no free slot: appending a row is a row operation, one round trip
     assert gen.batch.host_syncs == 1
     gen.step()
     assert isinstance(gen.batch.dev_past[0], ort.OrtValue) and gen.batch.host_syncs == 1

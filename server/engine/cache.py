@@ -12,10 +12,11 @@ for nothing; leading columns that no live row uses are dropped once they are a q
 
 With IOBinding (``Engine.io_binding``, the default on CUDA) the self-attention cache lives in
 device memory between steps: ``advance`` keeps the step's present K/V as OrtValues, so a plain
-step never copies the cache through the host. Row operations (joins into new rows, in-place
-fills, compaction, trimming, beam reordering) work on numpy: they first bring the cache back
-(``host_syncs`` counts those round trips) and the next step uploads it again. Releasing a row
-only touches the host-side mask and costs no round trip.
+step never copies the cache through the host, and neither does the commonest change under load:
+a row released and refilled by a newcomer touches only host-side masks and the cross K/V
+(uploaded again, once). Rarer row operations (appending rows, compaction, trimming, beam
+reordering) work on numpy: they first bring the cache back (``host_syncs`` counts those round
+trips) and the next step uploads it again.
 """
 
 from __future__ import annotations
@@ -104,7 +105,6 @@ class DecodeBatch:
 
     def fill(self, row: int, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
         """Write one newcomer (cross K/V (H, S', Dh), mask (S',)) into a released row, in place."""
-        self._host()
         self.dev_cross = None
         s_new, s = src_mask.shape[0], self.src_mask.shape[1]
         if s_new > s:  # a longer source than any in the batch: widen once (a copy), then write
@@ -115,8 +115,8 @@ class DecodeBatch:
             a[row, :, s_new:] = 0
         self.src_mask[row] = 0
         self.src_mask[row, :s_new] = src_mask
-        for a in self.past:
-            a[row] = 0
+        # The row's old self-attention K/V stay where they are: masked (past_mask 0), they add exactly 0 to
+        # attention, so a device-resident cache needs no round trip for a newcomer.
         self.past_mask[row] = 0
         self.tokens[row], self.positions[row] = first_token, 0
         self.free.remove(row)
