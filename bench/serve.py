@@ -492,6 +492,10 @@ def notes(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
                    f"and protobuf in both processes. A bare round trip that does no inference (ListModels, "
                    f"{len(c1.rtt_s)} calls) takes {rtt:.2f} ms p50 on its own, i.e. {rtt / ceiling.single_ms:.2f}× of the "
                    f"engine's single-request time before any work is done.")
+    if ceiling:
+        out.append("- The server encodes queued requests on a second thread while its step loop decodes "
+                   "(server/scheduler.py); the in-process ceiling runs encoder and decoder on one thread, so on two "
+                   "cores the server can in principle pass it.")
     busy = [f"C={c.conc} {100 * c.busy:.0f}%" for c in cells if c.mode == "continuous" and c.busy is not None]
     if busy:
         out.append(f"- Share of the window the continuous scheduler spent inside decode steps: {', '.join(busy)} "

@@ -74,6 +74,8 @@ def test_200_concurrent_mixed_requests_are_all_answered(server):
     assert len(wrong) <= 1, wrong  # the model is >= 99.5% exact; the arithmetic is checked, not trusted
     for r in replies[100:]:
         assert r.model == JA and len(r.outputs) == 1 and r.outputs[0].output_tokens > 0 and r.outputs[0].text
+    # Under this load queued requests were encoded on the encoder thread while the step loop decoded.
+    assert server.running.repo.get(JA).scheduler.encoded_ahead > 0
 
 
 def test_outputs_come_back_in_input_order_with_counts_and_timings(server):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _pad_axis(a: np.ndarray, axis: int, size: int) -> np.ndarray:
+def pad_axis(a: np.ndarray, axis: int, size: int) -> np.ndarray:
     """Zero-pad one axis at the end (np.pad's generality costs ~60 us a call on the per-request path)."""
     if a.shape[axis] == size:
         return a
@@ -89,8 +89,8 @@ class DecodeBatch:
             return
         self._host()
         s = max(self.src_mask.shape[1], src_mask.shape[1])
-        self.cross = [np.concatenate([_pad_axis(old, 2, s), _pad_axis(new, 2, s)]) for old, new in zip(self.cross, cross)]
-        self.src_mask = np.concatenate([_pad_axis(self.src_mask, 1, s), _pad_axis(src_mask, 1, s)])
+        self.cross = [np.concatenate([pad_axis(old, 2, s), pad_axis(new, 2, s)]) for old, new in zip(self.cross, cross)]
+        self.src_mask = np.concatenate([pad_axis(self.src_mask, 1, s), pad_axis(src_mask, 1, s)])
         p = self.past_len
         hole = np.zeros((b_new, *self.shape_hd[:1], p, self.shape_hd[1]), self.dtype)
         self.past = [np.concatenate([old, hole]) for old in self.past]
@@ -108,8 +108,8 @@ class DecodeBatch:
         self.dev_cross = None
         s_new, s = src_mask.shape[0], self.src_mask.shape[1]
         if s_new > s:  # a longer source than any in the batch: widen once (a copy), then write
-            self.cross = [_pad_axis(a, 2, s_new) for a in self.cross]
-            self.src_mask = _pad_axis(self.src_mask, 1, s_new)
+            self.cross = [pad_axis(a, 2, s_new) for a in self.cross]
+            self.src_mask = pad_axis(self.src_mask, 1, s_new)
         for a, c in zip(self.cross, cross):
             a[row, :, :s_new] = c
             a[row, :, s_new:] = 0

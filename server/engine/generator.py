@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from server.engine.cache import DecodeBatch
+from server.engine.cache import DecodeBatch, pad_axis
 from server.engine.search import Beam, Greedy
 from server.engine.session import Engine
 
@@ -31,6 +31,8 @@ class Sequence:
     search: Greedy | Beam | None = None
     row: int = -1  # first of its rows in the running batch
     result: list[int] | None = None
+    # Encoder output waiting to join a batch: per-layer cross K/V (H, S, Dh) and source mask (S,).
+    encoded: tuple[list[np.ndarray], np.ndarray] | None = None
     error: BaseException | None = None
 
     @property
@@ -64,29 +66,44 @@ class Generator:
         # The paper's maximum output length is input length + 50; never beyond the positions the model has.
         return max(1, min(seq.max_new_tokens, len(seq.src_ids) + 50, self.engine.config.model.max_len - 1))
 
+    def encode(self, seqs: list[Sequence]) -> None:
+        """Run the encoder, in one batch, for the sequences not encoded yet. It touches no batch state, so
+        another thread may call it while this one steps (the scheduler encodes queued requests meanwhile)."""
+        todo = [s for s in seqs if s.encoded is None]
+        if not todo:
+            return
+        ids, mask = pad_batch([s.src_ids for s in todo], self.engine.special.pad)
+        cross = self.engine.encode(ids, mask)
+        for i, s in enumerate(todo):
+            s.encoded = ([c[i] for c in cross], mask[i])
+
     def add(self, seqs: list[Sequence]) -> None:
-        """Encode the newcomers in one batch; greedy ones take released rows in place, the rest are appended
+        """Encode the newcomers that are not yet; greedy ones take released rows in place, the rest are appended
         (a beam's rows stay consecutive and repeat its encoder output)."""
         if not seqs:
             return
+        self.encode(seqs)
         sp, b = self.engine.special, self.batch
-        ids, mask = pad_batch([s.src_ids for s in seqs], sp.pad)
-        cross = self.engine.encode(ids, mask)
-        appended: list[int] = []
-        for i, s in enumerate(seqs):
+        appended: list[Sequence] = []
+        for s in seqs:
             if s.search is None:
                 s.search = Greedy(sp.eos, self.budget(s)) if s.beam == 1 else Beam(sp.eos, self.budget(s), s.beam)
             if s.n_rows == 1 and b.free:
                 s.row = b.free[-1]
-                b.fill(s.row, [c[i] for c in cross], mask[i], sp.bos)
+                b.fill(s.row, *s.encoded, sp.bos)
             else:
-                appended.append(i)
+                appended.append(s)
         if appended:
-            rep = np.repeat(np.array(appended), [seqs[i].n_rows for i in appended])
+            width = max(s.encoded[1].shape[0] for s in appended)
+            rows = [s for s in appended for _ in range(s.n_rows)]
+            cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in rows]) for k in range(len(b.cross))]
+            mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in rows])
             start = len(b)
-            b.add([c[rep] for c in cross], mask[rep], sp.bos)
-            for i in appended:
-                seqs[i].row, start = start, start + seqs[i].n_rows
+            b.add(cross, mask, sp.bos)
+            for s in appended:
+                s.row, start = start, start + s.n_rows
+        for s in seqs:
+            s.encoded = None  # joined: the batch holds its cross K/V now
         self.seqs += seqs
 
     def step(self) -> list[Sequence]:
