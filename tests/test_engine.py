@@ -245,3 +245,25 @@ def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: En
     assert gen.batch.host_syncs == 1
     gen.step()
     assert isinstance(gen.batch.dev_past[0], ort.OrtValue) and gen.batch.host_syncs == 1
+
+
+def test_sequences_encoded_ahead_join_like_the_others(engine: Engine):
+    """The scheduler's encoder thread calls ``Generator.encode`` before ``add``: greedy rows refilling released
+    slots, appended rows and beams must decode exactly as when ``add`` encodes them itself."""
+    ids = [engine.codec.source_ids(t) for t in sample_inputs(engine, 6)]
+
+    def decode(pre_encode: bool) -> list[list[int]]:
+        gen = Generator(engine)
+        first = [Sequence(ids[0], 12), Sequence(ids[1], 12, beam=2)]
+        later = [Sequence(i, 12) for i in ids[2:]] + [Sequence(ids[0], 12, beam=3)]
+        gen.add(first)
+        gen.step()
+        if pre_encode:
+            gen.encode(later)
+            assert all(s.encoded is not None for s in later)
+        gen.add(later)
+        while len(gen):
+            gen.step()
+        return [s.result for s in first + later]
+
+    assert decode(pre_encode=True) == decode(pre_encode=False)
