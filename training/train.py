@@ -201,5 +201,8 @@ def train(cfg: TrainConfig) -> dict:
         write_json(out / "summary.json", {"epochs": row.get("epoch"), "train_time_s": round(time.time() - t0, 1),
                                          "best_valid": best, "world": env.world, "replicas_in_sync": in_sync, "last": row})
     if env.world > 1:
+        # Every rank leaves together: a rank that tore down its gloo group while rank 0 was still writing
+        # files aborted now and then ("terminate called without an active exception").
+        env.barrier()
         dist.destroy_process_group()
     return row
