@@ -327,3 +327,58 @@ def test_device_resident_cache_serves_concurrent_requests(model_repo):
 
     want = generate(Engine(model_repo / JA / "1", EngineOptions(device="cpu")), texts)
     assert [r.outputs[0].text for r in replies[len(problems):]] == want
+
+
+def test_an_encoder_failure_while_others_decode_fails_only_that_request(server):
+    """Fault injection on the encoder thread's path: while a batch decodes, a newcomer's encoder run raises;
+    that request gets INTERNAL, the decoding ones finish, and the next request works."""
+    import threading
+
+    from server.engine import Sequence
+    from server.engine.generator import run
+
+    sched = server.running.repo.get(JA).scheduler
+    engine = sched.engine
+    real, real_set = engine.encode, sched.m_active.set
+    marker = engine.codec.source_ids("Open file")
+    failed_on: list[str] = []
+
+    def failing_for_marker(ids, mask):
+        if any(list(row[: len(marker)]) == marker for row in ids.tolist()):
+            failed_on.append(threading.current_thread().name)
+            raise RuntimeError("injected encoder failure")
+        return real(ids, mask)
+
+    # Inputs with the longest outputs (greedy is deterministic): they decode together for many steps.
+    pool = english(300)
+    lengths = [len(s.result) for s in run(engine, [Sequence(engine.codec.source_ids(t), 60) for t in pool])]
+    long_inputs = [t for _, t in sorted(zip(lengths, pool), key=lambda x: -x[0])[:6]]
+    all_active = threading.Event()
+
+    def watch_active(n: int) -> None:  # the step loop reports its active sequences every iteration
+        if n >= len(long_inputs):
+            all_active.set()
+        real_set(n)
+
+    async def main():
+        async with grpc.aio.insecure_channel(server.address) as ch:
+            stub = pb_grpc.Seq2SeqStub(ch)
+            opts = pb.GenerateOptions(max_new_tokens=60)
+            running = [asyncio.ensure_future(stub.Generate(pb.GenerateRequest(model=JA, inputs=[t], options=opts), timeout=60))
+                       for t in long_inputs]
+            assert await asyncio.get_running_loop().run_in_executor(None, all_active.wait, 10)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stub.Generate(pb.GenerateRequest(model=JA, inputs=["Open file"]), timeout=60)
+            return e.value, await asyncio.gather(*running)
+
+    engine.encode, sched.m_active.set = failing_for_marker, watch_active
+    try:
+        err, replies = asyncio.run(main())
+    finally:
+        engine.encode, sched.m_active.set = real, real_set
+    assert err.code() == grpc.StatusCode.INTERNAL and "encoder failed" in err.details()
+    assert failed_on == [f"encoder-{JA}"]
+    assert all(r.outputs[0].text for r in replies)
+    with Seq2SeqClient(server.address) as c:
+        assert c.generate(JA, ["Open file"])[0]
+    assert wait_for(lambda: sample(scrape(server), "s2s_active_sequences", model=JA) == 0)
