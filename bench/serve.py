@@ -1,13 +1,15 @@
 """Closed-loop load on the real gRPC server, per batching mode and concurrency, against the engine's ceiling.
 
-For each batching mode (continuous, request, none) one `s2s serve` process is started (a separate
-process, so client and server never share a GIL), and for each concurrency C, C client workers
+For each batching mode (continuous, request, none) one `s2s serve` process is started up front (a
+separate process, so client and server never share a GIL), and for each concurrency C, C client workers
 (grpc.aio, one channel, in this process) each send one Generate request (one held-out sentence,
 cycling through the test set) and send the next as soon as the answer arrives.
 
-Per cell: a warm-up (until max(C, 8) answers or --warmup-s, whichever comes first) then a
-measurement window that closes after max(3*C, --min-requests) answers or --seconds, whichever comes
-first. Throughput = answers received inside the window / window length (generated tokens from
+Per cell: --rounds windows, interleaved with the other modes' at the same C (round r runs the
+modes in an order rotated by r) and pooled, so that the machine's drift over minutes does not
+land on one mode. Each window: a warm-up (until max(C, 8) answers or --warmup-s, whichever comes
+first), then measurement until max(3*C, --min-requests) answers (but at least --min-seconds) or
+--seconds, whichever comes first. Throughput = answers received inside the window / window length (generated tokens from
 each Output's output_tokens). Latency (client-side, send to answer) and time to first token
 (server-side, Timings.time_to_first_token_seconds of the unary response) are taken over every
 request *sent* inside the window; requests still in flight when it closes are drained (awaited)
@@ -176,11 +178,44 @@ class Cell:
     rtt_s: list[float] = field(default_factory=list)  # bare round trips (ListModels) on this mode's server, C=1 cells only
     errors: dict[str, int] = field(default_factory=dict)
     indices: list[int] = field(default_factory=list)  # inputs sent inside the window
-    rows_per_step: float | None = None
-    step_ms: float | None = None
-    busy: float | None = None  # share of the window the scheduler thread spent inside decode steps
-    server_cpu: float = 0.0  # CPU seconds per second of window (1.0 = one core busy)
-    client_cpu: float = 0.0
+    steps: float = 0.0  # decode steps inside the window (server histograms)
+    rows_sum: float = 0.0  # their rows, summed
+    step_s: float = 0.0  # their duration, summed
+    server_cpu_s: float = 0.0  # CPU seconds of the server process inside the window
+    client_cpu_s: float = 0.0  # and of this (client) process
+
+    @classmethod
+    def pooled(cls, rounds: list[Cell]) -> Cell:
+        """One cell from the windows of several rounds: counts and durations add up, samples are pooled."""
+        out = cls(rounds[0].mode, rounds[0].conc)
+        for c in rounds:
+            for name in ("window_s", "answers", "tokens", "steps", "rows_sum", "step_s", "server_cpu_s", "client_cpu_s"):
+                setattr(out, name, getattr(out, name) + getattr(c, name))
+            for name in ("latencies", "ttfts", "server_s", "rtt_s", "indices"):
+                getattr(out, name).extend(getattr(c, name))
+            for k, v in c.errors.items():
+                out.errors[k] = out.errors.get(k, 0) + v
+        return out
+
+    @property
+    def rows_per_step(self) -> float | None:
+        return self.rows_sum / self.steps if self.steps else None
+
+    @property
+    def step_ms(self) -> float | None:
+        return 1000 * self.step_s / self.steps if self.steps else None
+
+    @property
+    def busy(self) -> float | None:  # share of the window the scheduler thread spent inside decode steps
+        return self.step_s / self.window_s if self.steps and self.window_s else None
+
+    @property
+    def server_cpu(self) -> float:  # CPU seconds per second of window (1.0 = one core busy)
+        return self.server_cpu_s / self.window_s if self.window_s else 0.0
+
+    @property
+    def client_cpu(self) -> float:
+        return self.client_cpu_s / self.window_s if self.window_s else 0.0
 
     @property
     def rps(self) -> float:
@@ -299,42 +334,56 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     cell.window_s = t_close - t_open
-    if cell.window_s > 0:
-        cell.server_cpu = (cpu1[0] - cpu0[0]) / cell.window_s
-        cell.client_cpu = (cpu1[1] - cpu0[1]) / cell.window_s
-    steps = after["s2s_batch_size_count"] - before["s2s_batch_size_count"]
-    if steps > 0:
-        cell.rows_per_step = (after["s2s_batch_size_sum"] - before["s2s_batch_size_sum"]) / steps
-        step_s = after["s2s_decode_step_duration_seconds_sum"] - before["s2s_decode_step_duration_seconds_sum"]
-        cell.step_ms = 1000 * step_s / steps
-        cell.busy = step_s / cell.window_s if cell.window_s else None
+    cell.server_cpu_s, cell.client_cpu_s = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    cell.steps = after["s2s_batch_size_count"] - before["s2s_batch_size_count"]
+    cell.rows_sum = after["s2s_batch_size_sum"] - before["s2s_batch_size_sum"]
+    cell.step_s = after["s2s_decode_step_duration_seconds_sum"] - before["s2s_decode_step_duration_seconds_sum"]
     return cell
 
 
-async def run_mode(args: argparse.Namespace, inputs: list[str], mode: str, log) -> list[Cell]:
-    cells = []
-    with ServerProcess(args, mode) as server:
-        # one short burst so that ONNX Runtime's first runs are not in any cell
-        async with grpc.aio.insecure_channel(server.address) as ch:
-            stub = pb_grpc.Seq2SeqStub(ch)
-            await asyncio.gather(*(stub.Generate(pb.GenerateRequest(model=args.model, inputs=[inputs[i % len(inputs)]]),
-                                                 timeout=args.request_timeout_s) for i in range(8)))
+async def rtt(server: ServerProcess, args: argparse.Namespace) -> list[float]:
+    """What gRPC alone costs: calls that do no inference (ListModels), same server, same kind of client."""
+    out = []
+    async with grpc.aio.insecure_channel(server.address) as ch:
+        stub = pb_grpc.Seq2SeqStub(ch)
+        for k in range(args.rtt_calls + 20):
+            t0 = time.perf_counter()
+            await stub.ListModels(pb.ListModelsRequest(), timeout=args.request_timeout_s)
+            if k >= 20:
+                out.append(time.perf_counter() - t0)
+    return out
+
+
+async def run_interleaved(args: argparse.Namespace, inputs: list[str], log) -> list[Cell]:
+    """One server per batching mode, all started up front; for each concurrency, ``--rounds`` rounds of one
+    window per mode (the order rotating), pooled per cell. Interleaving keeps the machine's drift (this VM
+    varies by 15-25% over minutes) out of the ratios between modes."""
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for mode in args.modes:
+            log(f"{mode}: starting the server")
+            servers[mode] = stack.enter_context(ServerProcess(args, mode))
+        for server in servers.values():  # one short burst each, so that ONNX Runtime's first runs are in no cell
+            async with grpc.aio.insecure_channel(server.address) as ch:
+                stub = pb_grpc.Seq2SeqStub(ch)
+                await asyncio.gather(*(stub.Generate(pb.GenerateRequest(model=args.model, inputs=[inputs[i % len(inputs)]]),
+                                                     timeout=args.request_timeout_s) for i in range(8)))
+        cells = []
         for conc in args.concurrency:
-            t = time.perf_counter()
-            cell = await run_cell(server, args, inputs, mode, conc, start_index=0)
-            if conc == 1:  # what gRPC alone costs: a call that does no inference, same server, same kind of client
-                async with grpc.aio.insecure_channel(server.address) as ch:
-                    stub = pb_grpc.Seq2SeqStub(ch)
-                    for k in range(args.rtt_calls + 20):
-                        t0 = time.perf_counter()
-                        await stub.ListModels(pb.ListModelsRequest(), timeout=args.request_timeout_s)
-                        if k >= 20:
-                            cell.rtt_s.append(time.perf_counter() - t0)
-            cells.append(cell)
-            log(f"  {mode:10s} C={conc:<3d} {cell.answers:4d} answers in {cell.window_s:5.1f}s  {cell.rps:7.1f} req/s  "
-                f"{cell.tps:8.0f} tok/s  p50 {1000 * cell.lat(50):7.1f} ms  p99 {1000 * cell.lat(99):7.1f} ms  "
-                f"rows/step {cell.rows_per_step or 0:5.1f}  ({time.perf_counter() - t:.1f}s)")
-    return cells
+            rounds: dict[str, list[Cell]] = {m: [] for m in args.modes}
+            for r in range(args.rounds):
+                for mode in args.modes[r % len(args.modes):] + args.modes[: r % len(args.modes)]:
+                    t = time.perf_counter()
+                    cell = await run_cell(servers[mode], args, inputs, mode, conc, start_index=0)
+                    if conc == 1:
+                        cell.rtt_s = await rtt(servers[mode], args)
+                    rounds[mode].append(cell)
+                    log(f"  {mode:10s} C={conc:<3d} round {r + 1}: {cell.answers:4d} answers in {cell.window_s:5.1f}s  "
+                        f"{cell.rps:7.1f} req/s  p50 {1000 * cell.lat(50):7.1f} ms  p99 {1000 * cell.lat(99):7.1f} ms  "
+                        f"({time.perf_counter() - t:.1f}s)")
+            cells += [Cell.pooled(rounds[m]) for m in args.modes]
+    order = {m: i for i, m in enumerate(args.modes)}
+    return sorted(cells, key=lambda c: (order[c.mode], c.conc))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,11 +604,13 @@ def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str],
         f"- Model: `{args.model}` (`{os.path.relpath(bundle, ROOT) if bundle.is_relative_to(ROOT) else bundle}`), "
         f"inputs: {len(inputs)} held-out sentences from `{os.path.relpath(inputs_path, ROOT) if inputs_path.is_relative_to(ROOT) else inputs_path}`, "
         "one per Generate request, cycled in file order; greedy, model default max_new_tokens",
-        f"- Server: a separate `s2s serve` process per batching mode on 127.0.0.1, `--max-batch-size {args.max_batch_size} "
+        f"- Server: a separate `s2s serve` process per batching mode, all three started up front, on 127.0.0.1, `--max-batch-size {args.max_batch_size} "
         f"--max-queue-size {args.max_queue_size} --intra-op-threads {args.intra_op_threads}`, request mode "
         f"`--max-queue-delay-ms {args.queue_delay_ms:g}`; client: grpc.aio in the bench process, one channel, "
         "C closed-loop workers",
-        f"- Cell: warm-up of max(C, 8) answers or {args.warmup_s:g} s, then a window of max({args.requests_per_worker}·C, "
+        f"- Cell: {args.rounds} window(s) per mode and C, interleaved (round r runs the modes in an order rotated by r) "
+        "and pooled, so that this VM's drift over minutes does not land on one mode. Window: warm-up of max(C, 8) "
+        f"answers or {args.warmup_s:g} s, then max({args.requests_per_worker}·C, "
         f"{args.min_requests}) answers (but at least {args.min_seconds:g} s) or {args.seconds:g} s, whichever first. req/s and tok/s = answers (their "
         "`output_tokens`) inside the window / window length. Latency = client-side send→answer of every request sent "
         "inside the window (in-flight ones drained, not cancelled). TTFT = server-side "
@@ -608,8 +659,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", default="1,8,32,64", help="closed-loop client workers per cell, comma-separated")
     p.add_argument("--min-requests", type=int, default=40, help="a cell's window closes after max(requests-per-worker*C, this) answers ...")
     p.add_argument("--requests-per-worker", type=int, default=3, help="... (see --min-requests)")
-    p.add_argument("--seconds", type=float, default=20.0, help="... or after this many seconds, whichever first")
-    p.add_argument("--min-seconds", type=float, default=10.0,
+    p.add_argument("--rounds", type=int, default=2,
+                   help="windows per cell, interleaved with the other modes' (pooled); each window as below")
+    p.add_argument("--seconds", type=float, default=10.0, help="... or after this many seconds, whichever first")
+    p.add_argument("--min-seconds", type=float, default=5.0,
                    help="... but never before this many seconds (so fast cells still give enough samples for p99)")
     p.add_argument("--warmup-s", type=float, default=3.0, help="per-cell warm-up: max(C, 8) answers or this long")
     p.add_argument("--max-batch-size", type=int, default=16, help="server --max-batch-size (its default) and the ceiling's batch_size")
@@ -628,7 +681,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md", help="markdown file to update")
     args = p.parse_args(argv)
     if args.quick:  # smaller defaults; flags given explicitly still win
-        quick = dict(concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0,
+        quick = dict(concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0, rounds=1,
                      ceiling_repeats=1, limit_inputs=64, rtt_calls=50)
         for k, v in quick.items():
             if getattr(args, k) == p.get_default(k):
@@ -699,10 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     if float(load_before.split()[0]) > 0.7 * len(os.sched_getaffinity(0)) if load_before != "n/a" else False:
         log("  warning: the machine is busy (load average above); the figures will be depressed")
 
-    cells: list[Cell] = []
-    for mode in args.modes:
-        log(f"{mode}: starting the server")
-        cells += asyncio.run(run_mode(args, inputs, mode, log))
+    cells = asyncio.run(run_interleaved(args, inputs, log))
 
     log("engine ceiling (in process, no server running)")
     single_idx = sorted({i for c in cells if c.conc == 1 for i in c.indices})
