@@ -91,3 +91,28 @@ def test_bench_decode_quick_runs(tmp_path):
     assert text.count("<!-- bench-decode:begin -->") == 1 and "(100.0%)" in text
     for engine in ("ort+kv", "ort-nocache", "torch+kv", "ct2"):
         assert f"| {engine} |" in text
+
+
+def test_bench_serve_quick_runs(tmp_path):
+    """`bench/serve.py --quick` end to end on the addition model: three real server processes, interleaved
+    windows, the in-process ceilings, and a report whose table has every mode with answers and no errors."""
+    import subprocess
+    import sys
+
+    from conftest import MODEL_REPO, ROOT
+
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text("# Benchmarks\n\n<!-- bench-decode:begin -->\nkept\n<!-- bench-decode:end -->\n")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "serve.py"), "--quick", "--model", "addition", "--model-repo", str(MODEL_REPO),
+         "--inputs", str(ADDITION / "test.tsv"), "--concurrency", "1,4", "--write", "--output", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert "<!-- bench-decode:begin -->\nkept\n<!-- bench-decode:end -->" in text
+    rows = [line.split("|") for line in text.splitlines() if line.startswith(("| continuous |", "| request |", "| none |"))]
+    assert {(r[1].strip(), r[2].strip()) for r in rows} == {(m, c) for m in ("continuous", "request", "none") for c in ("1", "4")}
+    for r in rows:
+        assert int(r[3]) > 0 and r[-2].strip() == "0", r  # answers, no errors
+    assert "scheduler in process" in text and "Where the C=1 latency goes" in text
