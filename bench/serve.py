@@ -19,7 +19,7 @@ The ceiling is measured in this process after every server has exited, as the fa
 `server.engine.generate` on the same inputs with batch_size=--max-batch-size (one thread) and the
 same inputs through the server's own Scheduler driven by 64 closed-loop coroutines (step loop plus
 encoder thread, no gRPC); best of --ceiling-repeats each. The single-request decode time (batch 1,
-median) is taken on the inputs the concurrency-1 cells sent.
+median) is taken in this process after each concurrency-1 round, on the inputs that round sent.
 
 Results are printed and written to docs/BENCHMARKS.md between the bench-serve markers (other
 sections of the file are left as they are). Run it on an otherwise idle machine:
@@ -354,10 +354,27 @@ async def rtt(server: ServerProcess, args: argparse.Namespace) -> list[float]:
     return out
 
 
-async def run_interleaved(args: argparse.Namespace, inputs: list[str], log) -> list[Cell]:
+def single_request_times(engine, args: argparse.Namespace, inputs: list[str], idx: list[int]) -> list[float]:
+    """In-process decode time of each input alone (batch 1): what a request costs without any server."""
+    from server.engine import generate
+
+    mnt = args.max_new_tokens or None
+    for i in idx[:3]:
+        generate(engine, [inputs[i]], max_new_tokens=mnt, batch_size=1)
+    out = []
+    for i in idx:
+        t = time.perf_counter()
+        generate(engine, [inputs[i]], max_new_tokens=mnt, batch_size=1)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def run_interleaved(args: argparse.Namespace, inputs: list[str], engine, log) -> tuple[list[Cell], list[float]]:
     """One server per batching mode, all started up front; for each concurrency, ``--rounds`` rounds of one
     window per mode (the order rotating), pooled per cell. Interleaving keeps the machine's drift (this VM
-    varies by 15-25% over minutes) out of the ratios between modes."""
+    varies by 15-25% over minutes) out of the ratios between modes. After each concurrency-1 round the
+    engine's single-request times are taken in this process on the inputs that round sent, so that the
+    C=1 latency ratio compares numbers of the same minutes too."""
     with contextlib.ExitStack() as stack:
         servers = {}
         for mode in args.modes:
@@ -368,7 +385,7 @@ async def run_interleaved(args: argparse.Namespace, inputs: list[str], log) -> l
                 stub = pb_grpc.Seq2SeqStub(ch)
                 await asyncio.gather(*(stub.Generate(pb.GenerateRequest(model=args.model, inputs=[inputs[i % len(inputs)]]),
                                                      timeout=args.request_timeout_s) for i in range(8)))
-        cells = []
+        cells, single = [], []
         for conc in args.concurrency:
             rounds: dict[str, list[Cell]] = {m: [] for m in args.modes}
             for r in range(args.rounds):
@@ -381,9 +398,12 @@ async def run_interleaved(args: argparse.Namespace, inputs: list[str], log) -> l
                     log(f"  {mode:10s} C={conc:<3d} round {r + 1}: {cell.answers:4d} answers in {cell.window_s:5.1f}s  "
                         f"{cell.rps:7.1f} req/s  p50 {1000 * cell.lat(50):7.1f} ms  p99 {1000 * cell.lat(99):7.1f} ms  "
                         f"({time.perf_counter() - t:.1f}s)")
+                if conc == 1:
+                    sent = sorted({i for m in args.modes for i in rounds[m][-1].indices})
+                    single += await asyncio.to_thread(single_request_times, engine, args, inputs, sent)
             cells += [Cell.pooled(rounds[m]) for m in args.modes]
     order = {m: i for i, m in enumerate(args.modes)}
-    return sorted(cells, key=lambda c: (order[c.mode], c.conc))
+    return sorted(cells, key=lambda c: (order[c.mode], c.conc)), single
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,7 +441,7 @@ def output_tokens(engine, texts: list[str], max_new_tokens: int, batch_size: int
     return sum(len(s.result or []) for s in seqs)
 
 
-def measure_ceiling(engine, args: argparse.Namespace, inputs: list[str], single_idx: list[int], log) -> Ceiling:
+def measure_ceiling(engine, args: argparse.Namespace, inputs: list[str], single: list[float], log) -> Ceiling:
     from server.engine import generate
 
     mnt = args.max_new_tokens or None
@@ -432,14 +452,7 @@ def measure_ceiling(engine, args: argparse.Namespace, inputs: list[str], single_
         generate(engine, inputs, max_new_tokens=mnt, batch_size=args.max_batch_size)
         best = min(best, time.perf_counter() - t)
         log(f"  engine ceiling run {r + 1}: {len(inputs)} sequences in {time.perf_counter() - t:.2f}s")
-    idx = single_idx or list(range(min(40, len(inputs))))
-    for i in idx[:3]:
-        generate(engine, [inputs[i]], max_new_tokens=mnt, batch_size=1)
-    single = []
-    for i in idx:
-        t = time.perf_counter()
-        generate(engine, [inputs[i]], max_new_tokens=mnt, batch_size=1)
-        single.append(time.perf_counter() - t)
+    single = single or single_request_times(engine, args, inputs, list(range(min(40, len(inputs)))))
     sched = min(scheduler_in_process(engine, args, inputs) for _ in range(args.ceiling_repeats))
     log(f"  scheduler in process: {len(inputs)} sequences in {sched:.2f}s")
     return Ceiling(len(inputs), best, tokens, 1000 * statistics.median(single), len(single), sched)
@@ -631,8 +644,8 @@ def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str],
             f"the server's scheduler in process (step loop and encoder thread, 64 closed-loop callers, no gRPC; best of "
             f"{args.ceiling_repeats}): {ceiling.sched_seconds:.2f} s = **{ceiling.n / ceiling.sched_seconds:.1f} sequences/s, "
             f"{ceiling.tokens / ceiling.sched_seconds:.0f} tokens/s**. The ceiling below is the faster of the two. "
-            "Single request (batch 1), median over the "
-            f"{ceiling.single_n} inputs the concurrency-1 cells sent: **{ceiling.single_ms:.1f} ms**.",
+            "Single request (batch 1, in process, timed after each concurrency-1 round on the inputs that round sent), "
+            f"median of {ceiling.single_n} timings: **{ceiling.single_ms:.1f} ms**.",
             "",
         ]
     acc = acceptance(cells, ceiling)
@@ -752,11 +765,10 @@ def main(argv: list[str] | None = None) -> int:
     if float(load_before.split()[0]) > 0.7 * len(os.sched_getaffinity(0)) if load_before != "n/a" else False:
         log("  warning: the machine is busy (load average above); the figures will be depressed")
 
-    cells = asyncio.run(run_interleaved(args, inputs, log))
+    cells, single = asyncio.run(run_interleaved(args, inputs, engine, log))
 
     log("engine ceiling (in process, no server running)")
-    single_idx = sorted({i for c in cells if c.conc == 1 for i in c.indices})
-    ceiling = measure_ceiling(engine, args, inputs, single_idx, log)
+    ceiling = measure_ceiling(engine, args, inputs, single, log)
     elapsed = time.perf_counter() - t_all
 
     text = section(args, cells, ceiling, inputs, inputs_path, bundle, started, load_before, elapsed)
