@@ -33,6 +33,14 @@ from server.metrics import Metrics
 log = logging.getLogger("s2s.scheduler")
 
 
+def _call_each_done(jobs: list[Job]) -> None:
+    for job in jobs:
+        try:
+            job.done(job)
+        except Exception:  # one broken callback must not keep the others' answers from going out
+            log.exception("delivering a finished request failed")
+
+
 @dataclass(eq=False)
 class Job:
     """One input's generation, as the scheduler tracks it."""
@@ -153,6 +161,11 @@ class Scheduler:
     def _deliver(self, job: Job) -> None:
         if self.loop is not None:
             self.loop.call_soon_threadsafe(job.done, job)
+
+    def _deliver_all(self, jobs: list[Job]) -> None:
+        """One wake-up of the event loop for every job a step finished (each wake-up writes its self-pipe)."""
+        if jobs and self.loop is not None:
+            self.loop.call_soon_threadsafe(_call_each_done, jobs)
 
     def _fail(self, job: Job, err: Exception) -> None:
         job.error = err
@@ -332,6 +345,7 @@ class Scheduler:
         self.m_step.observe(dt)
         self.m_batch.observe(rows)
         now = time.monotonic()
+        done = []
         for seq in finished:
             job = self.active.pop(seq.id)
             if job.first_token is None:  # beams report their tokens at the end
@@ -342,4 +356,5 @@ class Scheduler:
             self.m_generated.inc(n)
             if n > 1:
                 self.m_tpot.observe((now - job.first_token) / (n - 1))
-            self._deliver(job)
+            done.append(job)
+        self._deliver_all(done)
