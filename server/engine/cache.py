@@ -24,6 +24,12 @@ from __future__ import annotations
 import numpy as np
 
 
+def _capacity(n: int, step: int = 8) -> int:
+    """n rounded up to a multiple of step: widening a source axis by a few columns at a time would copy it
+    again and again; masked spare columns cost cross-attention next to nothing."""
+    return -(-n // step) * step
+
+
 def pad_axis(a: np.ndarray, axis: int, size: int) -> np.ndarray:
     """Zero-pad one axis at the end (np.pad's generality costs ~60 us a call on the per-request path)."""
     if a.shape[axis] == size:
@@ -107,9 +113,10 @@ class DecodeBatch:
         """Write one newcomer (cross K/V (H, S', Dh), mask (S',)) into a released row, in place."""
         self.dev_cross = None
         s_new, s = src_mask.shape[0], self.src_mask.shape[1]
-        if s_new > s:  # a longer source than any in the batch: widen once (a copy), then write
-            self.cross = [pad_axis(a, 2, s_new) for a in self.cross]
-            self.src_mask = pad_axis(self.src_mask, 1, s_new)
+        if s_new > s:  # a longer source than any in the batch: widen (a copy), with room for the next ones
+            width = _capacity(s_new)
+            self.cross = [pad_axis(a, 2, width) for a in self.cross]
+            self.src_mask = pad_axis(self.src_mask, 1, width)
         for a, c in zip(self.cross, cross):
             a[row, :, :s_new] = c
             a[row, :, s_new:] = 0

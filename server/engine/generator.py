@@ -75,7 +75,8 @@ class Generator:
         ids, mask = pad_batch([s.src_ids for s in todo], self.engine.special.pad)
         cross = self.engine.encode(ids, mask)
         for i, s in enumerate(todo):
-            s.encoded = ([c[i] for c in cross], mask[i])
+            n = len(s.src_ids)  # its own length: the batch's padding would widen the running batch for nothing
+            s.encoded = ([c[i, :, :n] for c in cross], mask[i, :n])
 
     def add(self, seqs: list[Sequence]) -> None:
         """Encode the newcomers that are not yet; greedy ones take released rows in place, the rest are appended
