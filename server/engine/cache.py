@@ -117,13 +117,14 @@ class DecodeBatch:
             width = _capacity(s_new)
             self.cross = [pad_axis(a, 2, width) for a in self.cross]
             self.src_mask = pad_axis(self.src_mask, 1, width)
+        # Only the newcomer's own columns are written. What the previous occupant left in the rest of the
+        # row (cross K/V past s_new, all of its self-attention K/V) stays: masked (src_mask / past_mask 0),
+        # it adds exactly 0 to attention. That halves a refill's memory traffic, and a device-resident
+        # cache needs no round trip for a newcomer.
         for a, c in zip(self.cross, cross):
             a[row, :, :s_new] = c
-            a[row, :, s_new:] = 0
         self.src_mask[row] = 0
         self.src_mask[row, :s_new] = src_mask
-        # The row's old self-attention K/V stay where they are: masked (past_mask 0), they add exactly 0 to
-        # attention, so a device-resident cache needs no round trip for a newcomer.
         self.past_mask[row] = 0
         self.tokens[row], self.positions[row] = first_token, 0
         self.free.remove(row)
