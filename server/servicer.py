@@ -35,10 +35,20 @@ class RequestTracker:
         label = model if model in self.repo.models else ""  # unknown names would explode label cardinality
         t0 = time.perf_counter()
         code = "OK"
+        recorded = False
+
+        def record() -> None:
+            nonlocal recorded
+            if not recorded:
+                recorded = True
+                self.metrics.requests.labels(label, method, code).inc()
+                self.metrics.request_duration.labels(label, method).observe(time.perf_counter() - t0)
+
         try:
             yield
         except ServingError as e:
             code = e.code
+            record()  # before the status goes out: a client that scrapes right after its error finds it counted
             await context.abort(grpc.StatusCode[e.code], str(e))
         except asyncio.CancelledError:
             code = "CANCELLED"
@@ -50,8 +60,7 @@ class RequestTracker:
             code = "INTERNAL"
             raise
         finally:
-            self.metrics.requests.labels(label, method, code).inc()
-            self.metrics.request_duration.labels(label, method).observe(time.perf_counter() - t0)
+            record()
 
 
 def job_output(mv: ModelVersion, job: Job) -> pb.Output:
