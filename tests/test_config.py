@@ -1,0 +1,41 @@
+"""`s2s serve` configuration: flags over S2S_* environment variables over defaults, bad values refused by name."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from server.config import ServerConfig, add_arguments, from_args
+
+
+def parse(argv: list[str], env: dict[str, str] | None = None) -> ServerConfig:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return from_args(p.parse_args(argv), env or {})
+
+
+def test_defaults_are_tritons_ports_and_the_measured_cpu_settings():
+    c = parse([])
+    assert (c.port, c.metrics_port, c.model_repo) == (8001, 8002, Path("models"))
+    assert (c.intra_op_threads, c.io_binding, c.scheduler.mode, c.scheduler.max_batch_size) == (1, "auto", "continuous", 16)
+
+
+def test_flags_win_over_environment_which_wins_over_defaults():
+    env = {"S2S_PORT": "9001", "S2S_MAX_BATCH_SIZE": "32", "S2S_IO_BINDING": "off", "S2S_MODELS": "addition, translate-en-ja:1"}
+    c = parse(["--port", "9100"], env)
+    assert c.port == 9100  # flag
+    assert c.scheduler.max_batch_size == 32 and c.io_binding == "off"  # environment
+    assert c.models == ("addition", "translate-en-ja:1") and c.metrics_port == 8002  # parsed list; default
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batching", "dynamic"], "--batching must be continuous, request or none"),
+    (["--io-binding", "yes"], "--io-binding must be auto, on or off"),
+    (["--tls-cert", "server.pem"], "--tls-cert and --tls-key go together"),
+])
+def test_bad_values_are_refused_naming_the_choices(argv, message):
+    with pytest.raises(SystemExit) as e:
+        parse(argv)
+    assert message in str(e.value)
