@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, free_port
+
 DEPLOY = ROOT / "deploy"
 PROM_DIR = DEPLOY / "prometheus"
 GRAFANA_DIR = DEPLOY / "grafana"
@@ -647,12 +647,6 @@ def test_dockerignore():
 
 # --------------------------------------------------------------------------------------------------
 # The container health check against a real gRPC health service
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_healthcheck_script():
     grpc = pytest.importorskip("grpc")
