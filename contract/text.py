@@ -27,6 +27,11 @@ class UnknownCharactersError(ValueError):
 class TextCodec:
     def __init__(self, tokenizer: Tokenizer, task: TaskConfig, special: SpecialIds):
         self.tokenizer, self.task, self.special = tokenizer, task, special
+        specials = {special.pad, special.bos, special.eos, special.unk}
+        # The most characters one token covers (the Metaspace marker standing for one space). A text
+        # longer than max_chars(n) cannot fit in n tokens, so servers refuse it before tokenizing.
+        self.longest_token_chars = max((len(piece) for piece, i in tokenizer.get_vocab(with_added_tokens=False).items()
+                                        if i not in specials), default=1)
 
     @classmethod
     def from_file(cls, path: Path, task: TaskConfig, special: SpecialIds) -> TextCodec:
@@ -42,6 +47,13 @@ class TextCodec:
             bad = sorted({text[s:e] for i, (s, e) in zip(enc.ids, enc.offsets) if i == self.special.unk})
             raise UnknownCharactersError(bad)
         return enc.ids
+
+    def max_chars(self, max_source_tokens: int) -> int:
+        """Characters a source of at most ``max_source_tokens`` tokens (EOS included) can have.
+
+        Exact for these tokenizers up to Unicode normalization: NFKC composes a letter and a combining
+        mark into one character, so a text that long with many combining marks might still have fit."""
+        return max(0, max_source_tokens - 1) * self.longest_token_chars
 
     def source_ids(self, text: str) -> list[int]:
         """Encoder input: the (optionally reversed) source tokens, then EOS."""

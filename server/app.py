@@ -1,4 +1,5 @@
-"""`s2s serve`: build the gRPC server, serve until SIGTERM/SIGINT, shut down gracefully.
+"""`s2s serve`: build the gRPC server, serve until SIGTERM/SIGINT, shut down gracefully (a second
+signal cuts the grace period short).
 
 Startup: load and verify every bundle (fail fast naming the file), start a scheduler thread per
 model, the /metrics endpoint, the gRPC services (seq2seq.v1, KServe v2, health, reflection).
@@ -12,7 +13,7 @@ import asyncio
 import logging
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,8 +22,8 @@ from grpc_reflection.v1alpha import reflection
 from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
 from s2s import __version__
 from server.config import ServerConfig
-from server.interceptors import BearerTokenInterceptor
-from server.metrics import Metrics
+from server.interceptors import GuardInterceptor, RefusalLog
+from server.metrics import Metrics, MetricsServer
 from server.repository import Repository
 from server.servicer import RequestTracker, Seq2SeqServicer
 
@@ -36,19 +37,33 @@ class Running:
     repo: Repository
     health: health.aio.HealthServicer
     metrics: Metrics
-    http: object | None
+    http: MetricsServer | None
     config: ServerConfig
+    cut_short: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def stop(self) -> None:
-        """Graceful: NOT_SERVING, refuse new work, let in-flight requests finish within the grace period."""
+        """Graceful: NOT_SERVING, refuse new work, let in-flight requests finish within the grace period
+        (or until ``abort()``: a second SIGTERM/SIGINT)."""
         await self.health.enter_graceful_shutdown()
         loop = asyncio.get_running_loop()
         for mv in self.repo.all():
             mv.scheduler.stop()  # new submits now get UNAVAILABLE; queued work still runs
         drains = [loop.run_in_executor(None, mv.scheduler.drain, self.config.grace_s) for mv in self.repo.all()]
-        await asyncio.gather(self.server.stop(self.config.grace_s), *drains)
+        graceful = asyncio.ensure_future(asyncio.gather(self.server.stop(self.config.grace_s), *drains))
+        cut = asyncio.ensure_future(self.cut_short.wait())
+        await asyncio.wait([graceful, cut], return_when=asyncio.FIRST_COMPLETED)
+        if not graceful.done():
+            log.warning("second signal: grace period cut short, failing what is still in flight")
+            for mv in self.repo.all():
+                mv.scheduler.abort()
+            await self.server.stop(0)
+            await asyncio.wait_for(graceful, 5)
+        cut.cancel()
         if self.http is not None:
-            self.http[0].shutdown()
+            self.http.close()
+
+    def abort(self) -> None:
+        self.cut_short.set()
 
 
 def _services() -> list[str]:
@@ -70,19 +85,20 @@ async def start(config: ServerConfig) -> Running:
     for mv in repo.all():
         mv.scheduler.start(loop)
 
-    interceptors = [BearerTokenInterceptor(config.auth_token)] if config.auth_token else []
-    server = grpc.aio.server(interceptors=interceptors, options=[
+    refusals = RefusalLog()
+    server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, metrics, refusals)], options=[
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
+        ("grpc.max_concurrent_streams", config.max_concurrent_streams),
     ])
-    tracker = RequestTracker(metrics, repo)
+    tracker = RequestTracker(metrics, repo, refusals)
     seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, config.scheduler, tracker), server)
     try:
         from server.kserve import add_kserve
     except ImportError:
         add_kserve = None
     if add_kserve is not None:
-        add_kserve(server, repo, config.scheduler, tracker)
+        add_kserve(server, repo, config.scheduler, config.stream, tracker)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = _services()
@@ -100,11 +116,13 @@ async def start(config: ServerConfig) -> Running:
     if not port:
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
-    http = metrics.serve_http(config.metrics_port, config.host) if config.metrics_port else None
+    metrics_host = config.metrics_host or config.host
+    http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving %s on %s (%s), metrics on :%s", ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()),
-             address, "TLS" if config.tls_cert else "plaintext", config.metrics_port or "off")
+    log.info("serving %s on %s (%s), metrics on %s", ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()),
+             address, "TLS" if config.tls_cert else "plaintext",
+             f"{metrics_host}:{config.metrics_port}" if config.metrics_port else "off")
     return Running(server, port, repo, health_servicer, metrics, http, config)
 
 
@@ -116,8 +134,14 @@ async def serve(config: ServerConfig) -> None:
     running = await start(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            running.abort()  # a second signal: the operator does not want to wait out the grace period
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     await stop.wait()
     log.info("shutting down: finishing in-flight requests (grace %.0fs)", config.grace_s)
     await running.stop()

@@ -26,23 +26,35 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class StreamConfig:
+    """Backpressure on a bidirectional stream (ModelStreamInfer): what one client that sends without
+    reading can make the server hold. Beyond either bound the server stops reading that stream."""
+
+    max_pending: int = 128  # requests read but not yet answered and sent
+    max_pending_bytes: int = 16 * 1024 * 1024  # their request and answer bytes
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     model_repo: Path = Path("models")
     models: tuple[str, ...] = ()  # serve only these (NAME or NAME:VERSION); () = all, latest version
     host: str = "0.0.0.0"
     port: int = 8001  # Triton's gRPC port
     metrics_port: int = 8002  # Triton's metrics port
+    metrics_host: str | None = None  # None: the same address as gRPC (--host)
     device: str = "auto"
     intra_op_threads: int = 1
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
     grace_s: float = 10.0
     max_message_bytes: int = 4 * 1024 * 1024
+    max_concurrent_streams: int = 256  # HTTP/2 streams (calls) at once per client connection
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None  # set: clients must present a certificate (mTLS)
     auth_token: str | None = None  # set: every call needs "authorization: Bearer <token>"
     log_level: str = "INFO"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
 
 
 # flag -> (field, type, help). Each flag's environment variable is S2S_<FLAG>, e.g. S2S_PORT.
@@ -52,12 +64,18 @@ _FLAGS = {
     "host": (str, "address to bind"),
     "port": (int, "gRPC port (seq2seq.v1, KServe v2, health, reflection)"),
     "metrics-port": (int, "Prometheus /metrics port (0 = off)"),
+    "metrics-host": (str, "address /metrics binds (default: --host; 127.0.0.1 keeps it private)"),
     "device": (str, "auto | cpu | cuda: auto uses CUDA when ONNX Runtime can load it"),
     "intra-op-threads": (int, "ONNX Runtime threads per session (1 is fastest on small CPUs; measured)"),
     "io-binding": (str, ("auto | on | off: keep the KV cache in ONNX Runtime device memory between steps "
                          "(auto: on CUDA, where numpy would copy it through the host every step)")),
     "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),
-    "max-message-bytes": (int, "largest gRPC message accepted"),
+    "max-message-bytes": (int, "largest gRPC message accepted (bigger ones: RESOURCE_EXHAUSTED before any work)"),
+    "max-concurrent-streams": (int, "calls in flight at once per client connection (HTTP/2 streams; more wait)"),
+    "stream-max-pending": (int, "ModelStreamInfer: requests of one stream read but not yet answered; beyond, "
+                                "the server stops reading it"),
+    "stream-max-pending-bytes": (int, "ModelStreamInfer: bytes of those requests and answers; beyond, the "
+                                      "server stops reading it"),
     "tls-cert": (Path, "PEM certificate chain: serve TLS"),
     "tls-key": (Path, "PEM private key for --tls-cert"),
     "tls-client-ca": (Path, "PEM CA bundle: require client certificates (mTLS)"),
@@ -89,6 +107,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
             values[attr] = raw
     sched_fields = {f.name for f in fields(SchedulerConfig)}
     sched = {k: v for k, v in values.items() if k in sched_fields}
+    stream = {f.name: values[f"stream_{f.name}"] for f in fields(StreamConfig) if f"stream_{f.name}" in values}
     if "batching" in values:
         if values["batching"] not in ("continuous", "request", "none"):
             raise SystemExit(f"--batching must be continuous, request or none, not {values['batching']!r}")
@@ -100,4 +119,4 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
         raise SystemExit(f"--io-binding must be auto, on or off, not {top['io_binding']!r}")
     if bool(top.get("tls_cert")) != bool(top.get("tls_key")):
         raise SystemExit("--tls-cert and --tls-key go together")
-    return ServerConfig(**top, scheduler=SchedulerConfig(**sched))
+    return ServerConfig(**top, scheduler=SchedulerConfig(**sched), stream=StreamConfig(**stream))

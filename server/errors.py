@@ -36,3 +36,21 @@ class ShuttingDown(ServingError):
 
 class EngineFailure(ServingError):
     code = "INTERNAL"
+
+
+# Client strings (model names, ids, tensor names) go into status messages, which travel in HTTP/2
+# trailers (8 KiB by default): echoing them whole would let one client turn any error into a
+# metadata-size failure and fill the log.
+ECHO_CHARS = 64
+MAX_DETAILS_CHARS = 1024  # the longest status message the server sends
+
+
+def clip(value: str, limit: int = ECHO_CHARS) -> str:
+    """``repr`` of a client string, cut to ``limit`` characters with the full length stated."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def clip_details(details: str) -> str:
+    return details if len(details) <= MAX_DETAILS_CHARS else details[:MAX_DETAILS_CHARS] + "... (truncated)"

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import grpc
 
 from s2s import __version__
-from server.config import SchedulerConfig
-from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError
+from server.config import SchedulerConfig, StreamConfig
+from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError, clip
 from server.repository import ModelVersion, Repository
-from server.requests import GenOptions, limits, prepare
+from server.requests import GenOptions, Limits, limits, prepare
 from server.servicer import RequestTracker, deadline_of
 
 log = logging.getLogger("s2s.kserve")
@@ -95,6 +95,9 @@ TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
 OPTIONS = ("max_tokens", "beam_width")  # request parameters or optional inputs
 PLATFORM, BACKEND = "s2s", "onnxruntime"
 EXTENSIONS = ("model_configuration", "parameters")
+# Triton echoes a request's id in its response; a longer one is refused rather than copied into
+# every answer and error of a stream.
+MAX_ID_CHARS = 256
 
 
 def _ready(mv: ModelVersion) -> bool:
@@ -127,13 +130,15 @@ def join_bytes(items: list[bytes]) -> bytes:
     return b"".join(struct.pack("<I", len(b)) + b for b in items)
 
 
-def _texts(model: str, t, raw: bytes | None) -> tuple[list[str], list[int]]:
+def _texts(model: str, t, raw: bytes | None, lim: Limits) -> tuple[list[str], list[int]]:
     if t.datatype != "BYTES":
         raise InvalidInput(f"input {TEXT_INPUT!r} has datatype {t.datatype!r}; model {model!r} expects 'BYTES'")
     dims = list(t.shape)
     if not (len(dims) == 1 or (len(dims) == 2 and dims[1] == 1)) or dims[0] < 0:
         raise InvalidInput(f"input {TEXT_INPUT!r} has shape {_shape(dims)}; model {model!r} expects [-1] or [-1, 1] "
                            "(one text per row)")
+    if dims[0] > lim.max_inputs:  # before any element is split or decoded
+        raise InvalidInput(f"model {model!r}: {dims[0]} inputs in one request; the limit is {lim.max_inputs}")
     if raw is not None:
         items = split_bytes(raw, f"raw_input_contents for input {TEXT_INPUT!r}")
         where = "raw_input_contents"
@@ -143,6 +148,10 @@ def _texts(model: str, t, raw: bytes | None) -> tuple[list[str], list[int]]:
     if len(items) != dims[0]:
         raise InvalidInput(f"input {TEXT_INPUT!r} has {len(items)} elements in {where} but its shape {_shape(dims)} "
                            f"needs {dims[0]}")
+    for i, b in enumerate(items):
+        if len(b) > lim.max_input_bytes:
+            raise InvalidInput(f"input {TEXT_INPUT!r} element {i} has {len(b)} bytes; model {model!r} accepts at most "
+                               f"{lim.max_input_chars} characters ({lim.max_input_tokens} tokens)")
     texts = []
     for i, b in enumerate(items):
         try:
@@ -198,7 +207,10 @@ class Parsed:
 
 def parse(repo: Repository, sched: SchedulerConfig, request, deadline: float | None) -> Parsed:
     """Validate a ModelInferRequest; raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) naming the problem."""
+    if len(request.id) > MAX_ID_CHARS:
+        raise InvalidInput(f"request id has {len(request.id)} characters; the limit is {MAX_ID_CHARS}")
     mv = repo.get(request.model_name, request.model_version)
+    lim = limits(mv, sched)
     if not _ready(mv):
         raise ModelNotReady(f"model {mv.name!r} version {mv.version} is not ready (the server is shutting down); retry")
     name = mv.name
@@ -213,19 +225,18 @@ def parse(repo: Repository, sched: SchedulerConfig, request, deadline: float | N
     given: dict[str, tuple] = {}
     for i, t in enumerate(request.inputs):
         if t.name != TEXT_INPUT and t.name not in OPTIONS:
-            raise InvalidInput(f"unexpected inference input {t.name!r} for model {name!r}; its inputs are "
+            raise InvalidInput(f"unexpected inference input {clip(t.name)} for model {name!r}; its inputs are "
                                f"{TEXT_INPUT!r} (BYTES) and optional {' and '.join(map(repr, OPTIONS))} (INT64)")
         if t.name in given:
-            raise InvalidInput(f"input {t.name!r} appears more than once")
+            raise InvalidInput(f"input {clip(t.name)} appears more than once")
         given[t.name] = (t, raw[i] if raw else None)
     if TEXT_INPUT not in given:
         raise InvalidInput(f"model {name!r}: missing input {TEXT_INPUT!r} (BYTES, shape [-1]: the texts)")
-    texts, shape = _texts(name, *given[TEXT_INPUT])
+    texts, shape = _texts(name, *given[TEXT_INPUT], lim)
     for o in request.outputs:
         if o.name != TEXT_OUTPUT:
-            raise InvalidInput(f"unexpected inference output {o.name!r} for model {name!r}; its output is {TEXT_OUTPUT!r}")
+            raise InvalidInput(f"unexpected inference output {clip(o.name)} for model {name!r}; its output is {TEXT_OUTPUT!r}")
 
-    lim = limits(mv, sched)
     opts = {}
     for key in OPTIONS:
         value = _int_param(request.parameters, key)
@@ -272,8 +283,8 @@ class _StreamItem:
 
 
 class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, repo: Repository, sched: SchedulerConfig, tracker: RequestTracker):
-        self.repo, self.sched, self.tracker = repo, sched, tracker
+    def __init__(self, repo: Repository, sched: SchedulerConfig, stream: StreamConfig, tracker: RequestTracker):
+        self.repo, self.sched, self.stream, self.tracker = repo, sched, stream, tracker
 
     async def _get(self, context: grpc.aio.ServicerContext, name: str, version: str) -> ModelVersion:
         try:
@@ -318,6 +329,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             "version": mv.version, "task": cfg.task.name, "provider": mv.engine.provider, "quantization": cfg.quantization,
             "max_input_tokens": lim.max_input_tokens, "max_tokens": lim.max_new_tokens,
             "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": self.sched.mode,
+            "max_input_chars": lim.max_input_chars, "max_rows_per_request": lim.max_rows, "max_id_chars": MAX_ID_CHARS,
             "scheduler_max_batch_size": self.sched.max_batch_size,
         }
         return pb.ModelConfigResponse(config=pb.ModelConfig(
@@ -357,6 +369,8 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _stream_one(self, request, context: grpc.aio.ServicerContext):
         item = _StreamItem(context)
+        # An id over the limit is refused (below, by parse) and not echoed: the answer carries none.
+        rid = request.id if len(request.id) <= MAX_ID_CHARS else ""
         try:
             async with self.tracker.track(item, request.model_name, "ModelStreamInfer"):
                 resp = await self._infer(request, deadline_of(context))
@@ -367,33 +381,41 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         except _StreamItem.Failed as e:
             message = e.details
         except Exception as e:  # a bug must fail this request, not the stream (the tracker counted it INTERNAL)
-            log.exception("ModelStreamInfer: request %r failed", request.id)
+            log.exception("ModelStreamInfer: request %s failed", clip(request.id))
             message = f"internal error ({type(e).__name__}); see server log"
-        if request.id:  # as Triton: the client can tell which request of the stream failed
-            message = f"[request id: {request.id}] {message}"
+        if rid:  # as Triton: the client can tell which request of the stream failed
+            message = f"[request id: {rid}] {message}"
+        name = request.model_name if len(request.model_name) <= MAX_ID_CHARS else ""
         return pb.ModelStreamInferResponse(
             error_message=message,
-            infer_response=pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id))
+            infer_response=pb.ModelInferResponse(model_name=name, model_version=request.model_version[:MAX_ID_CHARS], id=rid))
 
     async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator:
         """Each request runs as soon as it arrives, concurrently with the others (so they batch); each
-        response is sent when its request finishes, carrying the request's id. At most max_queue_size
-        requests of one stream are in flight; beyond that the stream stops reading (flow control)."""
-        out: asyncio.Queue = asyncio.Queue()
-        slots = asyncio.Semaphore(max(1, self.sched.max_queue_size))
+        response is sent when its request finishes, carrying the request's id.
+
+        Backpressure: a request holds a place in the stream's window from the moment it is read until
+        its answer has been handed to gRPC, so a client that sends without reading stalls its own
+        stream (the reader stops, HTTP/2 flow control stops the client) instead of piling up answers
+        in server memory. The window holds at most ``stream.max_pending`` requests and
+        ``stream.max_pending_bytes`` of requests and answers (always at least one)."""
+        out: asyncio.Queue = asyncio.Queue()  # bounded by the window: only answers that hold a place
+        window = Window(self.stream.max_pending, self.stream.max_pending_bytes)
         tasks: set[asyncio.Task] = set()
 
-        async def one(request) -> None:
-            try:
-                out.put_nowait(await self._stream_one(request, context))
-            finally:
-                slots.release()
+        async def one(request, size: int) -> None:
+            response = await self._stream_one(request, context)
+            del request  # the answer's size replaces the request's in the window
+            grown = response.ByteSize()
+            window.resize(size, grown)
+            out.put_nowait((response, grown))
 
         async def read() -> None:
             try:
                 async for request in request_iterator:
-                    await slots.acquire()
-                    task = asyncio.ensure_future(one(request))
+                    size = request.ByteSize()
+                    await window.acquire(size)
+                    task = asyncio.ensure_future(one(request, size))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 if tasks:
@@ -403,8 +425,10 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         reader = asyncio.ensure_future(read())
         try:
-            while (response := await out.get()) is not None:
-                yield response
+            while (item := await out.get()) is not None:
+                response, size = item
+                yield response  # returns once gRPC has taken the message (flow control permitting)
+                window.release(size)
             reader.result()  # a failed read fails the stream
         finally:
             reader.cancel()
@@ -412,5 +436,34 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
 
-def add_kserve(server: grpc.aio.Server, repo: Repository, sched: SchedulerConfig, tracker: RequestTracker) -> None:
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, sched, tracker), server)
+class Window:
+    """Places for a stream's unanswered and unsent requests, counted and in bytes (one waiter: its reader)."""
+
+    def __init__(self, max_count: int, max_bytes: int):
+        self.max_count, self.max_bytes = max(1, max_count), max_bytes
+        self.count = self.bytes = 0
+        self.freed = asyncio.Event()
+
+    def _fits(self, size: int) -> bool:
+        # One request always fits, however large (it is already within the message-size limit).
+        return self.count == 0 or (self.count < self.max_count and self.bytes + size <= self.max_bytes)
+
+    async def acquire(self, size: int) -> None:
+        while not self._fits(size):
+            self.freed.clear()
+            await self.freed.wait()
+        self.count += 1
+        self.bytes += size
+
+    def resize(self, old: int, new: int) -> None:
+        self.bytes += new - old
+
+    def release(self, size: int) -> None:
+        self.count -= 1
+        self.bytes -= size
+        self.freed.set()
+
+
+def add_kserve(server: grpc.aio.Server, repo: Repository, sched: SchedulerConfig, stream: StreamConfig,
+               tracker: RequestTracker) -> None:
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, sched, stream, tracker), server)

@@ -9,7 +9,7 @@ from pathlib import Path
 from contract.bundle import BundleError
 from server.config import ServerConfig
 from server.engine import Engine, EngineOptions
-from server.errors import ModelNotFound
+from server.errors import ModelNotFound, clip
 from server.metrics import Metrics
 from server.scheduler import Scheduler
 
@@ -64,11 +64,11 @@ class Repository:
         versions = self.models.get(name)
         if not versions:
             known = ", ".join(sorted(self.models)) or "none"
-            raise ModelNotFound(f"model {name!r} is not served here (served: {known})")
+            raise ModelNotFound(f"model {clip(name)} is not served here (served: {known})")
         if not version:
             return versions[max(versions, key=int)]
         if version not in versions:
-            raise ModelNotFound(f"model {name!r} has no version {version!r} loaded (loaded: {', '.join(sorted(versions))})")
+            raise ModelNotFound(f"model {clip(name)} has no version {clip(version)} loaded (loaded: {', '.join(sorted(versions))})")
         return versions[version]
 
     def all(self) -> list[ModelVersion]:

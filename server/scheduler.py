@@ -115,6 +115,12 @@ class Scheduler:
             self.stopping = True
             self.cv.notify_all()
 
+    def abort(self) -> None:
+        """Grace period over: the worker fails everything left (UNAVAILABLE) and exits."""
+        with self.cv:
+            self.stopping = self.aborting = True
+            self.cv.notify_all()
+
     def drain(self, timeout: float) -> None:
         """Refuse new work, let admitted and queued work finish for up to ``timeout``, then fail the rest."""
         with self.cv:

@@ -12,11 +12,16 @@ import grpc
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from server.config import SchedulerConfig
-from server.errors import ServingError
+from server.errors import ServingError, clip_details
+from server.interceptors import RefusalLog
 from server.metrics import Metrics
 from server.repository import ModelVersion, Repository
 from server.requests import GenOptions, limits, prepare
 from server.scheduler import Job
+
+
+# The client's doing (or a retry-later): logged at WARNING at most, rate-limited.
+CLIENT_CODES = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAUTHENTICATED"})
 
 
 def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
@@ -27,8 +32,8 @@ def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
 class RequestTracker:
     """Counts a call by status code and times it; the one place request metrics are recorded for every API."""
 
-    def __init__(self, metrics: Metrics, repo: Repository):
-        self.metrics, self.repo = metrics, repo
+    def __init__(self, metrics: Metrics, repo: Repository, refusals: RefusalLog):
+        self.metrics, self.repo, self.refusals = metrics, repo, refusals
 
     @contextlib.asynccontextmanager
     async def track(self, context: grpc.aio.ServicerContext, model: str, method: str):
@@ -49,7 +54,10 @@ class RequestTracker:
         except ServingError as e:
             code = e.code
             record()  # before the status goes out: a client that scrapes right after its error finds it counted
-            await context.abort(grpc.StatusCode[e.code], str(e))
+            details = clip_details(str(e))
+            if code in CLIENT_CODES:
+                self.refusals(code, f"{method}: {details}")
+            await context.abort(grpc.StatusCode[e.code], details)
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -132,5 +140,6 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
                 max_input_tokens=lim.max_input_tokens, max_new_tokens=lim.max_new_tokens,
                 max_inputs_per_request=lim.max_inputs, max_beam_size=lim.max_beam,
                 versions=sorted(versions, key=int), quantization=cfg.quantization,
+                max_input_chars=lim.max_input_chars, max_rows_per_request=lim.max_rows,
             ))
         return pb.ListModelsResponse(models=out)

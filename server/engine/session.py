@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +33,47 @@ class EngineOptions:
     io_binding: str = "auto"  # auto | on | off
 
 
+# What onnxruntime-gpu's CUDA provider links against (its GPU requirements page): without any of
+# them ORT prints red ERROR lines at every session and falls back to CPU.
+CUDA_LIBRARIES = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13", "libcudnn.so.9")
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_probe() -> tuple[bool, str]:
+    """Can the CUDA provider load here? Decided before asking ONNX Runtime for it, and why."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return False, "this onnxruntime build has no CUDA provider"
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False, "no NVIDIA driver (libcuda.so.1 not found)"
+    if hasattr(ort, "preload_dlls"):  # loads CUDA/cuDNN from the nvidia-* wheels when they are installed
+        with contextlib.suppress(Exception):
+            ort.preload_dlls(directory="")
+    for lib in CUDA_LIBRARIES:
+        try:
+            ctypes.CDLL(lib)
+        except OSError:
+            return False, f"{lib} not found (the CUDA provider needs CUDA 13 and cuDNN 9)"
+    return True, "NVIDIA driver, CUDA 13 and cuDNN 9 found"
+
+
 def _providers(device: str) -> list[str]:
-    available = ort.get_available_providers()  # lists CUDA even where CUDA cannot load
-    if device in ("auto", "cuda") and "CUDAExecutionProvider" in available:
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    usable, why = cuda_probe()
+    if usable:
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if device == "cuda":
+        raise BundleError(f"--device cuda asked, but the CUDA provider cannot load: {why}")
     return ["CPUExecutionProvider"]
+
+
+@functools.lru_cache(maxsize=None)
+def _log_provider_once(device: str, provider: str) -> None:
+    """One INFO line per process and device setting: which provider runs, and why."""
+    why = "asked for" if device == "cpu" else cuda_probe()[1]
+    log.info("ONNX Runtime runs %s (--device %s: %s)", provider, device, why)
 
 
 class Engine:
@@ -56,6 +95,7 @@ class Engine:
         self.decoder = self._session(bundle.DECODER_FILE, so, providers, self.config.decoder_io)
         # What really runs (get_available_providers() lists CUDA even without a GPU).
         self.provider = self.decoder.get_providers()[0]
+        _log_provider_once(options.device, self.provider)
         if options.device == "cuda" and self.provider != "CUDAExecutionProvider":
             raise BundleError(f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)")
         self.device_type = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
