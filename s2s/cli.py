@@ -155,12 +155,29 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("client", help="call a running server: one output line per input line",
-                       description="Send TEXT arguments (or stdin, one input per line) to a model; prints one output per line, in order.")
+                       description="Send TEXT arguments (or stdin, one input per line) to a model; prints one output "
+                       "per line, in input order. Stdin is read as a stream, so it may be any length: its lines go "
+                       "in requests of at most --inputs-per-request, with up to --concurrency requests in flight, "
+                       "and each output is printed as soon as it and those before it are answered. Blank (or "
+                       "all-whitespace) lines of stdin are not sent; each prints a blank output line, so output "
+                       "line N answers input line N. On a failure the outputs of the inputs before the failed one are "
+                       "printed, the error names its stdin line (or TEXT position) and the gRPC status, and the exit "
+                       "status is 1.")
     p.add_argument("text", nargs="*", help="inputs (default: read stdin)")
     p.add_argument("--server", default="localhost:8001", help="HOST:PORT")
     p.add_argument("--model", help="model name (see --list)")
     p.add_argument("--list", action="store_true", help="list the served models and their limits")
-    p.add_argument("--stream", action="store_true", help="print text as it is generated")
+    p.add_argument("--stream", action="store_true",
+                   help="use GenerateStream: a single input's text is printed as it is generated; more inputs are "
+                   "printed line by line as each finishes, one request at a time (--concurrency does not apply)")
+    p.add_argument("--inputs-per-request", "--batch-size", type=int, default=0, metavar="N",
+                   help="inputs per request; 0 = as many as the model allows (ListModels: max_inputs_per_request, "
+                   "and max_rows_per_request / --beam-size; 64 if the model is not listed), which is also the most "
+                   "used. When stdin is a terminal, 0 sends each line alone")
+    p.add_argument("--concurrency", type=int, default=4, metavar="K",
+                   help="requests in flight at once, fewer if together they would hold more than the model's "
+                   "max_rows_per_request rows (memory stays bounded: K x N inputs). A request refused with "
+                   "RESOURCE_EXHAUSTED (queue full) is resent after a backoff")
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = model default")
     p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
     p.add_argument("--timeout", type=float, default=60.0, help="deadline in seconds")

@@ -6,6 +6,7 @@ import itertools
 import os
 import re
 import sys
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -15,9 +16,10 @@ import grpc
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 
-# Used when ListModels does not name the model's limit: the server's default max_inputs_per_request.
+# When ListModels does not list the model: the server's default max_inputs_per_request.
 DEFAULT_INPUTS_PER_REQUEST = 64
 DEFAULT_CONCURRENCY = 4
+RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # RESOURCE_EXHAUSTED: resent after each (6.35 s in all)
 
 
 class GenerateManyError(grpc.RpcError):
@@ -48,6 +50,11 @@ class GenerateManyError(grpc.RpcError):
 
 
 _INPUT_RE = re.compile(r"^input (\d+)(: )?")  # how the server names one input of a request
+
+
+def _per_request(max_inputs: int, max_rows: int, beam_size: int) -> int:
+    """Inputs one request may have: each input takes beam_size rows (max_rows 0 = no row limit known)."""
+    return max(1, min(max_inputs, max_rows // max(1, beam_size))) if max_rows else max_inputs
 
 
 def _chunks(items: Iterable[str], n: int) -> Iterator[list[str]]:
@@ -96,30 +103,45 @@ class Seq2SeqClient:
     def models(self) -> list[pb.ModelInfo]:
         return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata).models)
 
-    def max_inputs_per_request(self, model: str) -> int:
-        """The model's limit as ListModels advertises it; DEFAULT_INPUTS_PER_REQUEST if it is not listed."""
+    def limits(self, model: str) -> tuple[int, int]:
+        """(max_inputs_per_request, max_rows_per_request) as ListModels advertises them for ``model``;
+        (DEFAULT_INPUTS_PER_REQUEST, 0) if it is not listed (0: no row limit advertised)."""
         try:
             models = self.models()
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
             models = []
-        return next((m.max_inputs_per_request for m in models if m.name == model and m.max_inputs_per_request),
-                    DEFAULT_INPUTS_PER_REQUEST)
+        info = next((m for m in models if m.name == model), None)
+        if info is None:
+            return DEFAULT_INPUTS_PER_REQUEST, 0
+        return info.max_inputs_per_request or DEFAULT_INPUTS_PER_REQUEST, info.max_rows_per_request
+
+    def max_inputs_per_request(self, model: str, beam_size: int = 1) -> int:
+        """The most inputs one request for ``model`` may have: its max_inputs_per_request and, as each input
+        takes ``beam_size`` rows, its max_rows_per_request / beam_size."""
+        return _per_request(*self.limits(model), beam_size)
 
     def generate_many(self, model: str, texts: Iterable[str], *, inputs_per_request: int = 0,
                       concurrency: int = DEFAULT_CONCURRENCY, **kw) -> Iterator[str]:
         """One output per input of ``texts`` (any iterable, read lazily), in order, as the requests complete.
 
         Inputs go in requests of at most ``inputs_per_request`` (0 = the model's advertised limit; never
-        above it), with up to ``concurrency`` requests in flight, so memory stays bounded however long
-        ``texts`` is. A failed request raises GenerateManyError after the outputs before it were yielded;
-        the requests still in flight are then cancelled. ``kw``: as ``generate`` (max_new_tokens, ...).
+        above it), with up to ``concurrency`` requests in flight (fewer if together they would hold more
+        rows, inputs x beam, than the model's max_rows_per_request: its queue), so memory stays bounded
+        however long ``texts`` is. A request refused with RESOURCE_EXHAUSTED (queue full) is resent after
+        a backoff, up to len(RETRY_DELAYS_S) times. A failed request raises GenerateManyError once the
+        outputs before its failed input were yielded (those of its own request are asked again, without
+        it); the requests still in flight are then cancelled. ``kw``: as ``generate`` (max_new_tokens, ...).
         """
-        limit = self.max_inputs_per_request(model)
+        beam = max(1, kw.get("beam_size") or 1)
+        max_inputs, rows = self.limits(model)
+        limit = _per_request(max_inputs, rows, beam)
         n = min(inputs_per_request, limit) if inputs_per_request else limit
         if n < 1 or concurrency < 1:
             raise ValueError(f"inputs_per_request and concurrency must be positive (got {n}, {concurrency})")
+        if rows:
+            concurrency = max(1, min(concurrency, rows // (n * beam)))
         window: deque[tuple[int, pb.GenerateRequest, grpc.Future]] = deque()  # (first input's position, request, call)
         sent = 0
         try:
@@ -140,17 +162,25 @@ class Seq2SeqClient:
         return self.stub.Generate.future(request, timeout=self.timeout, metadata=self.metadata)
 
     def _outputs(self, first: int, request: pb.GenerateRequest, call: grpc.Future) -> Iterator[str]:
-        try:
-            reply = call.result()
-        except grpc.RpcError as e:
-            err = GenerateManyError(e.code(), e.details(), first, len(request.inputs))
-            if err.index is not None and err.index > first:
-                # The server refuses a whole request for one bad input: answer the inputs before it, then fail.
-                before = pb.GenerateRequest()
-                before.CopyFrom(request)
-                del before.inputs[err.index - first:]
-                yield from self._outputs(first, before, self._send(before))
-            raise err from None
+        delays = iter(RETRY_DELAYS_S)
+        while True:
+            try:
+                reply = call.result()
+                break
+            except grpc.RpcError as e:
+                delay = next(delays, None) if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else None
+                if delay is not None:  # the model's queue is full (of others' work): back off and resend
+                    time.sleep(delay)
+                    call = self._send(request)
+                    continue
+                err = GenerateManyError(e.code(), e.details(), first, len(request.inputs))
+                if err.index is not None and err.index > first:
+                    # The server refuses a whole request for one bad input: answer the inputs before it, then fail.
+                    before = pb.GenerateRequest()
+                    before.CopyFrom(request)
+                    del before.inputs[err.index - first:]
+                    yield from self._outputs(first, before, self._send(before))
+                raise err from None
         for out in reply.outputs:
             yield out.text
 
@@ -223,7 +253,7 @@ def run_cli(args) -> int:
                 it = iter(texts)
                 head = list(itertools.islice(it, 2))
                 deltas = len(head) == 1  # one input in all: print its text as it is generated
-                limit = client.max_inputs_per_request(args.model)
+                limit = client.max_inputs_per_request(args.model, args.beam_size)
                 n = min(n, limit) if n else limit
                 outputs = _streamed(client, args.model, itertools.chain(head, it), n, deltas, **kw)
             else:
