@@ -1,0 +1,436 @@
+"""One client must not hurt the others: bounded memory per stream, cheap checks before any work,
+limits that can be met, auth on every call, no tracebacks for bad input.
+
+Most tests run the real `s2s serve` as a child process, so its memory (VmRSS) and its log are the
+server's own and nothing else's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from conftest import MODEL_REPO, ROOT, ServerThread, free_port, server_config
+from protos.seq2seq.v1 import seq2seq_pb2 as pb
+from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
+
+ADD, JA = "addition", "translate-en-ja"
+GENERATE = "/seq2seq.v1.Seq2Seq/Generate"
+
+
+class Served:
+    """`s2s serve` in a child process; its combined stdout/stderr goes to a file the tests read."""
+
+    def __init__(self, tmp: Path, *args: str):
+        self.port, self.metrics_port = free_port(), free_port()
+        self.log_path = tmp / "server.log"
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
+             "--port", str(self.port), "--metrics-port", str(self.metrics_port), *args],
+            stdout=self.log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.address = f"127.0.0.1:{self.port}"
+        with grpc.insecure_channel(self.address) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            end = time.monotonic() + 60
+            while True:
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                assert time.monotonic() < end and self.proc.poll() is None, self.log()
+                time.sleep(0.1)
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
+    def log(self) -> str:
+        self.log_file.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            self.proc.kill()
+            self.log_file.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, model_repo):
+    srv = Served(tmp_path_factory.mktemp("served"))
+    yield srv
+    srv.stop()
+
+
+def assert_no_traceback(log: str) -> None:
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+# ---- startup ---------------------------------------------------------------------------------------
+def test_cpu_only_start_prints_no_error_and_names_the_provider(served):
+    log = served.log()
+    assert_no_traceback(log)
+    assert "[E:onnxruntime" not in log  # ONNX Runtime's own red lines about missing CUDA libraries
+    assert re.search(r"INFO s2s.engine: ONNX Runtime runs \w+ExecutionProvider \(--device auto: .+\)", log), log
+
+
+# ---- memory held for a client that never reads -----------------------------------------------------
+def test_unread_stream_holds_bounded_memory_and_others_are_served(served):
+    """1,200 requests of 0.5 MB each on one ModelStreamInfer stream whose answers are never read."""
+    from tritonclient.grpc import service_pb2 as kpb
+    from tritonclient.grpc import service_pb2_grpc as kpb_grpc
+
+    junk = "x" * 500_000  # an ignored request parameter: big requests, small answers
+
+    def request(i: int):
+        r = kpb.ModelInferRequest(model_name=ADD if i % 2 else "no-such-model", id=str(i))
+        t = r.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        t.contents.bytes_contents.append(f"{i % 500}+1".encode())
+        r.parameters["padding"].string_param = junk
+        return r
+
+    async def main() -> tuple[int, float]:
+        before = served.rss_mb()
+        peak = before
+        async with grpc.aio.insecure_channel(served.address) as ch:
+            call = kpb_grpc.GRPCInferenceServiceStub(ch).ModelStreamInfer()
+            sent = 0
+            for i in range(1200):
+                try:
+                    await asyncio.wait_for(call.write(request(i)), 10)
+                except asyncio.TimeoutError:
+                    break  # the server stopped reading: backpressure reached this client
+                sent += 1
+                if i % 100 == 0:
+                    peak = max(peak, served.rss_mb())
+            await asyncio.sleep(1)
+            peak = max(peak, served.rss_mb())
+            # Meanwhile another client is served.
+            other = pb_grpc.Seq2SeqStub(ch)
+            async with grpc.aio.insecure_channel(served.address) as ch2:
+                reply = await pb_grpc.Seq2SeqStub(ch2).Generate(pb.GenerateRequest(model=ADD, inputs=["20+22"]), timeout=10)
+            assert reply.outputs[0].text == "42" and other is not None
+            call.cancel()
+        return sent, peak - before
+
+    sent, grown = asyncio.run(main())
+    assert sent >= 1000 or sent < 1200  # either all went out or the server pushed back; both are fine
+    # The stated bound (docs/DEPLOYMENT.md): the stream window (16 MiB) + one message (4 MiB) + gRPC's
+    # buffers; 600 MB went over this stream.
+    assert grown < 150, f"server RSS grew {grown:.0f} MB"
+    assert_no_traceback(served.log())
+
+
+def test_a_full_stream_window_stops_reading_that_stream(model_repo):
+    """With a window of 2, a stream whose answers cannot be sent stops being read: the client's writes block."""
+    from tritonclient.grpc import service_pb2 as kpb
+    from tritonclient.grpc import service_pb2_grpc as kpb_grpc
+
+    from server.config import SchedulerConfig, StreamConfig
+
+    srv = ServerThread(server_config(stream=StreamConfig(max_pending=2, max_pending_bytes=1 << 20),
+                                     scheduler=SchedulerConfig(max_queue_size=100_000)))
+    scheduler = srv.running.repo.get(JA).scheduler
+
+    def request(i: int):
+        r = kpb.ModelInferRequest(model_name=JA, id=str(i))
+        t = r.inputs.add(name="text_input", datatype="BYTES", shape=[64])
+        t.contents.bytes_contents.extend([f"Save the changes to file {j} before closing the window".encode() for j in range(64)])
+        r.parameters["padding"].string_param = "x" * 200_000
+        return r
+
+    async def main() -> tuple[int, int]:
+        # A small receive window on the client, so that unread answers really cannot be sent.
+        opts = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)]
+        async with grpc.aio.insecure_channel(srv.address, options=opts) as ch:
+            call = kpb_grpc.GRPCInferenceServiceStub(ch).ModelStreamInfer()
+            sent, most = 0, 0
+            for i in range(200):
+                try:
+                    await asyncio.wait_for(call.write(request(i)), 3)
+                except asyncio.TimeoutError:
+                    break
+                sent += 1
+                with scheduler.cv:
+                    most = max(most, len(scheduler.pending) + len(scheduler.ready) + len(scheduler.encoding)
+                               + len(scheduler.active))
+            call.cancel()
+        return sent, most
+
+    try:
+        sent, most = asyncio.run(main())
+        assert sent < 200, "the server kept reading a stream whose window was full"
+        assert most <= 2 * 64, f"{most} sequences of one stream were in the scheduler at once (window: 2 requests)"
+        assert wait_for_idle(scheduler)
+    finally:
+        srv.stop()
+
+
+def wait_for_idle(scheduler, timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with scheduler.cv:
+            if not (scheduler.pending or scheduler.ready or scheduler.encoding or scheduler.active):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+# ---- cheap checks before any work -------------------------------------------------------------------
+def test_health_answers_promptly_while_4mb_inputs_are_refused(served):
+    big = "1" * (4 * 1024 * 1024 - 200)  # just under gRPC's 4 MiB message limit
+    stop = threading.Event()
+    refused: list[str] = []
+
+    def flood(model: str) -> None:
+        with grpc.insecure_channel(served.address) as ch:
+            stub = pb_grpc.Seq2SeqStub(ch)
+            while not stop.is_set():
+                try:
+                    stub.Generate(pb.GenerateRequest(model=model, inputs=[big]), timeout=30)
+                except grpc.RpcError as e:
+                    refused.append(f"{e.code().name}: {e.details()}")
+
+    floods = [threading.Thread(target=flood, args=(m,)) for m in (ADD, JA)]
+    for t in floods:
+        t.start()
+    worst = 0.0
+    try:
+        with grpc.insecure_channel(served.address) as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+            time.sleep(0.5)
+            for _ in range(20):
+                t0 = time.perf_counter()
+                assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+                worst = max(worst, time.perf_counter() - t0)
+                time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in floods:
+            t.join(30)
+    assert len(refused) >= 4
+    assert all(r.startswith("INVALID_ARGUMENT") and "characters" in r for r in refused), refused[:3]
+    assert worst < 0.25, f"a health check took {worst * 1000:.0f} ms while 4 MB inputs were refused"
+    assert_no_traceback(served.log())
+
+
+def test_kserve_counts_and_sizes_are_checked_before_decoding(served):
+    from tritonclient.grpc import service_pb2 as kpb
+    from tritonclient.grpc import service_pb2_grpc as kpb_grpc
+
+    with grpc.insecure_channel(served.address) as ch:
+        stub = kpb_grpc.GRPCInferenceServiceStub(ch)
+        # 1,000,000 empty elements declared: refused on the shape, nothing split.
+        r = kpb.ModelInferRequest(model_name=ADD)
+        r.inputs.add(name="text_input", datatype="BYTES", shape=[1_000_000])
+        r.raw_input_contents.append(b"\0\0\0\0" * 1_000_000)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfer(r, timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "1000000 inputs" in e.value.details()
+        r = kpb.ModelInferRequest(model_name=JA)
+        r.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"a" * 3_000_000)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfer(r, timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "3000000 bytes" in e.value.details()
+
+
+# ---- limits that hold together --------------------------------------------------------------------
+def test_advertised_limits_are_accepted_on_an_idle_server_and_more_is_invalid(served):
+    with grpc.insecure_channel(served.address) as ch:
+        stub = pb_grpc.Seq2SeqStub(ch)
+        info = {m.name: m for m in stub.ListModels(pb.ListModelsRequest(), timeout=5).models}[ADD]
+        assert info.max_rows_per_request > 0 and info.max_input_chars > 0
+        assert info.max_rows_per_request <= info.max_inputs_per_request * info.max_beam_size
+        # 64 inputs x beam 8 (each within its own advertised limit): INVALID_ARGUMENT naming the row limit, every time.
+        for _ in range(2):
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Generate(pb.GenerateRequest(model=ADD, inputs=["1+1"] * info.max_inputs_per_request,
+                                                 options=pb.GenerateOptions(beam_size=info.max_beam_size)), timeout=30)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+            assert "max_rows_per_request" in e.value.details() and str(info.max_rows_per_request) in e.value.details()
+        # The most rows a request may have at the widest beam is served.
+        n = info.max_rows_per_request // info.max_beam_size
+        reply = stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{i}+1" for i in range(n)],
+                                                 options=pb.GenerateOptions(beam_size=info.max_beam_size)), timeout=120)
+        wrong = [(i, o.text) for i, o in enumerate(reply.outputs) if o.text != str(i + 1)]
+        assert len(reply.outputs) == n and len(wrong) <= 2, wrong  # (beam 8 answers 9+1 with "8", alone too)
+        # The longest text accepted by characters is checked by tokens next, and one longer is refused cheaply.
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Generate(pb.GenerateRequest(model=ADD, inputs=["1" * (info.max_input_chars + 1)]), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and f"at most {info.max_input_chars}" in e.value.details()
+
+
+# ---- bad bodies and echoed strings -------------------------------------------------------------------
+def _raw_call(address: str, method: str, body: bytes, metadata=()) -> grpc.RpcError:
+    with grpc.insecure_channel(address) as ch:
+        call = ch.unary_unary(method, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as e:
+            call(body, timeout=10, metadata=metadata)
+    return e.value
+
+
+@pytest.mark.parametrize("body", [
+    b"\x0a\x02\xff\xfe",  # field 1 (model, a string) holding invalid UTF-8
+    b"\x1a\x03\xc3\x28\x41",  # field 3 (inputs) with an invalid 2-byte sequence
+    b"\xff\xff\xff\xff\xff\xff",  # garbage
+    b"\x0a\x80\x80\x80",  # a truncated length
+])
+def test_undecodable_bodies_are_invalid_argument_without_a_traceback(served, body):
+    err = _raw_call(served.address, GENERATE, body)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "not a valid message" in err.details()
+    err = _raw_call(served.address, "/inference.GRPCInferenceService/ModelInfer", body)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert_no_traceback(served.log())
+
+
+def test_echoed_client_strings_are_clipped(served):
+    from tritonclient.grpc import service_pb2 as kpb
+    from tritonclient.grpc import service_pb2_grpc as kpb_grpc
+
+    name = "m" * 1_500_000
+    with grpc.insecure_channel(served.address) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            pb_grpc.Seq2SeqStub(ch).Generate(pb.GenerateRequest(model=name, inputs=["1+1"]), timeout=10)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        assert len(e.value.details()) < 1100 and "1500000 characters" in e.value.details()
+        # An oversized id on a stream: refused, not echoed (twice) in the answer.
+        r = kpb.ModelInferRequest(model_name="nope", id="i" * 500_000)
+        r.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"1+1")
+        answers = list(kpb_grpc.GRPCInferenceServiceStub(ch).ModelStreamInfer(iter([r]), timeout=10))
+    assert len(answers) == 1 and answers[0].ByteSize() < 2000
+    assert "request id has 500000 characters; the limit is 256" in answers[0].error_message
+    assert_no_traceback(served.log())
+
+
+# ---- auth on every call ----------------------------------------------------------------------------------
+def test_auth_covers_streaming_reflection_and_unknown_methods(tmp_path, model_repo):
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+    from tritonclient.grpc import service_pb2 as kpb
+    from tritonclient.grpc import service_pb2_grpc as kpb_grpc
+
+    srv = Served(tmp_path, "--auth-token", "s3cret")
+    good = (("authorization", "Bearer s3cret"),)
+    try:
+        with grpc.insecure_channel(srv.address) as ch:
+            r = kpb.ModelInferRequest(model_name=ADD)
+            r.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"1+1")
+            kstub = kpb_grpc.GRPCInferenceServiceStub(ch)
+            with pytest.raises(grpc.RpcError) as e:
+                list(kstub.ModelStreamInfer(iter([r]), timeout=10))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            with pytest.raises(grpc.RpcError) as e:
+                list(pb_grpc.Seq2SeqStub(ch).GenerateStream(pb.GenerateRequest(model=ADD, inputs=["1+1"]), timeout=10))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            with pytest.raises(grpc.RpcError) as e:
+                ProtoReflectionDescriptorDatabase(ch).get_services()
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            # Unknown methods do not tell a caller without a token what exists.
+            assert _raw_call(srv.address, "/no.Such/Method", b"").code() == grpc.StatusCode.UNAUTHENTICATED
+            assert _raw_call(srv.address, "/no.Such/Method", b"", good).code() == grpc.StatusCode.UNIMPLEMENTED
+            # A wrong header and then the right one: refused (no "last one wins").
+            stub = pb_grpc.Seq2SeqStub(ch)
+            req = pb.GenerateRequest(model=ADD, inputs=["1+1"])
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Generate(req, timeout=10, metadata=(("authorization", "Bearer wrong"), *good))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            # With the token everything works, streams included; health needs none.
+            assert stub.Generate(req, timeout=10, metadata=good).outputs[0].text == "2"
+            answers = list(kstub.ModelStreamInfer(iter([r]), timeout=10, metadata=good))
+            assert len(answers) == 1 and not answers[0].error_message
+            assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+            # Garbage without a token: UNAUTHENTICATED (the body is never parsed); with one: INVALID_ARGUMENT.
+            assert _raw_call(srv.address, GENERATE, b"\xff\xff\xff").code() == grpc.StatusCode.UNAUTHENTICATED
+            assert _raw_call(srv.address, GENERATE, b"\xff\xff\xff", good).code() == grpc.StatusCode.INVALID_ARGUMENT
+        log = srv.log()
+        assert_no_traceback(log)
+        assert "WARNING s2s.server: refused (UNAUTHENTICATED)" in log  # rate-limited: one line, not one per call
+        assert log.count("refused (UNAUTHENTICATED)") <= 2
+    finally:
+        assert srv.stop() == 0
+
+
+# ---- signals ------------------------------------------------------------------------------------------
+def test_a_second_sigterm_ends_the_grace_period_at_once(tmp_path, model_repo):
+    srv = Served(tmp_path, "--grace-s", "120", "--batching", "none")
+    try:
+        with grpc.insecure_channel(srv.address) as ch:
+            stub = pb_grpc.Seq2SeqStub(ch)
+            # 4 x 16 inputs x beam 4 = the whole queue (256 rows), decoded one sequence at a time: seconds of work.
+            texts = ["Open the file in a new window and save all the changes you have made"] * 16
+            futures = [stub.Generate.future(pb.GenerateRequest(model=JA, inputs=texts, options=pb.GenerateOptions(beam_size=4)),
+                                            timeout=120) for _ in range(4)]
+            time.sleep(0.5)
+            srv.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            assert srv.proc.poll() is None  # draining: the queue holds minutes of work
+            t0 = time.monotonic()
+            srv.proc.send_signal(signal.SIGTERM)
+            code = srv.proc.wait(30)
+            took = time.monotonic() - t0
+            errors = []
+            for f in futures:
+                try:
+                    f.result()
+                except grpc.RpcError as e:
+                    errors.append(e.code())
+        assert code == 0 and took < 15, (code, took)  # a hang guard, not a timing claim
+        # Requests still queued when the grace period was cut were answered UNAVAILABLE (retry elsewhere).
+        assert errors and all(c == grpc.StatusCode.UNAVAILABLE for c in errors), errors
+        assert "grace period cut short" in srv.log()
+    finally:
+        srv.stop()
+
+
+# ---- the metrics endpoint -----------------------------------------------------------------------------
+def test_metrics_endpoint_is_bounded_and_can_be_kept_private(tmp_path, model_repo):
+    import socket
+    import urllib.request
+
+    srv = Served(tmp_path, "--metrics-host", "127.0.0.1")
+    try:
+        url = f"http://127.0.0.1:{srv.metrics_port}/metrics"
+        idle = []
+        for _ in range(100):  # connections that send nothing
+            s = socket.create_connection(("127.0.0.1", srv.metrics_port), timeout=5)
+            idle.append(s)
+        threads_with_idle = len(list(Path(f"/proc/{srv.proc.pid}/task").iterdir()))
+        for s in idle:
+            s.close()
+        assert wait_until(lambda: b"s2s_requests_total" in urllib.request.urlopen(url, timeout=5).read())
+        # No thread per connection: 100 idle connections cost at most the pool's few workers.
+        baseline = len(list(Path(f"/proc/{srv.proc.pid}/task").iterdir()))
+        assert threads_with_idle <= baseline + 8, (threads_with_idle, baseline)
+        assert "metrics on 127.0.0.1:" in srv.log()
+    finally:
+        srv.stop()
+
+
+def wait_until(pred, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if pred():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
