@@ -187,7 +187,7 @@ def verify(model: Transformer, codec, translator: CT2Translator, sources: list[s
     Returns the token agreement and, as a finer check, the largest difference of the per-token
     log-probabilities of the PyTorch outputs scored by both (teacher forcing, EOS included).
     """
-    from server.engine.generator import pad_batch
+    from engine.generator import pad_batch
     from training.decoding import greedy
 
     model.eval()

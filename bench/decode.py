@@ -5,8 +5,8 @@ On the same held-out sources (``checkpoints/<model>/test.tsv``) and the same wei
 engine generates exactly N new tokens per input (EOS ignored, so every engine does the same
 work), single-threaded, one engine at a time:
 
-  ort+kv      the serving engine: ONNX Runtime, KV cache   (server.engine.generate, ignore_eos=True)
-  ort-nocache the same graphs, whole prefix recomputed every step (server.engine.generate_no_cache)
+  ort+kv      the serving engine: ONNX Runtime, KV cache   (engine.generate, ignore_eos=True)
+  ort-nocache the same graphs, whole prefix recomputed every step (engine.generate_no_cache)
   torch+kv    PyTorch eager with the KV cache (model.decode_step N times; training code untouched)
   ct2         CTranslate2 on the same weights, converted by bench/ct2_convert.py
               (translate_batch, beam 1, min = max decoding length = N)
@@ -171,8 +171,8 @@ def torch_forced(model, src, src_mask, n: int) -> list[list[int]]:
 def make_runners(args, ck, engine, engine_int8, ct2, ct2_int8) -> dict[str, Runner]:
     import torch
 
-    from server.engine import generate, generate_no_cache
-    from server.engine.generator import pad_batch
+    from engine import generate, generate_no_cache
+    from engine.generator import pad_batch
 
     codec, sp = ck.codec, ck.config.special
 
@@ -286,7 +286,7 @@ def machine() -> dict:
 def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
     import sacrebleu
 
-    from server.engine import generate
+    from engine import generate
 
     srcs, refs = [s for s, _ in pairs], [r for _, r in pairs]
     codec = ck.codec
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from bench.ct2_convert import CT2Translator, convert, verify, vocabulary
-    from server.engine import Engine, EngineOptions
+    from engine import Engine, EngineOptions
     from training import checkpoint as ckpt_io
     from training.tasks import read_tsv
 

@@ -32,8 +32,8 @@ from bench.markdown import write_section  # noqa: E402
 def encoder_padding(folder: Path, data: Path, batch: int, repeats: int = 9) -> dict:
     """Median ms of the encoder on ``batch`` held-out sources: one run over the padded batch vs ``Engine.encode``
     (rows grouped by length, no padding computed), taking turns."""
-    from server.engine import Engine, EngineOptions
-    from server.engine.generator import pad_batch
+    from engine import Engine, EngineOptions
+    from engine.generator import pad_batch
 
     engine = Engine(folder, EngineOptions(device="cpu"))
     lines = data.read_text(encoding="utf-8").splitlines()[:batch]

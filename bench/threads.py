@@ -29,7 +29,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
     args = ap.parse_args()
-    from server.engine import Engine, EngineOptions, generate
+    from engine import Engine, EngineOptions, generate
 
     texts = [line.split("\t")[0] for line in (ROOT / "checkpoints" / args.model / "test.tsv").read_text(encoding="utf-8").splitlines()]
     rows, base = [], {}

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from server.engine import Engine, EngineOptions, Generator, Sequence
+from engine import Engine, EngineOptions, Generator, Sequence
 from training.decoding import greedy
 from training.model import Transformer
 

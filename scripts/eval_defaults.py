@@ -24,7 +24,7 @@ from bench.markdown import write_section  # noqa: E402
 def main() -> int:
     import torch
 
-    from server.engine import Engine, EngineOptions, generate
+    from engine import Engine, EngineOptions, generate
     from training import checkpoint, tasks
     from training.evaluate import evaluate
 

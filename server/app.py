@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from dataclasses import dataclass, field
 
 import grpc
@@ -45,17 +44,16 @@ class Running:
         """Graceful: NOT_SERVING, refuse new work, let in-flight requests finish within the grace period
         (or until ``abort()``: a second SIGTERM/SIGINT)."""
         await self.health.enter_graceful_shutdown()
-        loop = asyncio.get_running_loop()
-        for mv in self.repo.all():
-            mv.scheduler.stop()  # new submits now get UNAVAILABLE; queued work still runs
-        drains = [loop.run_in_executor(None, mv.scheduler.drain, self.config.grace_s) for mv in self.repo.all()]
+        for model in self.repo.all():
+            model.stop()  # new requests now get UNAVAILABLE; queued and running ones go on
+        drains = [model.drain(self.config.grace_s) for model in self.repo.all()]  # the cores exit when done
         graceful = asyncio.ensure_future(asyncio.gather(self.server.stop(self.config.grace_s), *drains))
         cut = asyncio.ensure_future(self.cut_short.wait())
         await asyncio.wait([graceful, cut], return_when=asyncio.FIRST_COMPLETED)
         if not graceful.done():
             log.warning("second signal: grace period cut short, failing what is still in flight")
-            for mv in self.repo.all():
-                mv.scheduler.abort()
+            for model in self.repo.all():
+                model.abort()
             await self.server.stop(0)
             await asyncio.wait_for(graceful, 5)
         cut.cancel()
@@ -64,6 +62,26 @@ class Running:
 
     def abort(self) -> None:
         self.cut_short.set()
+
+
+class HealthBoard:
+    """grpc.health.v1 statuses. Per model (service name = model name): SERVING while one of its engine
+    cores runs. The server (service "") and its APIs: SERVING while every model is. (After
+    enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
+
+    def __init__(self, servicer: health.aio.HealthServicer, repo: Repository, services: list[str]):
+        self.servicer, self.repo, self.services = servicer, repo, services
+
+    async def update(self) -> None:
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in self.repo.models:
+            await self.servicer.set(name, serving if self.repo.get(name).ready else not_serving)
+        whole = serving if all(m.ready for m in self.repo.all()) else not_serving
+        for name in ["", *self.services]:
+            await self.servicer.set(name, whole)
+
+    def changed(self) -> None:
+        asyncio.ensure_future(self.update())
 
 
 def _services() -> list[str]:
@@ -80,10 +98,19 @@ def _services() -> list[str]:
 async def start(config: ServerConfig) -> Running:
     metrics = Metrics()
     metrics.build_info.info({"version": __version__})
-    repo = Repository(config, metrics)  # raises BundleError naming the file
+    health_servicer = health.aio.HealthServicer()
+    board: list[HealthBoard] = []  # set once the services are known; core state changes before that wait for it
+    repo = Repository(config, metrics, lambda: board and board[0].changed())  # BundleError names the file
     loop = asyncio.get_running_loop()
-    for mv in repo.all():
-        mv.scheduler.start(loop)
+    try:
+        await repo.start(loop, metrics)  # every engine core loaded (raises BundleError naming the file)
+    except BaseException:
+        for model in repo.all():
+            model.stop()
+            for core in model.cores:
+                core.stopping = True
+                core.kill()
+        raise
 
     refusals = RefusalLog()
     server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, metrics, refusals)], options=[
@@ -92,14 +119,13 @@ async def start(config: ServerConfig) -> Running:
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),
     ])
     tracker = RequestTracker(metrics, repo, refusals)
-    seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, config.scheduler, tracker), server)
+    seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, tracker), server)
     try:
         from server.kserve import add_kserve
     except ImportError:
         add_kserve = None
     if add_kserve is not None:
-        add_kserve(server, repo, config.scheduler, config.stream, tracker)
-    health_servicer = health.aio.HealthServicer()
+        add_kserve(server, repo, config.stream, tracker)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = _services()
     reflection.enable_server_reflection([*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
@@ -118,8 +144,8 @@ async def start(config: ServerConfig) -> Running:
     await server.start()
     metrics_host = config.metrics_host or config.host
     http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
-    for name in ["", *services]:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    board.append(HealthBoard(health_servicer, repo, services))
+    await board[0].update()
     log.info("serving %s on %s (%s), metrics on %s", ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()),
              address, "TLS" if config.tls_cert else "plaintext",
              f"{metrics_host}:{config.metrics_port}" if config.metrics_port else "off")
@@ -127,10 +153,6 @@ async def start(config: ServerConfig) -> Running:
 
 
 async def serve(config: ServerConfig) -> None:
-    # The scheduler threads and the event loop share the GIL. Python hands it over every 5 ms by
-    # default; at 0.5 ms a thread coming back from ONNX Runtime waits less (single-request latency
-    # 0.1-0.3 ms lower in repeated runs of a 200-request loop, decode steps being ~0.35 ms).
-    sys.setswitchinterval(0.0005)
     running = await start(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

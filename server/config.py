@@ -37,7 +37,8 @@ class StreamConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     model_repo: Path = Path("models")
-    models: tuple[str, ...] = ()  # serve only these (NAME or NAME:VERSION); () = all, latest version
+    models: tuple[str, ...] = ()  # serve only these (NAME[:VERSION][@CORES]); () = all, latest version
+    instances: int = 0  # engine cores (processes) per model; 0 = sized to the machine (one per CPU core)
     host: str = "0.0.0.0"
     port: int = 8001  # Triton's gRPC port
     metrics_port: int = 8002  # Triton's metrics port
@@ -60,7 +61,10 @@ class ServerConfig:
 # flag -> (field, type, help). Each flag's environment variable is S2S_<FLAG>, e.g. S2S_PORT.
 _FLAGS = {
     "model-repo": (Path, "model repository: models/<name>/<version>/ bundles written by `s2s export`"),
-    "models": (str, "comma-separated NAME or NAME:VERSION to serve (default: every model, latest version)"),
+    "models": (str, "comma-separated NAME[:VERSION][@CORES] to serve, e.g. translate-en-ja:1@2 (default: every "
+                    "model, latest version)"),
+    "instances": (int, "engine cores (processes, each with its own decode loop) per model; 0 = one per usable CPU "
+                       "core (one on CUDA), as bench/serve.py measured best"),
     "host": (str, "address to bind"),
     "port": (int, "gRPC port (seq2seq.v1, KServe v2, health, reflection)"),
     "metrics-port": (int, "Prometheus /metrics port (0 = off)"),

@@ -1,8 +1,8 @@
 """KServe v2 / Triton gRPC inference protocol (``inference.GRPCInferenceService``): protobuf <-> domain
 objects, validation, status codes. No ONNX Runtime here.
 
-A second servicer on the same grpc.aio server as seq2seq.v1: same repository, scheduler, batching,
-limits (``server.requests``) and request metrics (``RequestTracker``, methods "ModelInfer" and
+A second servicer on the same grpc.aio server as seq2seq.v1, mapping onto the same model API
+(validation, limits, engine cores) and request metrics (``RequestTracker``, methods "ModelInfer" and
 "ModelStreamInfer"). Each model takes a BYTES tensor ``text_input`` of shape [N] (or [N, 1]) and
 answers a BYTES tensor ``text_output`` of the same shape, one text per input, in order. Generation
 options: request parameters ``max_tokens`` / ``beam_width`` (int64), or optional INT64/INT32 inputs
@@ -30,11 +30,12 @@ from dataclasses import dataclass
 import grpc
 
 from s2s import __version__
-from server.config import SchedulerConfig, StreamConfig
+from server.calls import RequestTracker, deadline_of
+from server.config import StreamConfig
 from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError, clip
-from server.repository import ModelVersion, Repository
-from server.requests import GenOptions, Limits, limits, prepare
-from server.servicer import RequestTracker, deadline_of
+from server.model_api import ModelAPI
+from server.repository import Repository
+from server.requests import GenOptions, Limits
 
 log = logging.getLogger("s2s.kserve")
 
@@ -98,10 +99,6 @@ EXTENSIONS = ("model_configuration", "parameters")
 # Triton echoes a request's id in its response; a longer one is refused rather than copied into
 # every answer and error of a stream.
 MAX_ID_CHARS = 256
-
-
-def _ready(mv: ModelVersion) -> bool:
-    return mv.scheduler.thread.is_alive() and not mv.scheduler.stopping
 
 
 # ---- tensors -----------------------------------------------------------------------------------
@@ -197,7 +194,7 @@ def _flag(params, key: str) -> bool:
 # ---- requests ----------------------------------------------------------------------------------
 @dataclass
 class Parsed:
-    mv: ModelVersion
+    model: ModelAPI
     texts: list[str]
     shape: list[int]
     options: GenOptions
@@ -205,15 +202,16 @@ class Parsed:
     deadline: float | None
 
 
-def parse(repo: Repository, sched: SchedulerConfig, request, deadline: float | None) -> Parsed:
+def parse(repo: Repository, request, deadline: float | None) -> Parsed:
     """Validate a ModelInferRequest; raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) naming the problem."""
     if len(request.id) > MAX_ID_CHARS:
         raise InvalidInput(f"request id has {len(request.id)} characters; the limit is {MAX_ID_CHARS}")
-    mv = repo.get(request.model_name, request.model_version)
-    lim = limits(mv, sched)
-    if not _ready(mv):
-        raise ModelNotReady(f"model {mv.name!r} version {mv.version} is not ready (the server is shutting down); retry")
-    name = mv.name
+    model = repo.get(request.model_name, request.model_version)
+    lim = model.limits
+    if not model.ready:
+        raise ModelNotReady(f"model {model.name!r} version {model.version} is not ready (shutting down, or no engine "
+                            "core running); retry")
+    name = model.name
     raw = list(request.raw_input_contents)
     if raw:
         if len(raw) != len(request.inputs):
@@ -257,7 +255,7 @@ def parse(repo: Repository, sched: SchedulerConfig, request, deadline: float | N
             raise InvalidInput(f"parameter 'timeout' is {timeout_us}; it is in microseconds and must be positive")
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
-    return Parsed(mv, texts, shape, GenOptions(max_new_tokens=opts["max_tokens"], beam=max(1, opts["beam_width"])),
+    return Parsed(model, texts, shape, GenOptions(max_new_tokens=opts["max_tokens"], beam=max(1, opts["beam_width"])),
                   bool(raw), deadline)
 
 
@@ -283,10 +281,10 @@ class _StreamItem:
 
 
 class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, repo: Repository, sched: SchedulerConfig, stream: StreamConfig, tracker: RequestTracker):
-        self.repo, self.sched, self.stream, self.tracker = repo, sched, stream, tracker
+    def __init__(self, repo: Repository, stream: StreamConfig, tracker: RequestTracker):
+        self.repo, self.stream, self.tracker = repo, stream, tracker
 
-    async def _get(self, context: grpc.aio.ServicerContext, name: str, version: str) -> ModelVersion:
+    async def _get(self, context: grpc.aio.ServicerContext, name: str, version: str) -> ModelAPI:
         try:
             return self.repo.get(name, version)
         except ServingError as e:
@@ -298,15 +296,15 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ServerReady(self, request, context):
         models = self.repo.all()
-        return pb.ServerReadyResponse(ready=bool(models) and all(_ready(mv) for mv in models))
+        return pb.ServerReadyResponse(ready=bool(models) and all(m.ready for m in models))
 
     async def ModelReady(self, request, context):
         # As Triton: an unknown model or version is simply not ready (tritonclient's is_model_ready -> False).
         try:
-            mv = self.repo.get(request.name, request.version)
+            model = self.repo.get(request.name, request.version)
         except ModelNotFound:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=_ready(mv))
+        return pb.ModelReadyResponse(ready=model.ready)
 
     async def ServerMetadata(self, request, context):
         return pb.ServerMetadataResponse(name="s2s", version=__version__, extensions=list(EXTENSIONS))
@@ -323,14 +321,14 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelConfig(self, request, context):
         mv = await self._get(context, request.name, request.version)
-        lim = limits(mv, self.sched)
-        cfg = mv.engine.config
+        info = mv.info()
+        lim = info.limits
         params = {
-            "version": mv.version, "task": cfg.task.name, "provider": mv.engine.provider, "quantization": cfg.quantization,
+            "version": mv.version, "task": info.task, "provider": info.provider, "quantization": info.quantization,
             "max_input_tokens": lim.max_input_tokens, "max_tokens": lim.max_new_tokens,
-            "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": self.sched.mode,
+            "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": mv.sched.mode,
             "max_input_chars": lim.max_input_chars, "max_rows_per_request": lim.max_rows, "max_id_chars": MAX_ID_CHARS,
-            "scheduler_max_batch_size": self.sched.max_batch_size,
+            "scheduler_max_batch_size": mv.sched.max_batch_size, "engine_cores": info.cores,
         }
         return pb.ModelConfigResponse(config=pb.ModelConfig(
             name=mv.name, platform=PLATFORM, backend=BACKEND, max_batch_size=0,  # text_input's own dimension is the batch
@@ -342,20 +340,17 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def RepositoryIndex(self, request, context):
         index = pb.RepositoryIndexResponse.ModelIndex
-        models = [index(name=mv.name, version=mv.version, state="READY" if _ready(mv) else "UNAVAILABLE",
-                        reason="" if _ready(mv) else "shutting down")
+        models = [index(name=mv.name, version=mv.version, state="READY" if mv.ready else "UNAVAILABLE",
+                        reason="" if mv.ready else ("shutting down" if mv.stopping else "no engine core running"))
                   for mv in sorted(self.repo.all(), key=lambda mv: (mv.name, int(mv.version)))]
         return pb.RepositoryIndexResponse(models=[m for m in models if m.state == "READY" or not request.ready])
 
     # ---- inference -----------------------------------------------------------------------------
     async def _infer(self, request, deadline: float | None):
-        p = parse(self.repo, self.sched, request, deadline)
-        mv = p.mv
-        seqs = prepare(mv, p.texts, p.options, limits(mv, self.sched))
-        mv.scheduler.metrics.input_tokens.labels(mv.name).inc(sum(len(s.src_ids) for s in seqs))
-        jobs = await mv.scheduler.generate(seqs, p.deadline)
-        data = [mv.engine.codec.decode(j.seq.result).encode("utf-8") for j in jobs]
-        resp = pb.ModelInferResponse(model_name=mv.name, model_version=mv.version, id=request.id)
+        p = parse(self.repo, request, deadline)
+        g = await p.model.generate(p.model.prepare(p.texts, p.options), p.deadline)
+        data = [o.text.encode("utf-8") for o in g.outputs]
+        resp = pb.ModelInferResponse(model_name=g.model, model_version=g.version, id=request.id)
         out = resp.outputs.add(name=TEXT_OUTPUT, datatype="BYTES", shape=p.shape)
         if p.raw:
             resp.raw_output_contents.append(join_bytes(data))
@@ -464,6 +459,5 @@ class Window:
         self.freed.set()
 
 
-def add_kserve(server: grpc.aio.Server, repo: Repository, sched: SchedulerConfig, stream: StreamConfig,
-               tracker: RequestTracker) -> None:
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, sched, stream, tracker), server)
+def add_kserve(server: grpc.aio.Server, repo: Repository, stream: StreamConfig, tracker: RequestTracker) -> None:
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, stream, tracker), server)

@@ -1,7 +1,8 @@
 """Prometheus metrics: one object per server, on its own registry (no module-level singletons).
 
 Base units (seconds), conventional suffixes (_seconds, _total), a ``model`` label everywhere.
-The scheduler feeds it plain numbers; this is the only module that knows prometheus_client.
+The engine cores report plain numbers (``server.scheduler.Stats``) that the model API records here;
+this is the only module that knows prometheus_client.
 """
 
 from __future__ import annotations
@@ -33,15 +34,19 @@ class Metrics:
                               ["model"], buckets=LATENCY, registry=r)
         self.tpot = Histogram("s2s_time_per_output_token_seconds", "Mean time between a sequence's generated tokens.",
                               ["model"], buckets=STEP, registry=r)
+        # ``core``: which engine core of the model (not ``instance``, which Prometheus sets to the scrape target).
         self.step_duration = Histogram("s2s_decode_step_duration_seconds", "Duration of one batched decoder step.",
-                                       ["model"], buckets=STEP, registry=r)
+                                       ["model", "core"], buckets=STEP, registry=r)
         self.batch_size = Histogram("s2s_batch_size", "Rows (sequences; beams count each) in a decoder step.",
-                                    ["model"], buckets=BATCH, registry=r)
+                                    ["model", "core"], buckets=BATCH, registry=r)
         self.requests = Counter("s2s_requests", "Requests answered, by gRPC status code.", ["model", "method", "code"], registry=r)
         self.input_tokens = Counter("s2s_input_tokens", "Source tokens accepted.", ["model"], registry=r)
         self.generated_tokens = Counter("s2s_generated_tokens", "Tokens generated.", ["model"], registry=r)
-        self.queued = Gauge("s2s_queued_sequences", "Sequences waiting to join a batch.", ["model"], registry=r)
-        self.active = Gauge("s2s_active_sequences", "Sequences being decoded.", ["model"], registry=r)
+        self.queued = Gauge("s2s_queued_sequences", "Rows waiting to join a batch.", ["model", "core"], registry=r)
+        self.active = Gauge("s2s_active_sequences", "Sequences being decoded.", ["model", "core"], registry=r)
+        self.cores_up = Gauge("s2s_engine_cores_up", "Engine core processes of the model that are running.", ["model"], registry=r)
+        self.core_restarts = Counter("s2s_engine_core_restarts", "Engine core processes restarted after dying.",
+                                     ["model"], registry=r)
         self.model_info = Gauge("s2s_model_info", "Models served (value 1), with version and execution provider.",
                                 ["model", "version", "provider", "quantization"], registry=r)
         self.build_info = Info("s2s_build", "Server build.", registry=r)

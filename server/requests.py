@@ -1,17 +1,17 @@
-"""Request validation and preparation, shared by every API (seq2seq.v1 and KServe v2).
+"""Request validation and preparation, the model API's first step for every front door.
 
-Turns texts and options into engine ``Sequence``s or raises ``InvalidInput`` naming the limit.
+Turns texts and options into source ids for the engine cores, or raises ``InvalidInput`` naming
+the limit. Cheap checks (counts, lengths) come before any tokenization.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.text import UnknownCharactersError
+from contract.bundle import BundleConfig
+from contract.text import TextCodec, UnknownCharactersError
 from server.config import SchedulerConfig
-from server.engine import Sequence
 from server.errors import InvalidInput
-from server.repository import ModelVersion
 
 
 @dataclass(frozen=True)
@@ -38,16 +38,29 @@ class Limits:
         return 4 * self.max_input_chars  # UTF-8: at most 4 bytes a character
 
 
-def limits(mv: ModelVersion, sched: SchedulerConfig) -> Limits:
-    m = mv.engine.config.model
+@dataclass(frozen=True)
+class Prepared:
+    """A validated request: per input its source ids (EOS included), the token budget and the beam."""
+
+    src_ids: list[list[int]]
+    max_new_tokens: int
+    beam: int
+
+    @property
+    def rows(self) -> int:
+        return len(self.src_ids) * self.beam
+
+
+def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Limits:
+    m = config.model
     max_beam = min(sched.max_beam_size, sched.max_batch_size)
-    return Limits(max_input_tokens=m.max_len, max_input_chars=mv.engine.codec.max_chars(m.max_len),
+    return Limits(max_input_tokens=m.max_len, max_input_chars=codec.max_chars(m.max_len),
                   max_new_tokens=m.max_len - 1, max_inputs=sched.max_inputs_per_request, max_beam=max_beam,
                   max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam))
 
 
-def prepare(mv: ModelVersion, texts: list[str], options: GenOptions, lim: Limits) -> list[Sequence]:
-    name = mv.name
+def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str], options: GenOptions,
+            lim: Limits) -> Prepared:
     if not texts:
         raise InvalidInput(f"model {name!r}: the request has no inputs; send at least one text")
     if len(texts) > lim.max_inputs:
@@ -67,14 +80,14 @@ def prepare(mv: ModelVersion, texts: list[str], options: GenOptions, lim: Limits
                                f"{lim.max_input_chars} ({lim.max_input_tokens} tokens)")
         if not text.strip():
             raise InvalidInput(f"input {i} is empty")
-    budget = options.max_new_tokens or mv.engine.config.task.max_new_tokens
-    seqs = []
+    budget = options.max_new_tokens or config.task.max_new_tokens
+    out = []
     for i, text in enumerate(texts):
         try:
-            ids = mv.engine.codec.source_ids(text)
+            ids = codec.source_ids(text)
         except UnknownCharactersError as e:
             raise InvalidInput(f"input {i}: {e}") from None
         if len(ids) > lim.max_input_tokens:
             raise InvalidInput(f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {lim.max_input_tokens}")
-        seqs.append(Sequence(ids, budget, options.beam))
-    return seqs
+        out.append(ids)
+    return Prepared(out, budget, options.beam)

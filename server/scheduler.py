@@ -1,12 +1,18 @@
-"""Per-model scheduling: the queue, the batching policy, the step loop thread, and the metrics it records.
+"""Per-engine-core scheduling: the queue, the batching policy, the step loop thread, and the stats it records.
 
-The asyncio side (``submit``) never runs ONNX Runtime: a dedicated worker thread per model owns
-the ``Generator`` and loops ``admit -> step -> deliver``, handing results back to the event loop
-with ``call_soon_threadsafe``. While it decodes, a second thread per model runs the encoder for
-queued requests (``ready``), so that admission under load costs the step loop no encoder time: the
-encoder is compute-bound and was about 40% of the step loop's time at concurrency 64 on en->ja
-(short outputs), time a second core can take. When the step loop is idle it encodes newcomers
-itself, so a lone request never pays a thread hand-off. Three policies share that loop:
+It runs inside an engine core (``server/core.py``, a process of its own) and knows neither asyncio
+nor gRPC nor Prometheus: requests come in through ``submit``/``cancel`` and everything that
+happens goes out through one ``sink(events, stats)`` call per loop iteration, as plain dataclasses
+(vLLM's schedule -> execute -> update: the Generator's ``step`` returns a ``StepOutput`` and this
+loop turns it into events).
+
+A worker thread owns the ``Generator`` and loops ``admit -> step -> emit``. While it decodes, a
+second thread runs the encoder for queued requests (``ready``), so that admission under load costs
+the step loop no encoder time: the encoder is compute-bound and was about 40% of the step loop's
+time at concurrency 64 on en->ja (short outputs). When the step loop is idle it encodes newcomers
+itself, so a lone request never pays a thread hand-off.
+
+Batching policies (small objects, ``POLICIES``):
 
 * ``continuous`` (iteration-level, as Orca/vLLM/TGI): newcomers are encoded and join the running
   batch before the next step; finished sequences leave and are answered at once.
@@ -17,28 +23,83 @@ itself, so a lone request never pays a thread hand-off. Three policies share tha
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from engine import Engine, Generator, Sequence
 from server.config import SchedulerConfig
-from server.engine import Engine, Generator, Sequence
-from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ShuttingDown
-from server.metrics import Metrics
+from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
 log = logging.getLogger("s2s.scheduler")
 
 
-def _call_each_done(jobs: list[Job]) -> None:
-    for job in jobs:
-        try:
-            job.done(job)
-        except Exception:  # one broken callback must not keep the others' answers from going out
-            log.exception("delivering a finished request failed")
+# ---- what the scheduler reports ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Token:
+    """A streaming request's sequence ``index`` generated ``token`` (EOS excluded)."""
+
+    request: int
+    index: int
+    token: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Sequence ``index`` of a request is done. Times are ``time.monotonic()`` (one clock for every process)."""
+
+    request: int
+    index: int
+    tokens: list[int]
+    admitted: float
+    first_token: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The whole request failed (nothing more comes for it); ``code`` is a gRPC status name."""
+
+    request: int
+    code: str
+    message: str
+
+
+@dataclass
+class Stats:
+    """Figures since the last report, for the front end's Prometheus metrics."""
+
+    step_s: list[float] = field(default_factory=list)
+    batch_rows: list[int] = field(default_factory=list)
+    queue_s: list[float] = field(default_factory=list)
+    ttft_s: list[float] = field(default_factory=list)
+    tpot_s: list[float] = field(default_factory=list)
+    generated: int = 0
+    encoded_ahead: int = 0
+    queued: int = 0  # rows waiting, now
+    active: int = 0  # sequences decoding, now
+
+    def take(self) -> Stats:
+        out = Stats(self.step_s, self.batch_rows, self.queue_s, self.ttft_s, self.tpot_s, self.generated,
+                    self.encoded_ahead, self.queued, self.active)
+        self.step_s, self.batch_rows, self.queue_s, self.ttft_s, self.tpot_s = [], [], [], [], []
+        self.generated = self.encoded_ahead = 0
+        return out
+
+
+Sink = Callable[[list, Stats], None]
+
+
+# ---- requests and jobs ---------------------------------------------------------------------------
+@dataclass(eq=False)
+class Request:
+    id: int
+    arrival: float
+    deadline: float | None  # time.monotonic() after which it is dropped
+    left: int = 0  # jobs not finished yet
+    over: bool = False  # failed, cancelled or done: nothing more is reported for it
 
 
 @dataclass(eq=False)
@@ -46,14 +107,11 @@ class Job:
     """One input's generation, as the scheduler tracks it."""
 
     seq: Sequence
-    arrival: float
-    deadline: float | None  # time.monotonic() after which it is dropped
-    done: Callable[["Job"], None]  # called on the event loop when the job ends (result or error)
-    on_token: Callable[["Job", int], None] | None = None
+    request: Request
+    index: int
     admitted: float | None = None
     first_token: float | None = None
     n_tokens: int = 0
-    error: Exception | None = None
     cancelled: bool = False
 
     @property
@@ -61,53 +119,90 @@ class Job:
         return self.seq.n_rows
 
 
+# ---- batching policies ---------------------------------------------------------------------------
+class Continuous:
+    """Newcomers join the running batch between any two steps."""
+
+    def room(self, sched: Scheduler) -> int:
+        return sched.config.max_batch_size - sched.gen.n_rows
+
+
+class PerRequest:
+    """Triton's dynamic batcher: form a batch (waiting up to max_queue_delay_ms), decode it to the end."""
+
+    def room(self, sched: Scheduler) -> int:
+        cfg = sched.config
+        if len(sched.gen):
+            return 0
+        if cfg.max_queue_delay_ms > 0 and (sched.ready or sched.pending):
+            oldest = min(q[0].request.arrival for q in (sched.ready, sched.pending) if q)
+            wait_until = oldest + cfg.max_queue_delay_ms / 1000
+            while sched.queued_rows() < cfg.max_batch_size and not sched.stopping:
+                left = wait_until - time.monotonic()
+                if left <= 0:
+                    break
+                sched.cv.wait(left)  # called under sched.cv
+        return cfg.max_batch_size
+
+
+class OneAtATime:
+    """No batching: one sequence (a beam counts as one) decodes at a time."""
+
+    def room(self, sched: Scheduler) -> int:
+        return 0 if len(sched.gen) else 1
+
+
+POLICIES = {"continuous": Continuous, "request": PerRequest, "none": OneAtATime}
+
+
 class Scheduler:
-    def __init__(self, name: str, engine: Engine, config: SchedulerConfig, metrics: Metrics):
-        self.name, self.engine, self.config, self.metrics = name, engine, config, metrics
+    def __init__(self, name: str, engine: Engine, config: SchedulerConfig, sink: Sink):
+        self.name, self.engine, self.config, self.sink = name, engine, config, sink
+        self.policy = POLICIES[config.mode]()
         self.gen = Generator(engine)
         self.pending: collections.deque[Job] = collections.deque()  # queued, not encoded yet
         self.ready: collections.deque[Job] = collections.deque()  # queued and encoded (by the encoder thread)
         self.encoding: list[Job] = []  # taken by the encoder thread, being encoded now
         self.decoding = False  # the step loop has a running batch (then queued requests are pre-encoded)
-        self.encoded_ahead = 0  # jobs the encoder thread encoded while the step loop decoded
         self.active: dict[int, Job] = {}  # seq.id -> job
+        self.requests: dict[int, list[Job]] = {}  # request id -> its jobs, until it is over
+        self.stats = Stats()
+        self.encoded_ahead = 0  # jobs the encoder thread encoded while the step loop decoded (all time)
         self.cv = threading.Condition()
-        self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
         self.aborting = False  # grace period over: fail whatever is left
+        self.outbox: list = []  # events of this iteration, emitted together (one message per step)
         self.thread = threading.Thread(target=self._run, name=f"scheduler-{name}", daemon=True)
         self.encoder_thread = threading.Thread(target=self._encode_ahead, name=f"encoder-{name}", daemon=True)
-        # Labelled children resolved once: labels() costs a lookup under a lock on every call.
-        self.m_queued, self.m_active = metrics.queued.labels(name), metrics.active.labels(name)
-        self.m_queue_time, self.m_ttft = metrics.queue_duration.labels(name), metrics.ttft.labels(name)
-        self.m_tpot, self.m_generated = metrics.tpot.labels(name), metrics.generated_tokens.labels(name)
-        self.m_step, self.m_batch = metrics.step_duration.labels(name), metrics.batch_size.labels(name)
 
-    # ---- event-loop side -------------------------------------------------------------------
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    # ---- any thread ------------------------------------------------------------------------------
+    def start(self) -> None:
         self.thread.start()
         self.encoder_thread.start()
 
-    def submit(self, jobs: list[Job]) -> None:
-        """Queue all of a request's jobs or none: beyond max_queue_size the request is refused at once."""
+    def submit(self, request_id: int, seqs: list[Sequence], deadline: float | None, arrival: float | None = None) -> None:
+        """Queue all of a request's sequences or none: beyond max_queue_size it is refused at once (raises)."""
+        req = Request(request_id, arrival or time.monotonic(), deadline, left=len(seqs))
+        jobs = [Job(seq, req, i) for i, seq in enumerate(seqs)]
         with self.cv:
             if self.stopping:
                 raise ShuttingDown("server is shutting down; retry on another replica")
-            queued = self._queued_rows()
+            queued = self.queued_rows()
             need = sum(j.rows for j in jobs)
             if queued + need > self.config.max_queue_size:
                 raise QueueFull(f"model {self.name!r}: queue full ({queued} of {self.config.max_queue_size} rows waiting); "
                                 "retry with backoff")
+            self.requests[request_id] = jobs
             self.pending.extend(jobs)
-            self.m_queued.set(queued + need)
+            self.stats.queued = queued + need
             self.cv.notify_all()
 
-    def cancel(self, jobs: list[Job]) -> None:
-        """Client went away or its deadline passed: the worker drops these at the next step."""
+    def cancel(self, request_id: int) -> None:
+        """Client went away or its deadline passed: the worker drops its jobs at the next step, silently."""
         with self.cv:
-            for j in jobs:
-                j.cancelled = True
+            for job in self.requests.pop(request_id, ()):
+                job.cancelled = True
+                job.request.over = True
             self.cv.notify_all()
 
     def stop(self) -> None:
@@ -123,101 +218,67 @@ class Scheduler:
 
     def drain(self, timeout: float) -> None:
         """Refuse new work, let admitted and queued work finish for up to ``timeout``, then fail the rest."""
-        with self.cv:
-            self.stopping = True
-            self.cv.notify_all()
+        self.stop()
         self.thread.join(timeout)
         if self.thread.is_alive():
-            with self.cv:
-                self.aborting = True
-                self.cv.notify_all()
+            self.abort()
             self.thread.join()
         self.encoder_thread.join(5)
 
-    async def generate(self, seqs: list[Sequence], deadline: float | None,
-                       on_token: Callable[[Job, int], None] | None = None) -> list[Job]:
-        """Run a request's sequences; returns their jobs in order, or raises the first job's error
-        (and cancels its siblings). Cancelling the awaiting task cancels the jobs."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        left = len(seqs)
-
-        def done(job: Job) -> None:
-            nonlocal left
-            left -= 1
-            if fut.done():
-                return
-            if job.error is not None:
-                fut.set_exception(job.error)
-                self.cancel(jobs)
-            elif left == 0:
-                fut.set_result(None)
-
-        now = time.monotonic()
-        jobs = [Job(seq, now, deadline, done, on_token) for seq in seqs]
-        self.submit(jobs)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            self.cancel(jobs)
-            raise
-        return jobs
-
-    # ---- worker thread ---------------------------------------------------------------------
-    def _deliver(self, job: Job) -> None:
-        if self.loop is not None:
-            self.loop.call_soon_threadsafe(job.done, job)
-
-    def _deliver_all(self, jobs: list[Job]) -> None:
-        """One wake-up of the event loop for every job a step finished (each wake-up writes its self-pipe)."""
-        if jobs and self.loop is not None:
-            self.loop.call_soon_threadsafe(_call_each_done, jobs)
-
-    def _fail(self, job: Job, err: Exception) -> None:
-        job.error = err
-        self._deliver(job)
-
-    def _queued_rows(self) -> int:
+    def queued_rows(self) -> int:
         return sum(j.rows for q in (self.pending, self.ready, self.encoding) for j in q)
 
+    # ---- reporting -------------------------------------------------------------------------------
+    def _fail(self, job: Job, err: ServingError) -> None:
+        """Fail the job's whole request (once); its other jobs are dropped. Called under self.cv or by the worker."""
+        req = job.request
+        if req.over:
+            return
+        req.over = True
+        for sibling in self.requests.pop(req.id, ()):
+            sibling.cancelled = True
+        self.outbox.append(Failed(req.id, err.code, str(err)))
+
+    def _emit(self) -> None:
+        """One report for the iteration: its events and stats (the channel write happens outside the lock)."""
+        with self.cv:  # re-entrant: some callers hold it already
+            events, self.outbox = self.outbox, []
+            stats = self.stats.take()
+        try:
+            self.sink(events, stats)
+        except Exception:  # the front end is gone or the channel broke: nothing to deliver to
+            log.exception("model %s: reporting %d events failed", self.name, len(events))
+
+    # ---- worker threads --------------------------------------------------------------------------
     @staticmethod
-    def _expired(job: Job, now: float) -> Exception | None:
+    def _expired(job: Job, now: float) -> ServingError | None:
         if job.cancelled:
             return Cancelled("cancelled before it started")
-        if job.deadline is not None and now > job.deadline:
-            return DeadlineExceeded(f"deadline exceeded while queued ({now - job.arrival:.3f} s waiting)")
+        if job.request.deadline is not None and now > job.request.deadline:
+            return DeadlineExceeded(f"deadline exceeded while queued ({now - job.request.arrival:.3f} s waiting)")
         return None
+
+    def _drop_expired(self, job: Job, now: float) -> bool:
+        if (err := self._expired(job, now)) is None:
+            return False
+        if not job.cancelled:
+            self._fail(job, err)
+        return True
 
     def _admit(self) -> list[Job]:
         """Pick queued jobs for the running batch, by the batching policy. Called under self.cv.
 
         Encoded jobs go first; unencoded ones only when the batch is idle (the step loop then encodes
         them itself rather than wait for the encoder thread)."""
-        cfg = self.config
-        rows_free = cfg.max_batch_size - self.gen.n_rows
-        if cfg.mode == "none":
-            rows_free = 0 if len(self.gen) else 1
-        elif cfg.mode == "request":
-            if len(self.gen):
-                return []
-            if cfg.max_queue_delay_ms > 0 and (self.ready or self.pending):
-                # Give a batch a moment to fill up unless it is already full.
-                oldest = min(q[0].arrival for q in (self.ready, self.pending) if q)
-                wait_until = oldest + cfg.max_queue_delay_ms / 1000
-                while self._queued_rows() < cfg.max_batch_size and not self.stopping:
-                    left = wait_until - time.monotonic()
-                    if left <= 0:
-                        break
-                    self.cv.wait(left)
+        rows_free = self.policy.room(self)
         picked: list[Job] = []
         now = time.monotonic()
         took_ready = False
         for queue in (self.ready, self.pending) if not len(self.gen) else (self.ready,):
             while queue and rows_free > 0:
                 job = queue[0]
-                if (err := self._expired(job, now)) is not None:
+                if self._drop_expired(job, now):
                     queue.popleft()
-                    self._fail(job, err)
                     continue
                 if job.rows > rows_free and (picked or len(self.gen)):
                     rows_free = 0  # a wide beam waits for room; nothing overtakes it
@@ -243,45 +304,51 @@ class Scheduler:
                 room, now = limit - sum(j.rows for j in self.ready), time.monotonic()
                 while self.pending and room > 0:
                     job = self.pending.popleft()
-                    if (err := self._expired(job, now)) is not None:
-                        self._fail(job, err)
+                    if self._drop_expired(job, now):
                         continue
                     self.encoding.append(job)
                     room -= job.rows
                 take = list(self.encoding)
+            failed = None
             try:
                 self.gen.encode([j.seq for j in take])
             except Exception as e:  # fails these requests, never the thread
                 log.exception("model %s: encoder failed", self.name)
-                for job in take:
-                    self._fail(job, EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log"))
-                take = []
+                failed = EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log")
             with self.cv:
                 self.encoding.clear()
-                if self.aborting:
+                if failed is not None or self.aborting:
+                    err = failed or ShuttingDown("server shut down before this request finished; retry")
                     for job in take:
-                        self._fail(job, ShuttingDown("server shut down before this request finished; retry"))
-                    return
-                self.ready.extend(take)
+                        self._fail(job, err)
+                    self.cv.notify_all()  # the step loop emits the failures
+                    if self.aborting:
+                        return
+                    continue
+                self.ready.extend(j for j in take if not j.cancelled)
                 self.encoded_ahead += len(take)
+                self.stats.encoded_ahead += len(take)
                 self.cv.notify_all()
 
     def _run(self) -> None:
         while True:
             with self.cv:
-                while not (self.aborting or self.ready or self.pending or len(self.gen) or
+                while not (self.aborting or self.ready or self.pending or len(self.gen) or self.outbox or
                            (self.stopping and not self.encoding)):
                     self.decoding = False
                     self.cv.wait()
                 if self.aborting:
+                    err = ShuttingDown("server shut down before this request finished; retry")
                     for job in [*self.pending, *self.ready, *self.active.values()]:
-                        self._fail(job, ShuttingDown("server shut down before this request finished; retry"))
+                        self._fail(job, err)
                     self.pending.clear()
                     self.ready.clear()
                     self.active.clear()
+                    self._emit()
                     self.cv.notify_all()
                     return
                 if self.stopping and not (self.ready or self.pending or self.encoding or len(self.gen)):
+                    self._emit()
                     self.cv.notify_all()
                     return
                 newcomers = self._admit()
@@ -289,7 +356,7 @@ class Scheduler:
                 if busy and not self.decoding and self.pending:
                     self.cv.notify_all()  # the encoder thread may start on the queue
                 self.decoding = busy
-                self.m_queued.set(self._queued_rows())
+                self.stats.queued = self.queued_rows()
             try:
                 self._expire()
                 self._join(newcomers)
@@ -297,11 +364,14 @@ class Scheduler:
                     self._step()
             except Exception as e:  # an engine failure fails the affected requests, never the loop
                 log.exception("model %s: decode step failed", self.name)
-                for job in list(self.active.values()):
-                    self._fail(job, EngineFailure(f"model {self.name!r}: inference failed ({type(e).__name__}); see server log"))
+                err = EngineFailure(f"model {self.name!r}: inference failed ({type(e).__name__}); see server log")
+                with self.cv:
+                    for job in list(self.active.values()):
+                        self._fail(job, err)
                 self.active.clear()
                 self.gen = Generator(self.engine)
-            self.m_active.set(len(self.active))
+            self.stats.active = len(self.active)
+            self._emit()
 
     def _join(self, jobs: list[Job]) -> None:
         if not jobs:
@@ -309,58 +379,64 @@ class Scheduler:
         now = time.monotonic()
         for job in jobs:
             job.admitted = now
-            self.m_queue_time.observe(now - job.arrival)
-            job.seq.on_token = self._on_token
+            self.stats.queue_s.append(now - job.request.arrival)
         try:
             self.gen.add([j.seq for j in jobs])
         except Exception as e:
             log.exception("model %s: encoder failed", self.name)
-            for job in jobs:
-                self._fail(job, EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log"))
+            err = EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log")
+            with self.cv:
+                for job in jobs:
+                    self._fail(job, err)
             return
         for job in jobs:
             self.active[job.seq.id] = job
 
-    def _on_token(self, seq: Sequence, token: int) -> None:
-        job = self.active[seq.id]
-        now = time.monotonic()
-        if job.first_token is None:
-            job.first_token = now
-            self.m_ttft.observe(now - job.arrival)
-        job.n_tokens += 1
-        if job.on_token is not None and token != self.engine.special.eos:
-            self.loop.call_soon_threadsafe(job.on_token, job, token)
-
     def _expire(self) -> None:
         now = time.monotonic()
-        gone = [j for j in self.active.values() if j.cancelled or (j.deadline is not None and now > j.deadline)]
+        gone = [j for j in self.active.values()
+                if j.cancelled or (j.request.deadline is not None and now > j.request.deadline)]
         if not gone:
             return
         self.gen.remove([j.seq for j in gone])
-        for job in gone:
-            del self.active[job.seq.id]
-            err = Cancelled("cancelled by the client") if job.cancelled else DeadlineExceeded(
-                f"deadline exceeded after {job.n_tokens} generated tokens")
-            self._fail(job, err)
+        with self.cv:
+            for job in gone:
+                del self.active[job.seq.id]
+                if not job.cancelled:
+                    self._fail(job, DeadlineExceeded(f"deadline exceeded after {job.n_tokens} generated tokens"))
 
     def _step(self) -> None:
         rows = self.gen.n_rows
         t0 = time.perf_counter()
-        finished = self.gen.step()
-        dt = time.perf_counter() - t0
-        self.m_step.observe(dt)
-        self.m_batch.observe(rows)
+        out = self.gen.step()
+        self.stats.step_s.append(time.perf_counter() - t0)
+        self.stats.batch_rows.append(rows)
         now = time.monotonic()
-        done = []
-        for seq in finished:
-            job = self.active.pop(seq.id)
-            if job.first_token is None:  # beams report their tokens at the end
+        eos = self.engine.special.eos
+        for seq, token in out.tokens:  # streaming sequences: each greedy token as it is chosen
+            job = self.active[seq.id]
+            if job.first_token is None:
                 job.first_token = now
-                self.m_ttft.observe(now - job.arrival)
+                self.stats.ttft_s.append(now - job.request.arrival)
+            job.n_tokens += 1
+            if token != eos and not job.request.over:
+                self.outbox.append(Token(job.request.id, job.index, token))
+        for seq in out.finished:
+            job = self.active.pop(seq.id)
+            if job.first_token is None:  # not streamed (or a beam, which reports at the end)
+                job.first_token = now
+                self.stats.ttft_s.append(now - job.request.arrival)
             n = len(seq.result or [])
             job.n_tokens = n
-            self.m_generated.inc(n)
+            self.stats.generated += n
             if n > 1:
-                self.m_tpot.observe((now - job.first_token) / (n - 1))
-            done.append(job)
-        self._deliver_all(done)
+                self.stats.tpot_s.append((now - job.first_token) / (n - 1))
+            req = job.request
+            if req.over:
+                continue
+            self.outbox.append(Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token))
+            req.left -= 1
+            if req.left == 0:
+                req.over = True
+                with self.cv:
+                    self.requests.pop(req.id, None)

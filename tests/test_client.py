@@ -204,7 +204,7 @@ def test_cli_wide_beams_fit_the_row_limit(server):
 
 def test_generate_many_backs_off_while_the_queue_is_full(model_repo):
     """Two bulk clients against a queue of 8 rows decoded one at a time: refusals are resent, not errors."""
-    srv = ServerThread(server_config(scheduler=SchedulerConfig(max_queue_size=8, max_batch_size=1), models=(ADD,)))
+    srv = ServerThread(server_config(scheduler=SchedulerConfig(max_queue_size=8, max_batch_size=1), models=(ADD,), instances=1))
     try:
         inputs = texts(40, seed=7)
         results: dict[int, list[str]] = {}

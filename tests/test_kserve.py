@@ -362,7 +362,7 @@ def test_model_not_ready_is_unavailable(model_repo):
         c = triton.InferenceServerClient(srv.address)
         assert c.is_model_ready(MODELS[0])
         for mv in srv.running.repo.all():
-            mv.scheduler.stop()  # what shutdown does first
+            mv.stop()  # what shutdown does first
         assert not c.is_server_ready() and not c.is_model_ready(MODELS[0])
         with pytest.raises(InferenceServerException) as e:
             c.infer(MODELS[0], [text_input(SAMPLES[MODELS[0]][:1])])

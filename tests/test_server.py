@@ -75,7 +75,7 @@ def test_200_concurrent_mixed_requests_are_all_answered(server):
     for r in replies[100:]:
         assert r.model == JA and len(r.outputs) == 1 and r.outputs[0].output_tokens > 0 and r.outputs[0].text
     # Under this load queued requests were encoded on the encoder thread while the step loop decoded.
-    assert server.running.repo.get(JA).scheduler.encoded_ahead > 0
+    assert server.running.repo.get(JA).encoded_ahead > 0
 
 
 def test_outputs_come_back_in_input_order_with_counts_and_timings(server):
@@ -277,37 +277,12 @@ def test_broken_model_repository_fails_fast_naming_the_file(tmp_path):
     assert re.search(r"encoder\.onnx: sha256 .* does not match", out.stderr), out.stderr[-1000:]
 
 
-def test_an_engine_failure_fails_its_requests_with_internal_and_the_server_keeps_serving(server):
-    """Fault injection: the real engine's decode step raises once (as ONNX Runtime would on a device
-    error); the requests in that batch get INTERNAL, the scheduler loop survives, the next request works."""
-    engine = server.running.repo.get(ADD).engine
-    real = engine.decode
-    calls = {"n": 0}
-
-    def failing_once(*args, **kw):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("injected ONNX Runtime failure")
-        return real(*args, **kw)
-
-    engine.decode = failing_once
-    try:
-        with Seq2SeqClient(server.address) as c:
-            with pytest.raises(grpc.RpcError) as e:
-                c.generate(ADD, ["12+30"])
-            assert e.value.code() == grpc.StatusCode.INTERNAL and "inference failed" in e.value.details()
-            assert c.generate(ADD, ["12+30"]) == ["42"]
-    finally:
-        engine.decode = real
-    assert wait_for(lambda: sample(scrape(server), "s2s_active_sequences", model=ADD) == 0)
-
-
 def test_device_resident_cache_serves_concurrent_requests(model_repo):
     """--io-binding on (the CUDA default) through the real scheduler: rows join, leave and reuse slots
     while the cache lives in OrtValues; every answer is checked against arithmetic or the numpy path."""
     srv = ServerThread(server_config(io_binding="on", scheduler=SchedulerConfig(max_batch_size=8)))
     try:
-        assert srv.running.repo.get(ADD).engine.io_binding
+        assert all(core.state.io_binding for core in srv.running.repo.get(ADD).cores)
         problems = [(a, b) for a, b in zip(range(3, 900, 23), range(870, 0, -31))][:30]
         texts = english(12)
 
@@ -323,62 +298,7 @@ def test_device_resident_cache_serves_concurrent_requests(model_repo):
         srv.stop()
     wrong = [(a, b, r.outputs[0].text) for (a, b), r in zip(problems, replies) if r.outputs[0].text != str(a + b)]
     assert len(wrong) <= 1, wrong
-    from server.engine import Engine, EngineOptions, generate
+    from engine import Engine, EngineOptions, generate
 
     want = generate(Engine(model_repo / JA / "1", EngineOptions(device="cpu")), texts)
     assert [r.outputs[0].text for r in replies[len(problems):]] == want
-
-
-def test_an_encoder_failure_while_others_decode_fails_only_that_request(server):
-    """Fault injection on the encoder thread's path: while a batch decodes, a newcomer's encoder run raises;
-    that request gets INTERNAL, the decoding ones finish, and the next request works."""
-    import threading
-
-    from server.engine import Sequence
-    from server.engine.generator import run
-
-    sched = server.running.repo.get(JA).scheduler
-    engine = sched.engine
-    real, real_set = engine.encode, sched.m_active.set
-    marker = engine.codec.source_ids("Open file")
-    failed_on: list[str] = []
-
-    def failing_for_marker(ids, mask):
-        if any(list(row[: len(marker)]) == marker for row in ids.tolist()):
-            failed_on.append(threading.current_thread().name)
-            raise RuntimeError("injected encoder failure")
-        return real(ids, mask)
-
-    # Inputs with the longest outputs (greedy is deterministic): they decode together for many steps.
-    pool = english(300)
-    lengths = [len(s.result) for s in run(engine, [Sequence(engine.codec.source_ids(t), 60) for t in pool])]
-    long_inputs = [t for _, t in sorted(zip(lengths, pool), key=lambda x: -x[0])[:6]]
-    all_active = threading.Event()
-
-    def watch_active(n: int) -> None:  # the step loop reports its active sequences every iteration
-        if n >= len(long_inputs):
-            all_active.set()
-        real_set(n)
-
-    async def main():
-        async with grpc.aio.insecure_channel(server.address) as ch:
-            stub = pb_grpc.Seq2SeqStub(ch)
-            opts = pb.GenerateOptions(max_new_tokens=60)
-            running = [asyncio.ensure_future(stub.Generate(pb.GenerateRequest(model=JA, inputs=[t], options=opts), timeout=60))
-                       for t in long_inputs]
-            assert await asyncio.get_running_loop().run_in_executor(None, all_active.wait, 10)
-            with pytest.raises(grpc.aio.AioRpcError) as e:
-                await stub.Generate(pb.GenerateRequest(model=JA, inputs=["Open file"]), timeout=60)
-            return e.value, await asyncio.gather(*running)
-
-    engine.encode, sched.m_active.set = failing_for_marker, watch_active
-    try:
-        err, replies = asyncio.run(main())
-    finally:
-        engine.encode, sched.m_active.set = real, real_set
-    assert err.code() == grpc.StatusCode.INTERNAL and "encoder failed" in err.details()
-    assert failed_on == [f"encoder-{JA}"]
-    assert all(r.outputs[0].text for r in replies)
-    with Seq2SeqClient(server.address) as c:
-        assert c.generate(JA, ["Open file"])[0]
-    assert wait_for(lambda: sample(scrape(server), "s2s_active_sequences", model=JA) == 0)

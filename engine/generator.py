@@ -1,33 +1,34 @@
 """The decode-step loop: sequences join between steps, every step advances all of them, finished ones leave.
 
 This is iteration-level (continuous) batching's mechanism; the scheduler decides *when* to
-call ``add`` and ``step``. ``generate`` runs the same loop to completion for in-process use.
+call ``add`` and ``step``, and ``step`` returns what happened (``StepOutput``: the sequences that
+finished, the tokens streaming sequences got) instead of calling back into it, as vLLM's
+schedule -> execute -> update. ``run`` drives the same loop to completion for in-process use.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from server.engine.cache import DecodeBatch, pad_axis
-from server.engine.search import Beam, Greedy
-from server.engine.session import Engine
+from engine.cache import DecodeBatch, pad_axis
+from engine.search import Beam, Greedy
+from engine.session import Engine
 
 _ids = itertools.count()
 
 
 @dataclass(eq=False)
 class Sequence:
-    """One input text's generation. ``on_token`` (optional) sees each greedy token as it is chosen."""
+    """One input text's generation. ``stream``: report each greedy token in ``StepOutput.tokens``."""
 
     src_ids: list[int]
     max_new_tokens: int
     beam: int = 1
     id: int = field(default_factory=lambda: next(_ids))
-    on_token: Callable[[Sequence, int], None] | None = None
+    stream: bool = False
     search: Greedy | Beam | None = None
     row: int = -1  # first of its rows in the running batch
     result: list[int] | None = None
@@ -38,6 +39,15 @@ class Sequence:
     @property
     def n_rows(self) -> int:
         return self.beam
+
+
+@dataclass
+class StepOutput:
+    """What one decoder step did: sequences that finished (``result`` set, already removed from the
+    batch) and, for streaming sequences, the token each got (EOS included)."""
+
+    finished: list[Sequence]
+    tokens: list[tuple[Sequence, int]]
 
 
 def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,8 +117,8 @@ class Generator:
             s.encoded = None  # joined: the batch holds its cross K/V now
         self.seqs += seqs
 
-    def step(self) -> list[Sequence]:
-        """One decoder step for every row; returns the sequences that finished (already removed)."""
+    def step(self) -> StepOutput:
+        """One decoder step for every row."""
         b = self.batch
         if b.free:  # no newcomer took them before this step: stop computing them
             self._compact()
@@ -122,12 +132,13 @@ class Generator:
         next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
         parents = np.arange(len(b))
         reorder = False
+        streamed: list[tuple[Sequence, int]] = []
         for s in self.seqs:
             if isinstance(s.search, Greedy):
                 tok = int(next_tokens[s.row])
                 s.search.push(tok)
-                if s.on_token is not None:
-                    s.on_token(s, tok)
+                if s.stream:
+                    streamed.append((s, tok))
             else:
                 rows = slice(s.row, s.row + s.n_rows)
                 next_tokens[rows], par = s.search.advance(logits[rows])
@@ -141,7 +152,7 @@ class Generator:
             s.result = s.search.result()
         if finished:
             self.remove(finished)
-        return finished
+        return StepOutput(finished, streamed)
 
     def remove(self, seqs: list[Sequence]) -> None:
         """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""
@@ -171,6 +182,29 @@ def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequ
             pending = pending[room:]
         gen.step()
     return seqs
+
+
+@dataclass(frozen=True)
+class Result:
+    """One input's output, as ``Engine.generate`` returns it."""
+
+    text: str
+    tokens: list[int]  # generated ids, EOS excluded
+    input_tokens: int  # source ids, EOS included
+
+
+def results(engine: Engine, texts: list[str], *, beam_size: int = 1, max_new_tokens: int | None = None,
+            max_batch_size: int = 64) -> list[Result]:
+    """``Engine.generate``: decode texts to completion, refilling the batch as rows finish."""
+    budget = max_new_tokens or engine.config.task.max_new_tokens
+    seqs = [Sequence(engine.codec.source_ids(t), budget, beam_size) for t in texts]
+    run(engine, seqs, max_batch_size)
+    eos = engine.special.eos
+    out = []
+    for s in seqs:
+        toks = s.result[: s.result.index(eos)] if eos in s.result else list(s.result)
+        out.append(Result(engine.codec.decode(s.result), toks, len(s.src_ids)))
+    return out
 
 
 def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None, beam: int = 1,

@@ -52,12 +52,15 @@ class Beam:
         top = top[np.lexsort((top, -cand[top]))]  # best first; ties to the lower index, as argmax
         vocab = logits.shape[1]
         parents, tokens, scores, hyps = [], [], [], []
-        for idx in top:
+        for rank, idx in enumerate(top):
             parent, tok, score = int(idx // vocab), int(idx % vocab), float(cand[idx])
             if not np.isfinite(score):
                 continue
             if tok == self.eos:
-                self.finished.append((score / self.lp(len(self.hyps[parent]) + 1), self.hyps[parent]))
+                # Only an end among the k best candidates counts (as fairseq and CTranslate2 do): one ranked
+                # below k live extensions would fill the finished list and stop the search early.
+                if rank < k:
+                    self.finished.append((score / self.lp(len(self.hyps[parent]) + 1), self.hyps[parent]))
             else:
                 parents.append(parent), tokens.append(tok), scores.append(score), hyps.append(self.hyps[parent] + [tok])
             if len(parents) == k:
@@ -69,8 +72,10 @@ class Beam:
         best_live = self.scores.max()
         if self.finished:
             best_done = max(s for s, _ in self.finished)
-            # A live beam's raw score only falls as it grows, so best_live / lp(budget) bounds its future.
-            self.done = len(self.finished) >= k or best_done >= best_live / self.lp(self.budget) or not np.isfinite(best_live)
+            # A live beam's raw score only falls as it grows, so best_live / lp(budget) bounds its future: stop
+            # once no live hypothesis can beat the best finished one. (Stopping at k finished, as fairseq does,
+            # returned "258" for 864+394: three weak ends filled the list while the best beam was one step from EOS.)
+            self.done = best_done >= best_live / self.lp(self.budget) or not np.isfinite(best_live)
         self.done = self.done or length >= self.budget
         return np.array(tokens), np.array(parents)
 

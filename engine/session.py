@@ -71,9 +71,12 @@ def _providers(device: str) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _log_provider_once(device: str, provider: str) -> None:
-    """One INFO line per process and device setting: which provider runs, and why."""
-    why = "asked for" if device == "cpu" else cuda_probe()[1]
-    log.info("ONNX Runtime runs %s (--device %s: %s)", provider, device, why)
+    """One line per process and device setting: which provider runs, and why (the server logs it at INFO once)."""
+    log.debug("ONNX Runtime runs %s (--device %s: %s)", provider, device, provider_reason(device))
+
+
+def provider_reason(device: str) -> str:
+    return "asked for" if device == "cpu" else cuda_probe()[1]
 
 
 class Engine:
@@ -117,6 +120,15 @@ class Engine:
             raise BundleError(f"{path}: tensor names {got_in} -> {got_out} differ from config.json "
                               f"{list(io.inputs)} -> {list(io.outputs)}")
         return sess
+
+    def generate(self, texts: list[str], *, beam_size: int = 1, max_new_tokens: int | None = None,
+                 max_batch_size: int = 64) -> list:
+        """Texts in, one ``Result`` (``.text``, ``.tokens``, ``.input_tokens``) each, in order: the in-process API
+        (CTranslate2's ``translate_batch`` shape). Rows are decoded together, at most ``max_batch_size`` at a
+        time (a beam counts its width), and refilled as they finish."""
+        from engine.generator import results  # the step loop builds on this module
+
+        return results(self, texts, beam_size=beam_size, max_new_tokens=max_new_tokens, max_batch_size=max_batch_size)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
         """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh).

@@ -1,0 +1,259 @@
+"""The front end's side of the engine cores: start them, route requests, restart the ones that die.
+
+``CoreHandle`` owns one child process (``server/core.py``) and its pipe. The pipe is read on the
+event loop (``loop.add_reader``); each message is one decode step's report, dispatched to the
+requests in flight. A core that dies (SIGKILL, segfault, OOM) is noticed by EOF on its pipe: its
+requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
+growing delay if it keeps dying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from server import core
+from server.core import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
+from server.errors import ServingError
+from server.scheduler import Failed, Finished, Stats, Token
+
+log = logging.getLogger("s2s.cores")
+
+_request_ids = itertools.count(1)
+RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... death in a row
+
+
+class CoreUnavailable(ServingError):
+    code = "UNAVAILABLE"
+
+
+class CoreLoadError(RuntimeError):
+    pass
+
+
+@dataclass(eq=False)
+class InFlight:
+    """A request sent to a core: where its events go."""
+
+    id: int
+    rows: int
+    on_token: Callable[[int, int], None] | None  # (index, token)
+    on_finished: Callable[[Finished], None]
+    on_failed: Callable[[ServingError], None]
+
+
+@dataclass
+class CoreState:
+    up: bool = False
+    provider: str = ""
+    io_binding: bool = False
+    pid: int = 0
+    restarts: int = 0
+    deaths_in_a_row: int = 0
+    ready_at: float = 0.0
+
+
+class CoreHandle:
+    def __init__(self, spec: CoreSpec, on_stats: Callable[[CoreSpec, Stats], None],
+                 on_change: Callable[[CoreHandle], None]):
+        self.spec, self.on_stats, self.on_change = spec, on_stats, on_change
+        self.state = CoreState()
+        self.inflight: dict[int, InFlight] = {}
+        self.rows = 0  # rows of the requests in flight: the load the router balances
+        self.proc: multiprocessing.Process | None = None
+        self.conn = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping = False
+        self._ready: asyncio.Future | None = None
+        self._exited: asyncio.Event = asyncio.Event()
+        self._restart: asyncio.TimerHandle | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.model}#{self.spec.index}"
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """Spawn the process; the returned future resolves once the engine is loaded (or fails naming why).
+
+        Called on the event loop thread: the kernel's parent-death signal is tied to the thread that
+        forks, and the event loop thread lives as long as the server."""
+        self.loop = loop
+        ctx = multiprocessing.get_context("spawn")  # never fork a process with gRPC's threads in it
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=core.main, args=(child, self.spec), name=f"s2s-core-{self.label}", daemon=True)
+        self.proc.start()
+        child.close()  # ours would keep the pipe open: EOF is how a death shows
+        self.conn = parent
+        self._exited = asyncio.Event()
+        self._ready = loop.create_future()
+        loop.add_reader(parent.fileno(), self._readable)
+        return self._ready
+
+    def _readable(self) -> None:
+        conn = self.conn
+        try:
+            while conn is not None and conn.poll():
+                self._dispatch(conn.recv())
+        except (EOFError, OSError):
+            self._died()
+
+    def _dispatch(self, msg) -> None:
+        if isinstance(msg, Report):
+            for ev in msg.events:
+                req = self.inflight.get(ev.request)
+                if req is None:
+                    continue  # cancelled on this side already
+                if isinstance(ev, Token):
+                    if req.on_token is not None:
+                        req.on_token(ev.index, ev.token)
+                elif isinstance(ev, Finished):
+                    req.on_finished(ev)
+                elif isinstance(ev, Failed):
+                    self._forget(req)
+                    req.on_failed(_error(ev.code, ev.message))
+            self.on_stats(self.spec, msg.stats)
+        elif isinstance(msg, Ready):
+            self.state.up, self.state.provider, self.state.io_binding, self.state.pid = True, msg.provider, msg.io_binding, msg.pid
+            self.state.ready_at = time.monotonic()
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(self)
+            log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
+            self.on_change(self)
+        elif isinstance(msg, LoadFailed):
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_exception(CoreLoadError(msg.message))
+
+    def _died(self) -> None:
+        loop = self.loop
+        if self.conn is not None:
+            loop.remove_reader(self.conn.fileno())
+            self.conn.close()
+            self.conn = None
+        was_up = self.state.up
+        self.state.up = False
+        if self.proc is not None:
+            self.proc.join(5)
+        code = self.proc.exitcode if self.proc is not None else None
+        failed = list(self.inflight.values())
+        self.inflight.clear()
+        self.rows = 0
+        for req in failed:
+            req.on_failed(CoreUnavailable(f"model {self.spec.model!r}: its engine core stopped while decoding this "
+                                          "request; retry"))
+        self._exited.set()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})"))
+        self.on_change(self)
+        if self.stopping:
+            return
+        # Dying again soon after a start counts as "in a row": back off instead of spinning.
+        quick = time.monotonic() - self.state.ready_at < 30
+        self.state.deaths_in_a_row = self.state.deaths_in_a_row + 1 if quick else 1
+        delay = RESTART_DELAYS_S[min(self.state.deaths_in_a_row, len(RESTART_DELAYS_S)) - 1]
+        log.warning("engine core %s (pid %s) died (exit code %s) with %d requests in flight%s; restarting in %.1f s",
+                    self.label, self.state.pid, code, len(failed), "" if was_up else " while loading", delay)
+        self._restart = loop.call_later(delay, self._respawn)
+
+    def _respawn(self) -> None:
+        if self.stopping:
+            return
+        self.state.restarts += 1
+        fut = self.start(self.loop)
+        fut.add_done_callback(lambda f: f.exception() and log.error("engine core %s failed to restart: %s",
+                                                                   self.label, f.exception()))
+
+    # ---- requests --------------------------------------------------------------------------------
+    def submit(self, sequences: list[tuple[list[int], int, int, bool]], deadline: float | None, arrival: float,
+               on_finished, on_failed, on_token=None) -> InFlight:
+        if not self.state.up or self.conn is None:
+            raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
+        req = InFlight(next(_request_ids), sum(s[2] for s in sequences), on_token, on_finished, on_failed)
+        self.inflight[req.id] = req
+        self.rows += req.rows
+        try:
+            self.conn.send(Submit(req.id, sequences, deadline, arrival))
+        except OSError:
+            self._forget(req)
+            raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry") from None
+        return req
+
+    def done(self, req: InFlight) -> None:
+        """The request got all its outputs."""
+        self._forget(req)
+
+    def cancel(self, req: InFlight) -> None:
+        if self._forget(req) and self.conn is not None:
+            try:
+                self.conn.send(Cancel(req.id))
+            except OSError:
+                pass
+
+    def _forget(self, req: InFlight) -> bool:
+        if self.inflight.pop(req.id, None) is None:
+            return False
+        self.rows -= req.rows
+        return True
+
+    # ---- shutdown --------------------------------------------------------------------------------
+    def drain(self, grace_s: float) -> None:
+        self.stopping = True
+        if self._restart is not None:
+            self._restart.cancel()
+        if self.conn is not None:
+            try:
+                self.conn.send(Drain(grace_s))
+            except OSError:
+                pass
+
+    def abort(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(Abort())
+            except OSError:
+                pass
+
+    async def wait_exited(self, timeout: float) -> None:
+        if self.conn is None:
+            return
+        try:
+            await asyncio.wait_for(self._exited.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("engine core %s did not exit in %.0f s; killing it", self.label, timeout)
+            if self.proc is not None:
+                self.proc.kill()
+            await asyncio.wait_for(self._exited.wait(), 10)
+
+    def kill(self) -> None:
+        """Tests and emergencies: SIGKILL the process (it is restarted unless stopping)."""
+        if self.proc is not None:
+            self.proc.kill()
+
+
+def _error(code: str, message: str) -> ServingError:
+    err = ServingError(message)
+    err.code = code
+    return err
+
+
+@dataclass
+class Router:
+    """A model's cores; each request goes to the live core with the fewest rows in flight."""
+
+    cores: list[CoreHandle] = field(default_factory=list)
+
+    def pick(self) -> CoreHandle:
+        live = [c for c in self.cores if c.state.up]
+        if not live:
+            model = self.cores[0].spec.model if self.cores else "?"
+            raise CoreUnavailable(f"model {model!r}: no engine core is running (restarting); retry")
+        return min(live, key=lambda c: c.rows)
+
+    @property
+    def any_up(self) -> bool:
+        return any(c.state.up for c in self.cores)

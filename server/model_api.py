@@ -1,0 +1,260 @@
+"""The model API: one handle per served model version, the only thing front doors call.
+
+Every front door (seq2seq.v1, KServe v2) maps its protocol to ``GenOptions`` and texts, calls
+``prepare`` (validation and tokenization, cheap checks first) and then ``generate`` or ``stream``,
+and maps the domain objects it gets back (``Generation``, ``StreamEvent``) to its protocol. None of
+them sees an engine, a scheduler or a core. Texts are tokenized and detokenized here, in the front
+end; the engine cores only ever see ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract import bundle
+from contract.text import TextCodec
+from engine import EngineOptions
+from server.config import ServerConfig
+from server.core import CoreSpec
+from server.cores import CoreHandle, Router
+from server.errors import ServingError, ShuttingDown
+from server.metrics import Metrics
+from server.requests import GenOptions, Limits, Prepared, limits, prepare
+from server.scheduler import Finished, Stats
+
+log = logging.getLogger("s2s.model")
+
+
+# ---- what front doors get back -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Output:
+    text: str
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Timings:
+    queue_seconds: float  # arrival until the last of its inputs joined a batch
+    time_to_first_token_seconds: float
+    total_seconds: float
+
+
+@dataclass(frozen=True)
+class Generation:
+    model: str
+    version: str
+    outputs: list[Output]  # in input order
+    timings: Timings
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    index: int
+    text_delta: str
+    finished: bool = False
+    output: Output | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    version: str
+    task: str
+    provider: str
+    quantization: str
+    limits: Limits
+    cores: int
+    cores_up: int
+
+
+@dataclass
+class _Pending:
+    """Front-end state of one request in flight."""
+
+    n: int
+    done: list[Finished | None]
+    future: asyncio.Future
+    left: int = 0
+    events: asyncio.Queue | None = None  # streaming: (index, token) and ("done", Finished)
+    error: ServingError | None = None
+
+
+class ModelAPI:
+    def __init__(self, name: str, version: str, folder: Path, config: ServerConfig, metrics: Metrics, n_cores: int,
+                 on_change: Callable[[], None]):
+        self.name, self.version, self.folder = name, version, folder
+        self.bundle = bundle.read_bundle(folder, verify_hashes=False)  # each core verifies every hash as it loads
+        m = self.bundle.model
+        self.codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special)
+        self.sched = config.scheduler
+        self.limits = limits(self.bundle, self.codec, config.scheduler)
+        self.metrics = metrics
+        self.stopping = False
+        self._on_change = on_change
+        opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
+        specs = [CoreSpec(name, version, folder, i, opts, config.scheduler, config.log_level, config.grace_s) for i in range(n_cores)]
+        self.router = Router([CoreHandle(s, self._stats, self._changed) for s in specs])
+        self.m_input_tokens = metrics.input_tokens.labels(name)
+        self.m_queue, self.m_ttft = metrics.queue_duration.labels(name), metrics.ttft.labels(name)
+        self.m_tpot, self.m_generated = metrics.tpot.labels(name), metrics.generated_tokens.labels(name)
+        self.m_step = [metrics.step_duration.labels(name, str(i)) for i in range(n_cores)]
+        self.m_batch = [metrics.batch_size.labels(name, str(i)) for i in range(n_cores)]
+        self.m_queued = [metrics.queued.labels(name, str(i)) for i in range(n_cores)]
+        self.m_active = [metrics.active.labels(name, str(i)) for i in range(n_cores)]
+        self.m_cores_up = metrics.cores_up.labels(name)
+        self.m_restarts = metrics.core_restarts.labels(name)
+        self._restarts_seen = 0
+        self.encoded_ahead = 0  # sequences encoded on the cores' encoder threads while they decoded
+
+    # ---- state -----------------------------------------------------------------------------------
+    @property
+    def cores(self) -> list[CoreHandle]:
+        return self.router.cores
+
+    @property
+    def ready(self) -> bool:
+        return self.router.any_up and not self.stopping
+
+    @property
+    def provider(self) -> str:
+        return next((c.state.provider for c in self.cores if c.state.provider), "")
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(self.name, self.version, self.bundle.task.name, self.provider, self.bundle.quantization,
+                         self.limits, len(self.cores), sum(c.state.up for c in self.cores))
+
+    async def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        await asyncio.gather(*(core.start(loop) for core in self.cores))
+
+    def _changed(self, core: CoreHandle) -> None:
+        self.m_cores_up.set(sum(c.state.up for c in self.cores))
+        restarts = sum(c.state.restarts for c in self.cores)
+        if restarts > self._restarts_seen:
+            self.m_restarts.inc(restarts - self._restarts_seen)
+            self._restarts_seen = restarts
+        self._on_change()
+
+    def _stats(self, spec: CoreSpec, s: Stats) -> None:
+        i = spec.index
+        for v in s.step_s:
+            self.m_step[i].observe(v)
+        for v in s.batch_rows:
+            self.m_batch[i].observe(v)
+        for v in s.queue_s:
+            self.m_queue.observe(v)
+        for v in s.ttft_s:
+            self.m_ttft.observe(v)
+        for v in s.tpot_s:
+            self.m_tpot.observe(v)
+        if s.generated:
+            self.m_generated.inc(s.generated)
+        self.encoded_ahead += s.encoded_ahead
+        self.m_queued[i].set(s.queued)
+        self.m_active[i].set(s.active)
+
+    # ---- requests --------------------------------------------------------------------------------
+    def prepare(self, texts: list[str], options: GenOptions) -> Prepared:
+        """Validate and tokenize; raises InvalidInput naming the limit."""
+        return prepare(self.name, self.bundle, self.codec, texts, options, self.limits)
+
+    def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool) -> tuple[CoreHandle, object, _Pending]:
+        if self.stopping:
+            raise ShuttingDown("server is shutting down; retry on another replica")
+        core = self.router.pick()
+        loop = asyncio.get_running_loop()
+        n = len(p.src_ids)
+        pending = _Pending(n, [None] * n, loop.create_future(), left=n, events=asyncio.Queue() if stream else None)
+
+        def finished(ev: Finished) -> None:
+            pending.done[ev.index] = ev
+            pending.left -= 1
+            if pending.events is not None:
+                pending.events.put_nowait(("done", ev))
+            if pending.left == 0:
+                core.done(req)
+                if not pending.future.done():
+                    pending.future.set_result(None)
+
+        def failed(err: ServingError) -> None:
+            pending.error = err
+            if pending.events is not None:
+                pending.events.put_nowait(("error", err))
+            if not pending.future.done():
+                pending.future.set_exception(err)
+
+        on_token = (lambda index, token: pending.events.put_nowait((index, token))) if stream else None
+        seqs = [(ids, p.max_new_tokens, p.beam, stream) for ids in p.src_ids]
+        req = core.submit(seqs, deadline, t0, finished, failed, on_token)
+        self.m_input_tokens.inc(sum(len(ids) for ids in p.src_ids))
+        return core, req, pending
+
+    def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
+        return Output(self.codec.decode(ev.tokens), len(p.src_ids[i]), len(ev.tokens))
+
+    def _timings(self, pending: _Pending, t0: float) -> Timings:
+        done = [d for d in pending.done if d is not None]
+        return Timings(queue_seconds=max(d.admitted for d in done) - t0,
+                       time_to_first_token_seconds=min(d.first_token for d in done) - t0,
+                       total_seconds=time.monotonic() - t0)
+
+    async def generate(self, p: Prepared, deadline: float | None) -> Generation:
+        """All outputs at once; raises ServingError (the request's status) on failure."""
+        t0 = time.monotonic()
+        core, req, pending = self._submit(p, deadline, t0, stream=False)
+        try:
+            await pending.future
+        except asyncio.CancelledError:
+            core.cancel(req)
+            raise
+        outputs = [self._output(p, i, ev) for i, ev in enumerate(pending.done)]
+        return Generation(self.name, self.version, outputs, self._timings(pending, t0))
+
+    async def stream(self, p: Prepared, deadline: float | None) -> AsyncIterator[StreamEvent]:
+        """Text as it is produced (greedy: token by token; a beam's text comes when it is final), then one
+        finished event per input, in input order, with its whole output."""
+        t0 = time.monotonic()
+        core, req, pending = self._submit(p, deadline, t0, stream=True)
+        tokens: list[list[int]] = [[] for _ in range(pending.n)]
+        sent = [""] * pending.n
+        finished = 0
+        try:
+            while finished < pending.n:
+                a, b = await pending.events.get()
+                if a == "error":
+                    raise b
+                if a == "done":
+                    finished += 1
+                    continue
+                tokens[a].append(b)
+                text = self.codec.decode(tokens[a])
+                # Subword decoding can rewrite the tail (e.g. a space): send only what extends the prefix.
+                if text != sent[a] and text.startswith(sent[a]):
+                    delta, sent[a] = text[len(sent[a]):], text
+                    yield StreamEvent(a, delta)
+        except BaseException:
+            core.cancel(req)
+            raise
+        for i, ev in enumerate(pending.done):
+            out = self._output(p, i, ev)
+            yield StreamEvent(i, out.text[len(sent[i]):] if out.text.startswith(sent[i]) else "", True, out)
+
+    # ---- shutdown --------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """New requests get UNAVAILABLE from now on; queued and running ones go on."""
+        self.stopping = True
+        self._on_change()
+
+    async def drain(self, grace_s: float) -> None:
+        for core in self.cores:
+            core.drain(grace_s)
+        await asyncio.gather(*(core.wait_exited(grace_s + 10) for core in self.cores))
+
+    def abort(self) -> None:
+        for core in self.cores:
+            core.abort()

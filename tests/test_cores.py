@@ -1,0 +1,154 @@
+"""Engine cores in their own processes: fault isolation, restarts, health, no orphans, and the
+in-process API decoding exactly as the server does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from conftest import MODEL_REPO, ROOT, ServerThread, free_port, server_config
+from protos.seq2seq.v1 import seq2seq_pb2 as pb
+from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
+from server.client import Seq2SeqClient
+
+ADD, JA = "addition", "translate-en-ja"
+
+
+def english(n: int) -> list[str]:
+    rows = (ROOT / "checkpoints" / JA / "test.tsv").read_text(encoding="utf-8").splitlines()
+    return [r.split("\t")[0] for r in rows[:n]]
+
+
+def wait_for(pred, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_repo):
+    srv = ServerThread(server_config(instances=2, models=(JA,)))
+    model = srv.running.repo.get(JA)
+    try:
+        texts = english(40)
+
+        async def main():
+            async with grpc.aio.insecure_channel(srv.address) as ch:
+                stub = pb_grpc.Seq2SeqStub(ch)
+                opts = pb.GenerateOptions(max_new_tokens=60, beam_size=4)
+                calls = [asyncio.ensure_future(stub.Generate(pb.GenerateRequest(model=JA, inputs=texts[i:i + 4], options=opts),
+                                                             timeout=120)) for i in range(0, 40, 4)]
+                while sum(len(core.inflight) for core in model.cores) < len(calls) or not all(c.inflight for c in model.cores):
+                    await asyncio.sleep(0.01)
+                victim = model.cores[0]
+                on_victim = len(victim.inflight)
+                t0 = time.monotonic()
+                victim.kill()
+                results = await asyncio.gather(*calls, return_exceptions=True)
+                return on_victim, results, time.monotonic() - t0
+
+        on_victim, results, took = asyncio.run(main())
+        failed = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+        ok = [r for r in results if not isinstance(r, Exception)]
+        assert len(failed) == on_victim and len(ok) == len(results) - on_victim, (on_victim, results)
+        assert all(e.code() == grpc.StatusCode.UNAVAILABLE and "engine core stopped" in e.details() for e in failed)
+        assert all(len(r.outputs) == 4 and all(o.text for o in r.outputs) for r in ok)
+        # The model serves again once the core is back.
+        assert wait_for(lambda: all(c.state.up for c in model.cores))
+        assert model.cores[0].state.restarts == 1
+        with Seq2SeqClient(srv.address) as c:
+            assert c.generate(JA, ["Save changes"])[0]
+        assert took < 60  # a hang guard: the dead core's requests fail at once, the others finish their work
+    finally:
+        srv.stop()
+
+
+def test_health_is_not_serving_while_a_model_has_no_core(model_repo):
+    srv = ServerThread(server_config(instances=1))
+    model = srv.running.repo.get(ADD)
+    try:
+        with grpc.insecure_channel(srv.address) as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            status = lambda svc: health.Check(health_pb2.HealthCheckRequest(service=svc), timeout=5).status  # noqa: E731
+            assert status(ADD) == status("") == health_pb2.HealthCheckResponse.SERVING
+            pid = model.cores[0].state.pid
+            os.kill(pid, signal.SIGKILL)
+            assert wait_for(lambda: status(ADD) == health_pb2.HealthCheckResponse.NOT_SERVING, 5)
+            assert status("") == health_pb2.HealthCheckResponse.NOT_SERVING  # the server is not all there
+            assert status(JA) == health_pb2.HealthCheckResponse.SERVING  # the other model is unaffected
+            with pytest.raises(grpc.RpcError) as e:
+                pb_grpc.Seq2SeqStub(ch).Generate(pb.GenerateRequest(model=ADD, inputs=["1+1"]), timeout=5)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert wait_for(lambda: status(ADD) == health_pb2.HealthCheckResponse.SERVING, 20)
+            assert status("") == health_pb2.HealthCheckResponse.SERVING
+            assert pb_grpc.Seq2SeqStub(ch).Generate(pb.GenerateRequest(model=ADD, inputs=["1+1"]), timeout=10).outputs[0].text == "2"
+            assert model.cores[0].state.pid != pid
+    finally:
+        srv.stop()
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out |= {int(c) for c in (task / "children").read_text().split()}
+    return out
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_no_core_outlives_the_server_however_it_stops(how):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
+                             "--port", str(port), "--metrics-port", "0", "--instances", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            assert wait_for(lambda: _serving(stub), 60)
+        cores = {p for p in _children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()}
+        assert len(cores) == 4  # 2 models x 2 cores
+        proc.send_signal(getattr(signal, how))
+        proc.wait(30)
+        assert wait_for(lambda: not any(alive(p) for p in cores), 15), [p for p in cores if alive(p)]
+        if how == "SIGTERM":
+            assert proc.returncode == 0
+    finally:
+        proc.kill()
+
+
+def _serving(stub) -> bool:
+    try:
+        return stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False
+
+
+def test_the_in_process_api_decodes_like_the_server(server, model_repo):
+    import engine
+
+    texts = english(24)
+    local = engine.load(model_repo / JA / "1", device="cpu")
+    with Seq2SeqClient(server.address) as c:
+        for beam in (1, 4):
+            served = c.generate(JA, texts, beam_size=beam)
+            assert [r.text for r in local.generate(texts, beam_size=beam)] == served
+    results = local.generate(["Save changes"])
+    assert results[0].tokens and results[0].input_tokens == len(local.codec.source_ids("Save changes"))

@@ -1,0 +1,180 @@
+"""The scheduler an engine core runs, driven in process with the real engine: what it reports
+(Token / Finished / Failed events), and fault injection that needs the engine in this process."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from conftest import MODEL_REPO, ROOT
+from engine import Engine, EngineOptions, Sequence
+from engine.generator import run
+from server.config import SchedulerConfig
+from server.scheduler import Failed, Finished, Scheduler, Token
+
+ADD, JA = "addition", "translate-en-ja"
+
+
+class Collector:
+    """The sink: every event of every report, by request."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.events: list = []
+        self.reports = 0
+
+    def __call__(self, events, stats) -> None:
+        with self.cv:
+            self.events += events
+            self.reports += 1
+            self.cv.notify_all()
+
+    def wait(self, pred, timeout: float = 30.0) -> bool:
+        with self.cv:
+            return self.cv.wait_for(lambda: pred(self.events), timeout)
+
+    def of(self, request: int) -> list:
+        return [e for e in self.events if e.request == request]
+
+
+def ended(request: int, n: int):
+    return lambda evs: any(isinstance(e, Failed) and e.request == request for e in evs) or \
+        sum(isinstance(e, Finished) and e.request == request for e in evs) == n
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {m: Engine(MODEL_REPO / m / "1", EngineOptions(device="cpu")) for m in (ADD, JA)}
+
+
+def scheduler(engine: Engine, **cfg) -> tuple[Scheduler, Collector]:
+    sink = Collector()
+    sched = Scheduler("test", engine, SchedulerConfig(**cfg), sink)
+    sched.start()
+    return sched, sink
+
+
+def english(n: int) -> list[str]:
+    rows = (ROOT / "checkpoints" / JA / "test.tsv").read_text(encoding="utf-8").splitlines()
+    return [r.split("\t")[0] for r in rows[:n]]
+
+
+def test_a_request_reports_tokens_then_its_outputs_and_matches_the_engine(engines):
+    engine = engines[JA]
+    texts = english(6)
+    sched, sink = scheduler(engine)
+    try:
+        seqs = [Sequence(engine.codec.source_ids(t), 40, stream=True) for t in texts]
+        sched.submit(1, seqs, None)
+        assert sink.wait(ended(1, len(texts)))
+    finally:
+        sched.drain(5)
+    finished = {e.index: e.tokens for e in sink.of(1) if isinstance(e, Finished)}
+    streamed = {i: [e.token for e in sink.of(1) if isinstance(e, Token) and e.index == i] for i in range(len(texts))}
+    alone = [s.result for s in run(engine, [Sequence(engine.codec.source_ids(t), 40) for t in texts])]
+    assert [finished[i] for i in range(len(texts))] == alone
+    assert [streamed[i] for i in range(len(texts))] == alone  # every token streamed, EOS not
+
+
+def test_full_queue_is_refused_whole_and_cancel_is_silent(engines):
+    from server.errors import QueueFull
+
+    engine = engines[ADD]
+    sched, sink = scheduler(engine, mode="none", max_batch_size=1, max_queue_size=4)
+    try:
+        sched.submit(1, [Sequence(engine.codec.source_ids("12+30"), 6) for _ in range(3)], None)
+        with pytest.raises(QueueFull):
+            sched.submit(2, [Sequence(engine.codec.source_ids("1+1"), 6) for _ in range(3)], None)
+        sched.submit(3, [Sequence(engine.codec.source_ids("2+2"), 6)], None)
+        sched.cancel(3)
+        assert sink.wait(ended(1, 3))
+        time.sleep(0.2)
+    finally:
+        sched.drain(5)
+    assert [e.tokens for e in sink.of(1) if isinstance(e, Finished)] == [engine.codec.target_ids("42")] * 3
+    assert sink.of(3) == []  # a cancelled request gets nothing back (the front end already answered it)
+
+
+def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving(engines):
+    """Fault injection: the real engine's decode step raises once (as ONNX Runtime would on a device
+    error); the request in that batch fails INTERNAL, the loop survives, the next request works."""
+    engine = Engine(MODEL_REPO / ADD / "1", EngineOptions(device="cpu"))
+    real = engine.decode
+    calls = {"n": 0}
+
+    def failing_once(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected ONNX Runtime failure")
+        return real(*args, **kw)
+
+    engine.decode = failing_once
+    sched, sink = scheduler(engine)
+    try:
+        sched.submit(1, [Sequence(engine.codec.source_ids("12+30"), 6)], None)
+        assert sink.wait(ended(1, 1))
+        sched.submit(2, [Sequence(engine.codec.source_ids("12+30"), 6)], None)
+        assert sink.wait(ended(2, 1))
+    finally:
+        sched.drain(5)
+    (fail,) = sink.of(1)
+    assert isinstance(fail, Failed) and fail.code == "INTERNAL" and "inference failed" in fail.message
+    assert [e.tokens for e in sink.of(2)] == [engine.codec.target_ids("42")]
+    assert not sched.active
+
+
+def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines):
+    """Fault injection on the encoder thread's path: while a batch decodes, a newcomer's encoder run raises;
+    that request fails INTERNAL, the decoding ones finish, and the next request works."""
+    engine = Engine(MODEL_REPO / JA / "1", EngineOptions(device="cpu"))
+    real = engine.encode
+    marker = engine.codec.source_ids("Open file")
+    failed_on: list[str] = []
+
+    def failing_for_marker(ids, mask):
+        if any(list(row[: len(marker)]) == marker for row in ids.tolist()):
+            failed_on.append(threading.current_thread().name)
+            raise RuntimeError("injected encoder failure")
+        return real(ids, mask)
+
+    # Inputs with the longest outputs (greedy is deterministic): they decode together for many steps.
+    pool = english(300)
+    lengths = [len(s.result) for s in run(engine, [Sequence(engine.codec.source_ids(t), 60) for t in pool])]
+    long_inputs = [t for _, t in sorted(zip(lengths, pool), key=lambda x: -x[0])[:6]]
+    engine.encode = failing_for_marker
+    sched, sink = scheduler(engine)
+    try:
+        for i, t in enumerate(long_inputs):
+            sched.submit(10 + i, [Sequence(engine.codec.source_ids(t), 60)], None)
+        deadline = time.monotonic() + 10
+        while len(sched.active) < len(long_inputs) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(sched.active) == len(long_inputs)
+        sched.submit(1, [Sequence(marker, 60)], None)  # joins while the six decode: the encoder thread takes it
+        assert sink.wait(ended(1, 1))
+        assert sink.wait(lambda evs: all(ended(10 + i, 1)(evs) for i in range(len(long_inputs))))
+        engine.encode = real
+        sched.submit(2, [Sequence(marker, 60)], None)
+        assert sink.wait(ended(2, 1))
+    finally:
+        engine.encode = real
+        sched.drain(5)
+    (fail,) = sink.of(1)
+    assert isinstance(fail, Failed) and fail.code == "INTERNAL" and "encoder failed" in fail.message
+    assert failed_on == ["encoder-test"]
+    assert all(isinstance(e, Finished) and e.tokens for i in range(len(long_inputs)) for e in sink.of(10 + i))
+    assert isinstance(sink.of(2)[0], Finished)
+
+
+def test_one_report_per_step_carries_every_event_of_that_step(engines):
+    engine = engines[ADD]
+    sched, sink = scheduler(engine)
+    try:
+        sched.submit(1, [Sequence(engine.codec.source_ids(f"{i}+{i}"), 6) for i in range(16)], None)
+        assert sink.wait(ended(1, 16))
+    finally:
+        sched.drain(5)
+    # 16 sums of up to 4 digits decode in at most ~5 steps: far fewer reports than events.
+    assert sink.reports < 16
