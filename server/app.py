@@ -71,6 +71,7 @@ class HealthBoard:
 
     def __init__(self, servicer: health.aio.HealthServicer, repo: Repository, services: list[str]):
         self.servicer, self.repo, self.services = servicer, repo, services
+        self.loop = asyncio.get_running_loop()
 
     async def update(self) -> None:
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -81,7 +82,8 @@ class HealthBoard:
             await self.servicer.set(name, whole)
 
     def changed(self) -> None:
-        asyncio.ensure_future(self.update())
+        """Any thread: the update runs on the server's event loop."""
+        self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.update()))
 
 
 def _services() -> list[str]:

@@ -22,6 +22,9 @@ class SchedulerConfig:
     max_queue_size: int = 256  # sequences waiting; beyond it RESOURCE_EXHAUSTED at once
     max_queue_delay_ms: float = 0.0  # request mode: wait this long for a fuller batch
     max_inputs_per_request: int = 64
+    # A second thread per engine core encodes queued requests while the step loop decodes: a second CPU core's
+    # worth of work when a model has one engine core; with one engine core per CPU core they would only compete.
+    encoder_thread: bool = True
     max_beam_size: int = 8
 
 
@@ -46,6 +49,7 @@ class ServerConfig:
     device: str = "auto"
     intra_op_threads: int = 1
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
+    encoder_thread: str = "auto"  # auto (on when a model has one engine core) | on | off
     grace_s: float = 10.0
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_streams: int = 256  # HTTP/2 streams (calls) at once per client connection
@@ -73,6 +77,9 @@ _FLAGS = {
     "intra-op-threads": (int, "ONNX Runtime threads per session (1 is fastest on small CPUs; measured)"),
     "io-binding": (str, ("auto | on | off: keep the KV cache in ONNX Runtime device memory between steps "
                          "(auto: on CUDA, where numpy would copy it through the host every step)")),
+    "encoder-thread": (str, ("auto | on | off: a second thread per engine core encodes queued requests while it "
+                              "decodes (auto: on when a model has one engine core; with one per CPU core they "
+                              "would compete)")),
     "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),
     "max-message-bytes": (int, "largest gRPC message accepted (bigger ones: RESOURCE_EXHAUSTED before any work)"),
     "max-concurrent-streams": (int, "calls in flight at once per client connection (HTTP/2 streams; more wait)"),
@@ -119,8 +126,9 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
     top = {k: v for k, v in values.items() if k in {f.name for f in fields(ServerConfig)}}
     if "models" in top:
         top["models"] = tuple(m.strip() for m in str(top["models"]).split(",") if m.strip())
-    if top.get("io_binding", "auto") not in ("auto", "on", "off"):
-        raise SystemExit(f"--io-binding must be auto, on or off, not {top['io_binding']!r}")
+    for key in ("io_binding", "encoder_thread"):
+        if top.get(key, "auto") not in ("auto", "on", "off"):
+            raise SystemExit(f"--{key.replace('_', '-')} must be auto, on or off, not {top[key]!r}")
     if bool(top.get("tls_cert")) != bool(top.get("tls_key")):
         raise SystemExit("--tls-cert and --tls-key go together")
     return ServerConfig(**top, scheduler=SchedulerConfig(**sched), stream=StreamConfig(**stream))

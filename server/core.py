@@ -144,20 +144,30 @@ def main(conn: Connection, spec: CoreSpec) -> None:
     # A SIGTERM of its own (systemd's control-group kill, multiprocessing's terminate() at exit): finish the
     # queued work within the grace period, then exit, as the front end does.
     signal.signal(signal.SIGTERM, lambda *_: start_drain(spec.grace_s))
+
+    def handle(msg) -> None:
+        _handle(msg, sched, send, start_drain)
+
     while True:
         try:
-            msg = conn.recv()
+            batch = conn.recv()  # the messages of one front-end event-loop iteration
         except (EOFError, OSError):  # the front end is gone: nobody to answer
             os._exit(0)
-        if isinstance(msg, Submit):
-            seqs = [Sequence(ids, budget, beam, stream=stream) for ids, budget, beam, stream in msg.sequences]
-            try:
-                sched.submit(msg.request, seqs, msg.deadline, msg.arrival)
-            except ServingError as e:
-                send(Report([Failed(msg.request, e.code, str(e))], Stats()))
-        elif isinstance(msg, Cancel):
-            sched.cancel(msg.request)
-        elif isinstance(msg, Drain):
-            start_drain(msg.grace_s)
-        elif isinstance(msg, Abort):
-            sched.abort()
+        for msg in batch if isinstance(batch, list) else [batch]:
+            handle(msg)
+
+
+def _handle(msg, sched: Scheduler, send, start_drain) -> None:
+    """One front-end message."""
+    if isinstance(msg, Submit):
+        seqs = [Sequence(ids, budget, beam, stream=stream) for ids, budget, beam, stream in msg.sequences]
+        try:
+            sched.submit(msg.request, seqs, msg.deadline, msg.arrival)
+        except ServingError as e:
+            send(Report([Failed(msg.request, e.code, str(e))], Stats()))
+    elif isinstance(msg, Cancel):
+        sched.cancel(msg.request)
+    elif isinstance(msg, Drain):
+        start_drain(msg.grace_s)
+    elif isinstance(msg, Abort):
+        sched.abort()

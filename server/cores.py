@@ -72,6 +72,7 @@ class CoreHandle:
         self._ready: asyncio.Future | None = None
         self._exited: asyncio.Event = asyncio.Event()
         self._restart: asyncio.TimerHandle | None = None
+        self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
 
     @property
     def label(self) -> str:
@@ -176,12 +177,24 @@ class CoreHandle:
         req = InFlight(next(_request_ids), sum(s[2] for s in sequences), on_token, on_finished, on_failed)
         self.inflight[req.id] = req
         self.rows += req.rows
-        try:
-            self.conn.send(Submit(req.id, sequences, deadline, arrival))
-        except OSError:
-            self._forget(req)
-            raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry") from None
+        self._post(Submit(req.id, sequences, deadline, arrival))
         return req
+
+    def _post(self, message) -> None:
+        """Queue a message; every message of this event-loop iteration goes out in one pipe write. Each write
+        wakes the core's reader, and on a busy machine a wake-up per request cost the front end ~0.2 ms."""
+        if not self._outbox:
+            self.loop.call_soon(self._flush)
+        self._outbox.append(message)
+
+    def _flush(self) -> None:
+        batch, self._outbox = self._outbox, []
+        if self.conn is None:
+            return  # died meanwhile: _died failed the requests in flight
+        try:
+            self.conn.send(batch)
+        except OSError:
+            pass  # the core is gone; EOF on the pipe reports it and fails what is in flight
 
     def done(self, req: InFlight) -> None:
         """The request got all its outputs."""
@@ -189,10 +202,7 @@ class CoreHandle:
 
     def cancel(self, req: InFlight) -> None:
         if self._forget(req) and self.conn is not None:
-            try:
-                self.conn.send(Cancel(req.id))
-            except OSError:
-                pass
+            self._post(Cancel(req.id))
 
     def _forget(self, req: InFlight) -> bool:
         if self.inflight.pop(req.id, None) is None:
@@ -206,6 +216,7 @@ class CoreHandle:
         if self._restart is not None:
             self._restart.cancel()
         if self.conn is not None:
+            self._flush()  # what was submitted before goes first
             try:
                 self.conn.send(Drain(grace_s))
             except OSError:
@@ -213,6 +224,7 @@ class CoreHandle:
 
     def abort(self) -> None:
         if self.conn is not None:
+            self._flush()
             try:
                 self.conn.send(Abort())
             except OSError:

@@ -10,6 +10,7 @@ end; the engine cores only ever see ids.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -98,7 +99,9 @@ class ModelAPI:
         self.stopping = False
         self._on_change = on_change
         opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
-        specs = [CoreSpec(name, version, folder, i, opts, config.scheduler, config.log_level, config.grace_s) for i in range(n_cores)]
+        encoder_thread = config.encoder_thread == "on" or (config.encoder_thread == "auto" and n_cores == 1)
+        core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
+        specs = [CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s) for i in range(n_cores)]
         self.router = Router([CoreHandle(s, self._stats, self._changed) for s in specs])
         self.m_input_tokens = metrics.input_tokens.labels(name)
         self.m_queue, self.m_ttft = metrics.queue_duration.labels(name), metrics.ttft.labels(name)

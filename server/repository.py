@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -53,18 +54,39 @@ def select(repo: Path, wanted: tuple[str, ...]) -> list[tuple[str, int, int | No
     return out
 
 
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
+    """CPUs this process may use: its affinity, capped by a cgroup CPU quota (a container's --cpus or a
+    Kubernetes CPU limit, which affinity does not show)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = None
+    try:  # cgroup v2: "max 100000" or "<quota> <period>"
+        q, period = (cgroup / "cpu.max").read_text().split()
+        if q != "max":
+            quota = int(q) / int(period)
+    except (OSError, ValueError):
+        try:  # cgroup v1
+            q = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
+            if q > 0:
+                quota = q / int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            pass
+    if quota is not None and math.ceil(quota) < cpus:
+        return max(1, math.ceil(quota)), f"cgroup CPU quota {quota:g}"
+    return cpus, f"{cpus} usable CPU cores"
+
+
 def default_cores(config: ServerConfig) -> tuple[int, str]:
     """Engine cores per model when neither --instances nor NAME@CORES says: sized to the machine it starts on.
 
     bench/serve.py measured one single-threaded engine core per CPU core as the fastest way to use a
     CPU (one intra-op thread beat two per session; parallelism comes from separate decode loops). A
     GPU batches inside one core: one."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus, where = usable_cpus()
     if config.device != "cpu" and cuda_probe()[0]:
         return 1, "CUDA: one core per model batches on the GPU"
     per_core = max(1, config.intra_op_threads)
     n = max(1, cpus // per_core)
-    return n, f"{cpus} usable CPU cores / {per_core} intra-op thread(s) per engine core"
+    return n, f"{where} / {per_core} intra-op thread(s) per engine core"
 
 
 class Repository:

@@ -173,12 +173,14 @@ class Scheduler:
         self.aborting = False  # grace period over: fail whatever is left
         self.outbox: list = []  # events of this iteration, emitted together (one message per step)
         self.thread = threading.Thread(target=self._run, name=f"scheduler-{name}", daemon=True)
-        self.encoder_thread = threading.Thread(target=self._encode_ahead, name=f"encoder-{name}", daemon=True)
+        self.encoder_thread = threading.Thread(target=self._encode_ahead, name=f"encoder-{name}", daemon=True) \
+            if config.encoder_thread else None
 
     # ---- any thread ------------------------------------------------------------------------------
     def start(self) -> None:
         self.thread.start()
-        self.encoder_thread.start()
+        if self.encoder_thread is not None:
+            self.encoder_thread.start()
 
     def submit(self, request_id: int, seqs: list[Sequence], deadline: float | None, arrival: float | None = None) -> None:
         """Queue all of a request's sequences or none: beyond max_queue_size it is refused at once (raises)."""
@@ -223,7 +225,8 @@ class Scheduler:
         if self.thread.is_alive():
             self.abort()
             self.thread.join()
-        self.encoder_thread.join(5)
+        if self.encoder_thread is not None:
+            self.encoder_thread.join(5)
 
     def queued_rows(self) -> int:
         return sum(j.rows for q in (self.pending, self.ready, self.encoding) for j in q)
@@ -274,7 +277,10 @@ class Scheduler:
         picked: list[Job] = []
         now = time.monotonic()
         took_ready = False
-        for queue in (self.ready, self.pending) if not len(self.gen) else (self.ready,):
+        # With an encoder thread, a running batch takes only what it encoded ahead; without one, the step
+        # loop encodes newcomers itself (in gen.add) between steps.
+        ahead = self.encoder_thread is not None and len(self.gen)
+        for queue in (self.ready,) if ahead else (self.ready, self.pending):
             while queue and rows_free > 0:
                 job = queue[0]
                 if self._drop_expired(job, now):

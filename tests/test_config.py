@@ -39,3 +39,27 @@ def test_bad_values_are_refused_naming_the_choices(argv, message):
     with pytest.raises(SystemExit) as e:
         parse(argv)
     assert message in str(e.value)
+
+
+def test_default_engine_cores_follow_the_cgroup_cpu_quota(tmp_path):
+    """Affinity shows a node's CPUs; a container's quota (docker --cpus, a Kubernetes limit) is what it may use."""
+    import os
+
+    from server.repository import parse_model, usable_cpus
+
+    cpus = len(os.sched_getaffinity(0))
+    assert usable_cpus(tmp_path) == (cpus, f"{cpus} usable CPU cores")  # no cgroup files: affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cpus(tmp_path)[0] == cpus
+    (tmp_path / "cpu.max").write_text("50000 100000\n")  # half a CPU: one engine core
+    assert usable_cpus(tmp_path) == (1, "cgroup CPU quota 0.5")
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000")
+    assert usable_cpus(v1)[0] == 1
+    assert parse_model("translate-en-ja:1@2") == ("translate-en-ja", "1", 2)
+    assert parse_model("addition") == ("addition", "", None)
+    for bad in ("addition@0", "addition@x", "addition:v1"):
+        with pytest.raises(Exception, match="--models"):
+            parse_model(bad)
