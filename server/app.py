@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
 from s2s import __version__
 from server.config import ServerConfig
+from server.http_server import HttpServer, start_http
 from server.interceptors import GuardInterceptor, RefusalLog
 from server.metrics import Metrics, MetricsServer
 from server.repository import Repository
@@ -38,6 +39,7 @@ class Running:
     metrics: Metrics
     http: MetricsServer | None
     config: ServerConfig
+    web: HttpServer | None = None
     cut_short: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def stop(self) -> None:
@@ -47,7 +49,8 @@ class Running:
         for model in self.repo.all():
             model.stop()  # new requests now get UNAVAILABLE; queued and running ones go on
         drains = [model.drain(self.config.grace_s) for model in self.repo.all()]  # the cores exit when done
-        graceful = asyncio.ensure_future(asyncio.gather(self.server.stop(self.config.grace_s), *drains))
+        fronts = [self.server.stop(self.config.grace_s)] + ([self.web.stop(self.config.grace_s)] if self.web else [])
+        graceful = asyncio.ensure_future(asyncio.gather(*fronts, *drains))
         cut = asyncio.ensure_future(self.cut_short.wait())
         await asyncio.wait([graceful, cut], return_when=asyncio.FIRST_COMPLETED)
         if not graceful.done():
@@ -103,16 +106,20 @@ async def start(config: ServerConfig) -> Running:
     health_servicer = health.aio.HealthServicer()
     board: list[HealthBoard] = []  # set once the services are known; core state changes before that wait for it
     repo = Repository(config, metrics, lambda: board and board[0].changed())  # BundleError names the file
-    loop = asyncio.get_running_loop()
     try:
-        await repo.start(loop, metrics)  # every engine core loaded (raises BundleError naming the file)
-    except BaseException:
+        return await _start(config, metrics, health_servicer, board, repo)
+    except BaseException:  # whatever failed (a bundle, a port in use), no engine core is left behind
         for model in repo.all():
             model.stop()
             for core in model.cores:
                 core.stopping = True
                 core.kill()
         raise
+
+
+async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health.aio.HealthServicer,
+                 board: list, repo: Repository) -> Running:
+    await repo.start(asyncio.get_running_loop(), metrics)  # every engine core loaded (BundleError names the file)
 
     refusals = RefusalLog()
     server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, metrics, refusals)], options=[
@@ -144,14 +151,15 @@ async def start(config: ServerConfig) -> Running:
     if not port:
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
+    web = await start_http(config, repo, tracker, metrics, refusals) if config.http_port else None
     metrics_host = config.metrics_host or config.host
     http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
     board.append(HealthBoard(health_servicer, repo, services))
     await board[0].update()
-    log.info("serving %s on %s (%s), metrics on %s", ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()),
-             address, "TLS" if config.tls_cert else "plaintext",
+    log.info("serving %s: gRPC on %s (%s), HTTP on %s, metrics on %s", ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()),
+             address, "TLS" if config.tls_cert else "plaintext", f"{config.host}:{web.port}" if web else "off",
              f"{metrics_host}:{config.metrics_port}" if config.metrics_port else "off")
-    return Running(server, port, repo, health_servicer, metrics, http, config)
+    return Running(server, port, repo, health_servicer, metrics, http, config, web=web)
 
 
 async def serve(config: ServerConfig) -> None:

@@ -31,7 +31,9 @@ class RequestTracker:
         self.metrics, self.repo, self.refusals = metrics, repo, refusals
 
     @contextlib.asynccontextmanager
-    async def track(self, context: grpc.aio.ServicerContext, model: str, method: str):
+    async def track(self, context: grpc.aio.ServicerContext, model: str, method: str, protocol: str = "grpc"):
+        """Around a request: count and time it; a ServingError becomes ``context.abort(status, message)`` (the HTTP
+        front door passes a context whose abort raises its HTTP error)."""
         label = model if model in self.repo.models else ""  # unknown names would explode label cardinality
         t0 = time.perf_counter()
         code = "OK"
@@ -41,8 +43,8 @@ class RequestTracker:
             nonlocal recorded
             if not recorded:
                 recorded = True
-                self.metrics.requests.labels(label, method, code).inc()
-                self.metrics.request_duration.labels(label, method).observe(time.perf_counter() - t0)
+                self.metrics.requests.labels(label, method, protocol, code).inc()
+                self.metrics.request_duration.labels(label, method, protocol).observe(time.perf_counter() - t0)
 
         try:
             yield

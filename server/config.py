@@ -46,6 +46,7 @@ class ServerConfig:
     port: int = 8001  # Triton's gRPC port
     metrics_port: int = 8002  # Triton's metrics port
     metrics_host: str | None = None  # None: the same address as gRPC (--host)
+    http_port: int = 8000  # Triton's HTTP port: KServe v2 REST, LibreTranslate API, playground; 0 = off
     device: str = "auto"
     intra_op_threads: int = 1
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
@@ -71,6 +72,7 @@ _FLAGS = {
                        "core (one on CUDA), as bench/serve.py measured best"),
     "host": (str, "address to bind"),
     "port": (int, "gRPC port (seq2seq.v1, KServe v2, health, reflection)"),
+    "http-port": (int, "HTTP port: KServe v2 REST, the LibreTranslate API, the playground page at / (0 = off)"),
     "metrics-port": (int, "Prometheus /metrics port (0 = off)"),
     "metrics-host": (str, "address /metrics binds (default: --host; 127.0.0.1 keeps it private)"),
     "device": (str, "auto | cpu | cuda: auto uses CUDA when ONNX Runtime can load it"),

@@ -101,7 +101,7 @@ def _die_with_parent() -> None:
 
 
 def main(conn: Connection, spec: CoreSpec) -> None:
-    """The child process's entry point (multiprocessing, spawn)."""
+    """The child process's entry point."""
     _die_with_parent()
     # The step loop, the encoder thread and the pipe reader share this process's GIL. Python hands it
     # over every 5 ms by default; at 0.5 ms a thread coming back from ONNX Runtime waits less
@@ -171,3 +171,12 @@ def _handle(msg, sched: Scheduler, send, start_drain) -> None:
         start_drain(msg.grace_s)
     elif isinstance(msg, Abort):
         sched.abort()
+
+
+if __name__ == "__main__":  # python -m server.core FD: started by server/cores.py
+    # Through the imported module, not this __main__ copy: the messages the front end pickles are
+    # server.core's classes, and isinstance() must see the same ones.
+    from server import core
+
+    channel = Connection(int(sys.argv[1]))
+    core.main(channel, channel.recv())

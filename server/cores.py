@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import multiprocessing
+import os
+import socket
+import subprocess
+import sys
 import time
+from multiprocessing.connection import Connection
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from server import core
 from server.core import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
 from server.scheduler import Failed, Finished, Stats, Token
@@ -25,6 +29,13 @@ from server.scheduler import Failed, Finished, Stats, Token
 log = logging.getLogger("s2s.cores")
 
 _request_ids = itertools.count(1)
+_ROOT = Path(__file__).resolve().parents[1]  # where ``server`` is importable from, installed or not
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
 RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... death in a row
 
 
@@ -65,7 +76,7 @@ class CoreHandle:
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
         self.rows = 0  # rows of the requests in flight: the load the router balances
-        self.proc: multiprocessing.Process | None = None
+        self.proc: subprocess.Popen | None = None
         self.conn = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
@@ -80,20 +91,24 @@ class CoreHandle:
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        """Spawn the process; the returned future resolves once the engine is loaded (or fails naming why).
+        """Start the process; the returned future resolves once the engine is loaded (or fails naming why).
 
-        Called on the event loop thread: the kernel's parent-death signal is tied to the thread that
-        forks, and the event loop thread lives as long as the server."""
+        ``python -m server.core FD`` over one end of a socket pair, rather than multiprocessing's spawn:
+        a fresh interpreter that never re-imports the embedding program's ``__main__``. Called on the
+        event loop thread: the kernel's parent-death signal is tied to the thread that starts the child,
+        and the event loop thread lives as long as the server."""
         self.loop = loop
-        ctx = multiprocessing.get_context("spawn")  # never fork a process with gRPC's threads in it
-        parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=core.main, args=(child, self.spec), name=f"s2s-core-{self.label}", daemon=True)
-        self.proc.start()
-        child.close()  # ours would keep the pipe open: EOF is how a death shows
-        self.conn = parent
+        ours, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "server.core", str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
+        finally:
+            theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
+        self.conn = Connection(ours.detach())
+        self.conn.send(self.spec)
         self._exited = asyncio.Event()
         self._ready = loop.create_future()
-        loop.add_reader(parent.fileno(), self._readable)
+        loop.add_reader(self.conn.fileno(), self._readable)
         return self._ready
 
     def _readable(self) -> None:
@@ -138,9 +153,13 @@ class CoreHandle:
             self.conn = None
         was_up = self.state.up
         self.state.up = False
+        code = None
         if self.proc is not None:
-            self.proc.join(5)
-        code = self.proc.exitcode if self.proc is not None else None
+            try:
+                code = self.proc.wait(2)  # reaped: no zombie left behind
+            except subprocess.TimeoutExpired:  # closed its end but lives on: make sure
+                self.proc.kill()
+                code = self.proc.wait()
         failed = list(self.inflight.values())
         self.inflight.clear()
         self.rows = 0

@@ -6,6 +6,13 @@ class ServingError(Exception):
     code = "INTERNAL"
 
 
+# The HTTP status of each status code (KServe v2 REST and Triton use 400 / 404 / 429 / 503 / 504 alike).
+HTTP_STATUS = {
+    "OK": 200, "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429,
+    "CANCELLED": 499, "INTERNAL": 500, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
+}
+
+
 class InvalidInput(ServingError):
     code = "INVALID_ARGUMENT"
 

@@ -113,7 +113,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         return hmac.compare_digest(got, self._expected)
 
     def _refuse(self, method: str, code: grpc.StatusCode, message: str) -> None:
-        self.metrics.requests.labels("", method.rsplit("/", 1)[-1], code.name).inc()
+        self.metrics.requests.labels("", method.rsplit("/", 1)[-1], "grpc", code.name).inc()
         self.refusals(code.name, f"{method}: {message}")
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):

@@ -259,6 +259,50 @@ def parse(repo: Repository, request, deadline: float | None) -> Parsed:
                   bool(raw), deadline)
 
 
+# ---- protocol-neutral answers (gRPC here, and the HTTP/REST binding in server/http_kserve.py) ----------
+def model_metadata(repo: Repository, model: ModelAPI):
+    T = pb.ModelMetadataResponse.TensorMetadata
+    return pb.ModelMetadataResponse(
+        name=model.name, versions=sorted(repo.models[model.name], key=int), platform=PLATFORM,
+        inputs=[T(name=TEXT_INPUT, datatype="BYTES", shape=[-1]),
+                *(T(name=key, datatype="INT64", shape=[1]) for key in OPTIONS)],
+        outputs=[T(name=TEXT_OUTPUT, datatype="BYTES", shape=[-1])],
+    )
+
+
+def model_config(model: ModelAPI):
+    info = model.info()
+    lim = info.limits
+    params = {
+        "version": model.version, "task": info.task, "provider": info.provider, "quantization": info.quantization,
+        "max_input_tokens": lim.max_input_tokens, "max_tokens": lim.max_new_tokens,
+        "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": model.sched.mode,
+        "max_input_chars": lim.max_input_chars, "max_rows_per_request": lim.max_rows, "max_id_chars": MAX_ID_CHARS,
+        "scheduler_max_batch_size": model.sched.max_batch_size, "engine_cores": info.cores,
+    }
+    return pb.ModelConfig(
+        name=model.name, platform=PLATFORM, backend=BACKEND, max_batch_size=0,  # text_input's own dimension is the batch
+        input=[pb.ModelInput(name=TEXT_INPUT, data_type=pb.TYPE_STRING, dims=[-1]),
+               *(pb.ModelInput(name=key, data_type=pb.TYPE_INT64, dims=[1], optional=True) for key in OPTIONS)],
+        output=[pb.ModelOutput(name=TEXT_OUTPUT, data_type=pb.TYPE_STRING, dims=[-1])],
+        parameters={k: pb.ModelParameter(string_value=str(v)) for k, v in params.items()},
+    )
+
+
+def repository_index(repo: Repository, ready_only: bool):
+    index = pb.RepositoryIndexResponse.ModelIndex
+    models = [index(name=m.name, version=m.version, state="READY" if m.ready else "UNAVAILABLE",
+                    reason="" if m.ready else ("shutting down" if m.stopping else "no engine core running"))
+              for m in sorted(repo.all(), key=lambda m: (m.name, int(m.version)))]
+    return pb.RepositoryIndexResponse(models=[m for m in models if m.state == "READY" or not ready_only])
+
+
+async def infer(repo: Repository, request, deadline: float | None):
+    """A ModelInferRequest through the model API: (what parse found, the Generation)."""
+    p = parse(repo, request, deadline)
+    return p, await p.model.generate(p.model.prepare(p.texts, p.options), p.deadline)
+
+
 class _StreamItem:
     """The ServicerContext the tracker sees for one request of a stream: an abort fails that request only."""
 
@@ -310,45 +354,17 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerMetadataResponse(name="s2s", version=__version__, extensions=list(EXTENSIONS))
 
     async def ModelMetadata(self, request, context):
-        mv = await self._get(context, request.name, request.version)
-        T = pb.ModelMetadataResponse.TensorMetadata
-        return pb.ModelMetadataResponse(
-            name=mv.name, versions=sorted(self.repo.models[mv.name], key=int), platform=PLATFORM,
-            inputs=[T(name=TEXT_INPUT, datatype="BYTES", shape=[-1]),
-                    *(T(name=key, datatype="INT64", shape=[1]) for key in OPTIONS)],
-            outputs=[T(name=TEXT_OUTPUT, datatype="BYTES", shape=[-1])],
-        )
+        return model_metadata(self.repo, await self._get(context, request.name, request.version))
 
     async def ModelConfig(self, request, context):
-        mv = await self._get(context, request.name, request.version)
-        info = mv.info()
-        lim = info.limits
-        params = {
-            "version": mv.version, "task": info.task, "provider": info.provider, "quantization": info.quantization,
-            "max_input_tokens": lim.max_input_tokens, "max_tokens": lim.max_new_tokens,
-            "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": mv.sched.mode,
-            "max_input_chars": lim.max_input_chars, "max_rows_per_request": lim.max_rows, "max_id_chars": MAX_ID_CHARS,
-            "scheduler_max_batch_size": mv.sched.max_batch_size, "engine_cores": info.cores,
-        }
-        return pb.ModelConfigResponse(config=pb.ModelConfig(
-            name=mv.name, platform=PLATFORM, backend=BACKEND, max_batch_size=0,  # text_input's own dimension is the batch
-            input=[pb.ModelInput(name=TEXT_INPUT, data_type=pb.TYPE_STRING, dims=[-1]),
-                   *(pb.ModelInput(name=key, data_type=pb.TYPE_INT64, dims=[1], optional=True) for key in OPTIONS)],
-            output=[pb.ModelOutput(name=TEXT_OUTPUT, data_type=pb.TYPE_STRING, dims=[-1])],
-            parameters={k: pb.ModelParameter(string_value=str(v)) for k, v in params.items()},
-        ))
+        return pb.ModelConfigResponse(config=model_config(await self._get(context, request.name, request.version)))
 
     async def RepositoryIndex(self, request, context):
-        index = pb.RepositoryIndexResponse.ModelIndex
-        models = [index(name=mv.name, version=mv.version, state="READY" if mv.ready else "UNAVAILABLE",
-                        reason="" if mv.ready else ("shutting down" if mv.stopping else "no engine core running"))
-                  for mv in sorted(self.repo.all(), key=lambda mv: (mv.name, int(mv.version)))]
-        return pb.RepositoryIndexResponse(models=[m for m in models if m.state == "READY" or not request.ready])
+        return repository_index(self.repo, request.ready)
 
     # ---- inference -----------------------------------------------------------------------------
     async def _infer(self, request, deadline: float | None):
-        p = parse(self.repo, request, deadline)
-        g = await p.model.generate(p.model.prepare(p.texts, p.options), p.deadline)
+        p, g = await infer(self.repo, request, deadline)
         data = [o.text.encode("utf-8") for o in g.outputs]
         resp = pb.ModelInferResponse(model_name=g.model, model_version=g.version, id=request.id)
         out = resp.outputs.add(name=TEXT_OUTPUT, datatype="BYTES", shape=p.shape)

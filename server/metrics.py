@@ -27,7 +27,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = r = registry or CollectorRegistry()
         self.request_duration = Histogram("s2s_request_duration_seconds", "Time from a request's arrival to its answer.",
-                                          ["model", "method"], buckets=LATENCY, registry=r)
+                                          ["model", "method", "protocol"], buckets=LATENCY, registry=r)
         self.queue_duration = Histogram("s2s_queue_duration_seconds", "Time a sequence waits before its encoder runs.",
                                         ["model"], buckets=LATENCY, registry=r)
         self.ttft = Histogram("s2s_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.",
@@ -39,7 +39,9 @@ class Metrics:
                                        ["model", "core"], buckets=STEP, registry=r)
         self.batch_size = Histogram("s2s_batch_size", "Rows (sequences; beams count each) in a decoder step.",
                                     ["model", "core"], buckets=BATCH, registry=r)
-        self.requests = Counter("s2s_requests", "Requests answered, by gRPC status code.", ["model", "method", "code"], registry=r)
+        # ``code``: the gRPC status name, for HTTP too (its HTTP status follows from it: server/errors.py).
+        self.requests = Counter("s2s_requests", "Requests answered, by status code.", ["model", "method", "protocol", "code"],
+                                registry=r)
         self.input_tokens = Counter("s2s_input_tokens", "Source tokens accepted.", ["model"], registry=r)
         self.generated_tokens = Counter("s2s_generated_tokens", "Tokens generated.", ["model"], registry=r)
         self.queued = Gauge("s2s_queued_sequences", "Rows waiting to join a batch.", ["model", "core"], registry=r)

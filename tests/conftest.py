@@ -58,7 +58,8 @@ def server_config(**overrides):
     from server.config import SchedulerConfig, ServerConfig
 
     sched = overrides.pop("scheduler", SchedulerConfig())
-    base = ServerConfig(model_repo=MODEL_REPO, host="127.0.0.1", port=0, metrics_port=free_port(), grace_s=5.0, scheduler=sched)
+    base = ServerConfig(model_repo=MODEL_REPO, host="127.0.0.1", port=0, metrics_port=free_port(), http_port=free_port(),
+                        grace_s=5.0, scheduler=sched)
     return dataclasses.replace(base, **overrides)
 
 

@@ -400,7 +400,7 @@ def test_both_apis_share_outputs_and_metrics(client, stub, server):
     with pytest.raises(grpc.RpcError):
         stub.ModelInfer(contents_request(model, [b"\xff"]), timeout=TIMEOUT)
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=10).read().decode()
-    assert f's2s_requests_total{{code="INVALID_ARGUMENT",method="ModelInfer",model="{model}"}}' in text
+    assert f's2s_requests_total{{code="INVALID_ARGUMENT",method="ModelInfer",model="{model}",protocol="grpc"}}' in text
 
 
 # ---- the deployed configuration: our generated module, no tritonclient in the process ---------------

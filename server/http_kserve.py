@@ -1,0 +1,243 @@
+"""KServe v2 REST (the binding Triton serves on :8000): JSON <-> the KServe protocol's own messages.
+
+An inference request is mapped to the same ``ModelInferRequest`` the gRPC door receives and goes
+through the same validation (``server.kserve.parse``) and model API, so both bindings accept and
+refuse exactly the same things. Tensors travel as JSON (``"data": [...]``) or with Triton's binary
+tensor data extension, which ``tritonclient.http`` uses by default: the body is a JSON header of
+``Inference-Header-Content-Length`` bytes followed by the tensors' raw bytes, an input saying its
+size in ``parameters.binary_data_size``; a BYTES element is a 4-byte little-endian length and the
+bytes. The answer is binary when an output asks for it (``parameters.binary_data``) or the request
+does (``parameters.binary_data_output``), JSON otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from aiohttp import web
+from google.protobuf import json_format
+
+from s2s import __version__
+from server.errors import InvalidInput, ModelNotFound, clip
+from server.http_server import Doors, HttpError, deadline_of, read_json
+from server.kserve import (EXTENSIONS, TEXT_OUTPUT, infer, join_bytes, model_config, model_metadata, pb,
+                           repository_index)
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+_INT_FORMATS = {"INT64": "<q", "INT32": "<i"}
+
+
+# ---- JSON body <-> ModelInferRequest ------------------------------------------------------------------------
+def _parameter(target, key: str, value: Any) -> None:
+    p = target[key]
+    if isinstance(value, bool):
+        p.bool_param = value
+    elif isinstance(value, int):
+        p.int64_param = value
+    elif isinstance(value, float):
+        p.double_param = value
+    elif isinstance(value, str):
+        p.string_param = value
+    else:
+        raise InvalidInput(f"parameter {clip(key)} must be a boolean, number or string, not {type(value).__name__}")
+
+
+def _flatten(data: Any, what: str) -> list:
+    if not isinstance(data, list):
+        raise InvalidInput(f"{what}: 'data' must be a JSON array")
+    out: list = []
+    stack = [data]
+    while stack:  # nested arrays (row-major, as the shape says) or flat, as KServe allows both
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        else:
+            out.append(item)
+    return out
+
+
+def _raw_from_json(t: dict, what: str) -> bytes:
+    """A JSON-encoded input as its raw bytes (when other inputs are binary, the message carries all as raw)."""
+    values = _flatten(t.get("data"), what)
+    datatype = t.get("datatype")
+    if datatype == "BYTES":
+        if not all(isinstance(v, str) for v in values):
+            raise InvalidInput(f"{what}: BYTES data must be strings")
+        return join_bytes([v.encode("utf-8") for v in values])
+    if datatype in _INT_FORMATS:
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise InvalidInput(f"{what}: {datatype} data must be integers")
+        return b"".join(struct.pack(_INT_FORMATS[datatype], v) for v in values)
+    raise InvalidInput(f"{what} has datatype {clip(str(datatype))}; this server's inputs are BYTES, INT64 or INT32")
+
+
+def to_request(model: str, version: str, header: dict, binary: bytes) -> tuple[Any, bool]:
+    """The REST body as a ModelInferRequest; and whether the answer should be binary."""
+    req = pb.ModelInferRequest(model_name=model, model_version=version)
+    rid = header.get("id", "")
+    if not isinstance(rid, str):
+        raise InvalidInput("'id' must be a string")
+    req.id = rid
+    params = header.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InvalidInput("'parameters' must be a JSON object")
+    binary_out = bool(params.get("binary_data_output", False))
+    for key, value in params.items():
+        if key != "binary_data_output":
+            _parameter(req.parameters, key, value)
+    inputs = header.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise InvalidInput("'inputs' must be a non-empty JSON array of tensors")
+    any_binary = any(isinstance(t, dict) and "binary_data_size" in (t.get("parameters") or {}) for t in inputs)
+    offset = 0
+    for i, t in enumerate(inputs):
+        if not isinstance(t, dict):
+            raise InvalidInput(f"inputs[{i}] must be a JSON object with name, datatype, shape and data")
+        what = f"input {clip(str(t.get('name', i)))}"
+        name, datatype, shape = t.get("name"), t.get("datatype"), t.get("shape")
+        if not isinstance(name, str) or not isinstance(datatype, str):
+            raise InvalidInput(f"inputs[{i}] needs a string 'name' and 'datatype'")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise InvalidInput(f"{what}: 'shape' must be an array of integers")
+        tensor = req.inputs.add(name=name, datatype=datatype, shape=shape)
+        size = (t.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                raise InvalidInput(f"{what}: binary_data_size {size!r} runs past the {len(binary)} bytes of binary data "
+                                   f"after the JSON header (from byte {offset})")
+            req.raw_input_contents.append(binary[offset:offset + size])
+            offset += size
+        elif any_binary:
+            req.raw_input_contents.append(_raw_from_json(t, what))
+        elif datatype == "BYTES":
+            values = _flatten(t.get("data"), what)
+            if not all(isinstance(v, str) for v in values):
+                raise InvalidInput(f"{what}: BYTES data must be strings (or send binary data)")
+            tensor.contents.bytes_contents.extend(v.encode("utf-8") for v in values)
+        elif datatype in _INT_FORMATS:
+            values = _flatten(t.get("data"), what)
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                raise InvalidInput(f"{what}: {datatype} data must be integers")
+            (tensor.contents.int64_contents if datatype == "INT64" else tensor.contents.int_contents).extend(values)
+        else:
+            tensor.contents.SetInParent()  # parse() names the wrong datatype
+    if offset != len(binary):
+        raise InvalidInput(f"{len(binary) - offset} bytes of binary data after the JSON header belong to no input")
+    outputs = header.get("outputs") or []
+    if not isinstance(outputs, list):
+        raise InvalidInput("'outputs' must be a JSON array")
+    for o in outputs:
+        if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+            raise InvalidInput("each of 'outputs' must be a JSON object with a string 'name'")
+        req.outputs.add(name=o["name"])
+        binary_out = binary_out or bool((o.get("parameters") or {}).get("binary_data", False))
+    return req, binary_out
+
+
+async def _body(request: web.Request) -> tuple[dict, bytes]:
+    length = request.headers.get(HEADER_LENGTH)
+    if length is None:
+        return await read_json(request), b""
+    body = await request.read()
+    try:
+        n = int(length)
+    except ValueError:
+        raise InvalidInput(f"header {HEADER_LENGTH} must be an integer, not {length[:40]!r}") from None
+    if not 0 <= n <= len(body):
+        raise InvalidInput(f"header {HEADER_LENGTH} says {n} bytes of JSON but the body has {len(body)}")
+    try:
+        header = json.loads(body[:n])
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"the JSON header ({n} bytes) is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise InvalidInput("the JSON header must be a JSON object")
+    return header, body[n:]
+
+
+def _answer(resp_model: str, version: str, rid: str, shape: list[int], texts: list[str], binary: bool) -> web.Response:
+    out: dict[str, Any] = {"name": TEXT_OUTPUT, "datatype": "BYTES", "shape": shape}
+    head: dict[str, Any] = {"model_name": resp_model, "model_version": version, "outputs": [out]}
+    if rid:
+        head["id"] = rid
+    if not binary:
+        out["data"] = texts
+        return web.json_response(head)
+    raw = join_bytes([t.encode("utf-8") for t in texts])
+    out["parameters"] = {"binary_data_size": len(raw)}
+    header = json.dumps(head).encode()
+    return web.Response(body=header + raw, content_type="application/octet-stream",
+                        headers={HEADER_LENGTH: str(len(header))})
+
+
+def _to_json(message) -> dict:
+    """A KServe message as Triton's REST JSON: protobuf's JSON mapping writes int64 as strings, REST uses numbers."""
+    def fix(x):
+        if isinstance(x, dict):
+            return {k: ([int(v) for v in val] if k in ("shape", "dims") else fix(val)) for k, val in x.items()}
+        if isinstance(x, list):
+            return [fix(v) for v in x]
+        return x
+
+    return fix(json_format.MessageToDict(message, preserving_proto_field_name=True))
+
+
+# ---- routes ---------------------------------------------------------------------------------------------------
+def routes(doors: Doors) -> list[web.RouteDef]:
+    repo = doors.repo
+
+    def _model(request: web.Request):
+        try:
+            return repo.get(request.match_info["model"], request.match_info.get("version", ""))
+        except ModelNotFound as e:
+            raise HttpError(e.code, str(e)) from None
+
+    async def live(request: web.Request) -> web.Response:
+        return web.json_response({"live": True})
+
+    async def ready(request: web.Request) -> web.Response:
+        models = repo.all()
+        ok = bool(models) and all(m.ready for m in models)
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    async def server_metadata(request: web.Request) -> web.Response:
+        return web.json_response({"name": "s2s", "version": __version__, "extensions": list(EXTENSIONS)})
+
+    async def metadata(request: web.Request) -> web.Response:
+        return web.json_response(_to_json(model_metadata(repo, _model(request))))
+
+    async def model_ready(request: web.Request) -> web.Response:
+        try:
+            model = repo.get(request.match_info["model"], request.match_info.get("version", ""))
+        except ModelNotFound:
+            return web.json_response({"ready": False}, status=404)  # tritonclient: anything but 200 is "not ready"
+        return web.json_response({"name": model.name, "ready": model.ready}, status=200 if model.ready else 503)
+
+    async def config(request: web.Request) -> web.Response:
+        return web.json_response(_to_json(model_config(_model(request))))
+
+    async def index(request: web.Request) -> web.Response:
+        ready_only = False
+        if request.can_read_body:
+            body = await read_json(request)
+            ready_only = bool(body.get("ready", False))
+        models = repository_index(repo, ready_only).models
+        return web.json_response([_to_json(m) for m in models])
+
+    async def infer_route(request: web.Request) -> web.Response:
+        name, version = request.match_info["model"], request.match_info.get("version", "")
+        async with doors.track(request, name, "ModelInfer"):
+            header, binary = await _body(request)
+            req, binary_out = to_request(name, version, header, binary)
+            p, g = await infer(repo, req, deadline_of(request))  # X-Timeout-Seconds; the 'timeout' parameter too
+            return _answer(g.model, g.version, req.id, p.shape, [o.text for o in g.outputs], binary_out)
+
+    m, v = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
+    return [
+        web.get("/v2/health/live", live), web.get("/v2/health/ready", ready), web.get("/v2", server_metadata),
+        web.get(m, metadata), web.get(v, metadata), web.get(m + "/ready", model_ready), web.get(v + "/ready", model_ready),
+        web.get(m + "/config", config), web.get(v + "/config", config),
+        web.post(m + "/infer", infer_route), web.post(v + "/infer", infer_route),
+        web.post("/v2/repository/index", index),
+    ]
