@@ -115,7 +115,7 @@ class ServerProcess:
             self.metrics_port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.cmd = [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(args.model_repo), "--models", args.model,
-                    "--host", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.metrics_port),
+                    "--host", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.metrics_port), "--http-port", "0",
                     "--batching", mode, "--instances", str(instances), "--max-batch-size", str(args.max_batch_size),
                     "--max-queue-size", str(args.max_queue_size), "--intra-op-threads", str(args.intra_op_threads),
                     "--grace-s", "2", "--log-level", "WARNING"]

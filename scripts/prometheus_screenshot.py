@@ -42,7 +42,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="s2s-prom-"))
     port, mport, pport = free_port(), free_port(), free_port()
     server = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(ROOT / "models"), "--host", "127.0.0.1",
-                               "--port", str(port), "--metrics-port", str(mport)], cwd=ROOT,
+                               "--port", str(port), "--metrics-port", str(mport), "--http-port", "0"], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cfg = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     job = next(j for j in cfg["scrape_configs"] if j["job_name"] == "s2s")

@@ -151,7 +151,11 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
     if not port:
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
-    web = await start_http(config, repo, tracker, metrics, refusals) if config.http_port else None
+    try:
+        web = await start_http(config, repo, tracker, metrics, refusals) if config.http_port else None
+    except BaseException:
+        await server.stop(0)
+        raise
     metrics_host = config.metrics_host or config.host
     http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
     board.append(HealthBoard(health_servicer, repo, services))

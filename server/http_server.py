@@ -34,6 +34,7 @@ from server.repository import Repository
 log = logging.getLogger("s2s.http")
 
 TIMEOUT_HEADER = "X-Timeout-Seconds"
+MAX_BYTES = web.AppKey("max_bytes", int)
 # Paths anyone may call with auth on: probes, the page itself (it asks for the token) and the API description.
 OPEN_PATHS = ("/v2/health/", "/openapi.json")
 OPEN_EXACT = ("/", "/playground.js", "/playground.css")
@@ -150,7 +151,7 @@ async def _errors(request: web.Request, handler):
         return error_response(e.code, e.message)
     except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
         if e.status == 413:
-            return web.json_response({"error": f"the request body is over the limit of {request.app['max_bytes']} bytes "
+            return web.json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} bytes "
                                                "(--max-message-bytes)"}, status=413)
         if e.status == 404:
             return web.json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
@@ -178,7 +179,7 @@ async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTra
 
     doors = Doors(repo, tracker, config, metrics, refusals)
     app = web.Application(client_max_size=config.max_message_bytes, middlewares=[_errors, _auth_middleware(doors)])
-    app["max_bytes"] = config.max_message_bytes
+    app[MAX_BYTES] = config.max_message_bytes
     app.add_routes(http_kserve.routes(doors))
     app.add_routes(http_libretranslate.routes(doors))
     app.add_routes(playground.routes(doors))

@@ -117,7 +117,7 @@ def _children(pid: int) -> set[int]:
 def test_no_core_outlives_the_server_however_it_stops(how):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
-                             "--port", str(port), "--metrics-port", "0", "--instances", "2"],
+                             "--port", str(port), "--metrics-port", "0", "--http-port", "0", "--instances", "2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:

@@ -32,12 +32,12 @@ class Served:
     """`s2s serve` in a child process; its combined stdout/stderr goes to a file the tests read."""
 
     def __init__(self, tmp: Path, *args: str):
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port, self.metrics_port, self.http_port = free_port(), free_port(), free_port()
         self.log_path = tmp / "server.log"
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
-             "--port", str(self.port), "--metrics-port", str(self.metrics_port), *args],
+             "--port", str(self.port), "--metrics-port", str(self.metrics_port), "--http-port", str(self.http_port), *args],
             stdout=self.log_file, stderr=subprocess.STDOUT, cwd=ROOT)
         self.address = f"127.0.0.1:{self.port}"
         with grpc.insecure_channel(self.address) as ch:

@@ -246,7 +246,7 @@ def test_tls_serves_verified_clients_and_refuses_plaintext(model_repo, tmp_path)
 def _serve(*args: str) -> tuple[subprocess.Popen, int, int]:
     port, mport = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
-                             "--port", str(port), "--metrics-port", str(mport), *args],
+                             "--port", str(port), "--metrics-port", str(mport), "--http-port", "0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     return proc, port, mport
 
@@ -277,7 +277,7 @@ def test_broken_model_repository_fails_fast_naming_the_file(tmp_path):
     shutil.copytree(MODEL_REPO / ADD, tmp_path / ADD)
     (tmp_path / ADD / "1" / "encoder.onnx").write_bytes(b"not onnx")
     out = subprocess.run([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(tmp_path), "--port", str(free_port()),
-                          "--metrics-port", "0"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+                          "--metrics-port", "0", "--http-port", "0"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2
     assert re.search(r"encoder\.onnx: sha256 .* does not match", out.stderr), out.stderr[-1000:]
 
