@@ -39,17 +39,19 @@ DASHBOARD = GRAFANA_DIR / "dashboards" / "s2s.json"
 # What the server exports: family name -> (type, labels). Histograms are in seconds except
 # s2s_batch_size (sequences per decode step); their series are NAME_bucket (+ le), NAME_sum, NAME_count.
 EXPORTED_METRICS: dict[str, tuple[str, frozenset[str]]] = {
-    "s2s_request_duration_seconds": ("histogram", frozenset({"model", "method"})),
+    "s2s_request_duration_seconds": ("histogram", frozenset({"model", "method", "protocol"})),
     "s2s_queue_duration_seconds": ("histogram", frozenset({"model"})),
     "s2s_time_to_first_token_seconds": ("histogram", frozenset({"model"})),
     "s2s_time_per_output_token_seconds": ("histogram", frozenset({"model"})),
-    "s2s_decode_step_duration_seconds": ("histogram", frozenset({"model"})),
-    "s2s_batch_size": ("histogram", frozenset({"model"})),
-    "s2s_requests_total": ("counter", frozenset({"model", "method", "code"})),
+    "s2s_decode_step_duration_seconds": ("histogram", frozenset({"model", "core"})),
+    "s2s_batch_size": ("histogram", frozenset({"model", "core"})),
+    "s2s_requests_total": ("counter", frozenset({"model", "method", "protocol", "code"})),
     "s2s_input_tokens_total": ("counter", frozenset({"model"})),
     "s2s_generated_tokens_total": ("counter", frozenset({"model"})),
-    "s2s_queued_sequences": ("gauge", frozenset({"model"})),
-    "s2s_active_sequences": ("gauge", frozenset({"model"})),
+    "s2s_queued_sequences": ("gauge", frozenset({"model", "core"})),
+    "s2s_active_sequences": ("gauge", frozenset({"model", "core"})),
+    "s2s_engine_cores_up": ("gauge", frozenset({"model"})),
+    "s2s_engine_core_restarts_total": ("counter", frozenset({"model"})),
     "s2s_model_info": ("gauge", frozenset({"model", "version", "provider", "quantization"})),
     "s2s_build_info": ("gauge", frozenset({"version"})),
 }
@@ -382,8 +384,9 @@ def test_compose_config(combo, profiles):
         assert base_image is None
     assert server["build"]["dockerfile"] == "deploy/docker/server.Dockerfile"
     assert f"{ROOT / 'models'}:/models:ro" in server["volumes"]
-    assert {p["target"] for p in server["ports"]} == {8001, 8002}
+    assert {p["target"] for p in server["ports"]} == {8000, 8001, 8002}
     assert server["environment"]["S2S_PORT"] == "8001" and server["environment"]["S2S_METRICS_PORT"] == "8002"
+    assert server["environment"]["S2S_HTTP_PORT"] == "8000"
     assert "healthcheck.py" in " ".join(server["healthcheck"]["test"])
     assert services["prometheus"]["depends_on"]["server"]["condition"] in ("service_started", "service_healthy")
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
@@ -446,11 +449,11 @@ def test_k8s_deployment():
     (c,) = pod["spec"]["containers"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"grpc": 8001, "metrics": 8002}
+    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert c[probe]["grpc"] == {"port": 8001, "service": ""}, probe
     env = {e["name"]: e["value"] for e in c["env"]}
-    assert env["S2S_PORT"] == "8001" and env["S2S_METRICS_PORT"] == "8002"
+    assert env["S2S_PORT"] == "8001" and env["S2S_METRICS_PORT"] == "8002" and env["S2S_HTTP_PORT"] == "8000"
     ann = pod["metadata"]["annotations"]
     assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == "8002"
     assert ann["prometheus.io/path"] == "/metrics"
@@ -465,7 +468,7 @@ def test_k8s_headless_service_and_hpa():
     assert svc["metadata"]["name"] == "s2s-headless"
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     ports = {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
-    assert ports == {"grpc": (8001, "grpc"), "metrics": (8002, "metrics")}
+    assert ports == {"http": (8000, "http"), "grpc": (8001, "grpc"), "metrics": (8002, "metrics")}
     assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
     assert hpa["apiVersion"] == "autoscaling/v2"
     ref = hpa["spec"]["scaleTargetRef"]
@@ -560,7 +563,7 @@ def test_server_dockerfile():
     copied = " ".join(a for k, a in final if k == "COPY")
     assert "deploy/docker/healthcheck.py" in copied and re.search(r"\bmodels/?\s+/models", copied)
     exposed = {p for k, a in final if k == "EXPOSE" for p in a.split()}
-    assert {"8001", "8002"} <= exposed
+    assert {"8000", "8001", "8002"} <= exposed
 
 
 def test_server_extra_has_no_torch():

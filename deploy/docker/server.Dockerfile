@@ -82,6 +82,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     S2S_MODEL_REPO=/models \
     S2S_HOST=0.0.0.0 \
     S2S_PORT=8001 \
+    S2S_HTTP_PORT=8000 \
     S2S_METRICS_PORT=8002 \
     S2S_LOG_LEVEL=info
 
@@ -89,8 +90,9 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER 10001:10001
 WORKDIR /tmp
 
-# 8001: gRPC (seq2seq service, grpc.health.v1.Health, reflection); 8002: Prometheus /metrics.
-EXPOSE 8001 8002
+# 8000: HTTP (KServe v2 REST, LibreTranslate API, playground); 8001: gRPC (seq2seq service, KServe v2,
+# grpc.health.v1.Health, reflection); 8002: Prometheus /metrics. Triton's three ports.
+EXPOSE 8000 8001 8002
 
 # Asks grpc.health.v1.Health/Check (service "" = the whole server) on S2S_PORT; exit 0 only if SERVING.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
