@@ -228,6 +228,7 @@ def routes(doors: Doors) -> list[web.RouteDef]:
     async def infer_route(request: web.Request) -> web.Response:
         name, version = request.match_info["model"], request.match_info.get("version", "")
         async with doors.track(request, name, "ModelInfer"):
+            repo.get(name, version)  # an unknown model is 404 whatever the body holds (as Triton answers)
             header, binary = await _body(request)
             req, binary_out = to_request(name, version, header, binary)
             p, g = await infer(repo, req, deadline_of(request))  # X-Timeout-Seconds; the 'timeout' parameter too
