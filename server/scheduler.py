@@ -90,6 +90,7 @@ class Stats:
 
 
 Sink = Callable[[list, Stats], None]
+STATS_EVERY_S = 0.05  # the most a report of stats alone waits (Prometheus scrapes every 5 s)
 
 
 # ---- requests and jobs ---------------------------------------------------------------------------
@@ -172,6 +173,8 @@ class Scheduler:
         self.stopping = False
         self.aborting = False  # grace period over: fail whatever is left
         self.outbox: list = []  # events of this iteration, emitted together (one message per step)
+        self.reported = 0.0  # when the last report went out
+        self.idle_reported = True  # the figures at the last idle moment went out
         self.thread = threading.Thread(target=self._run, name=f"scheduler-{name}", daemon=True)
         self.encoder_thread = threading.Thread(target=self._encode_ahead, name=f"encoder-{name}", daemon=True) \
             if config.encoder_thread else None
@@ -242,9 +245,15 @@ class Scheduler:
             sibling.cancelled = True
         self.outbox.append(Failed(req.id, err.code, str(err)))
 
-    def _emit(self) -> None:
-        """One report for the iteration: its events and stats (the channel write happens outside the lock)."""
+    def _emit(self, force: bool = False) -> None:
+        """Report this iteration's events with the stats gathered so far (the channel write happens outside
+        the lock). An iteration with no events reports only every STATS_EVERY_S, or when ``force``d (the loop
+        going idle): each report wakes the front end, which at ~300 steps/s was a report per step for nothing."""
         with self.cv:  # re-entrant: some callers hold it already
+            now = time.monotonic()
+            if not self.outbox and not force and now - self.reported < STATS_EVERY_S:
+                return
+            self.reported = now
             events, self.outbox = self.outbox, []
             stats = self.stats.take()
         try:
@@ -342,6 +351,10 @@ class Scheduler:
                 while not (self.aborting or self.ready or self.pending or len(self.gen) or self.outbox or
                            (self.stopping and not self.encoding)):
                     self.decoding = False
+                    if not self.idle_reported:  # going idle: the last figures (active and queued now 0) go out now
+                        self.idle_reported = True
+                        self.stats.active, self.stats.queued = len(self.active), self.queued_rows()
+                        self._emit(force=True)
                     self.cv.wait()
                 if self.aborting:
                     err = ShuttingDown("server shut down before this request finished; retry")
@@ -350,13 +363,14 @@ class Scheduler:
                     self.pending.clear()
                     self.ready.clear()
                     self.active.clear()
-                    self._emit()
+                    self._emit(force=True)
                     self.cv.notify_all()
                     return
                 if self.stopping and not (self.ready or self.pending or self.encoding or len(self.gen)):
-                    self._emit()
+                    self._emit(force=True)
                     self.cv.notify_all()
                     return
+                self.idle_reported = False
                 newcomers = self._admit()
                 busy = bool(newcomers) or len(self.gen) > 0
                 if busy and not self.decoding and self.pending:
