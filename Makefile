@@ -34,9 +34,11 @@ install: $(VENV)/.dev-installed protos  ## everything: train, export, serve, tes
 serve: install-serve  ## serve the committed model repository on :8001 (gRPC) and :8002 (metrics)
 	$(VENV)/bin/s2s serve --model-repo $(MODEL_REPO)
 
-system-deps:  ## Debian packages the tests use (a real Prometheus, Compose v1 for the compose check)
+system-deps:  ## Debian packages the tests use (a real Prometheus, Compose v1 for the compose check, Chromium for the playground)
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-compose >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus docker-compose >/dev/null; }
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
 
 test: install system-deps  ## set everything up and run the test suite
 	$(PY) -m pytest -q
@@ -53,9 +55,11 @@ bench: install  ## the benchmarks behind docs/BENCHMARKS.md (about 15 min; keep 
 	$(PY) bench/threads.py
 	$(PY) bench/profile_step.py
 
-screenshot: install system-deps  ## docs/img/prometheus_latency.png from a real Prometheus, captured by headless Chromium
-	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+screenshot: install system-deps  ## docs/img/prometheus_latency.png (a real Prometheus) and docs/img/playground.png, by headless Chromium
+	@fc-list :lang=ja 2>/dev/null | grep -q . || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-ipafont-gothic >/dev/null; }
 	$(PY) scripts/prometheus_screenshot.py
+	$(PY) scripts/playground_screenshot.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,256 @@
+// The s2s playground: this server's KServe v2 REST API from a page. No dependencies, no build step.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "s2s.playground.token";
+  const $ = (id) => document.getElementById(id);
+  const el = {
+    form: $("form"), model: $("model"), modelInfo: $("model-info"), token: $("token"), input: $("input"),
+    beam: $("beam"), maxTokens: $("max-tokens"), run: $("run"), error: $("error"), outputs: $("outputs"),
+    status: $("status"), empty: $("empty"),
+  };
+  const configs = new Map(); // model name -> {task, max_tokens, max_beam_width, ...} (strings)
+  let loading = null; // the repository index request in flight, shared
+  let running = false;
+
+  // ---- HTTP ---------------------------------------------------------------------------------------
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = {};
+    const token = el.token.value.trim();
+    if (token) headers["Authorization"] = "Bearer " + token;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let resp;
+    try {
+      resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    } catch (e) {
+      throw new ApiError(0, "could not reach the server (" + e.message + ")");
+    }
+    const text = await resp.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch (e) {
+      if (resp.ok) throw new ApiError(resp.status, "the server's answer is not JSON");
+    }
+    if (!resp.ok) {
+      const msg = data && typeof data.error === "string" ? data.error : (text.slice(0, 300) || resp.statusText);
+      throw new ApiError(resp.status, msg);
+    }
+    return data;
+  }
+
+  // ---- error box ----------------------------------------------------------------------------------
+  function showError(what, e) {
+    const status = e instanceof ApiError && e.status ? "HTTP " + e.status + ": " : "";
+    el.error.textContent = "";
+    const head = document.createElement("strong");
+    head.textContent = what;
+    const msg = document.createElement("span");
+    msg.className = "error-message";
+    msg.textContent = status + e.message;
+    el.error.append(head, " ", msg);
+    if (e instanceof ApiError && e.status === 401) {
+      const hint = document.createElement("span");
+      hint.className = "error-hint";
+      hint.textContent = "This server needs an API token: enter it above.";
+      el.error.append(hint);
+    }
+    el.error.hidden = false;
+  }
+
+  function clearError() {
+    el.error.hidden = true;
+    el.error.textContent = "";
+  }
+
+  // ---- models -------------------------------------------------------------------------------------
+  function param(config, key) {
+    const p = config && config.parameters && config.parameters[key];
+    return p ? p.string_value : undefined;
+  }
+
+  function loadModels() {
+    if (!loading) loading = fetchModels().finally(() => { loading = null; });
+    return loading;
+  }
+
+  async function fetchModels() {
+    const previous = el.model.value;
+    let index;
+    try {
+      index = await api("POST", "/v2/repository/index");
+    } catch (e) {
+      el.model.replaceChildren(new Option("(no models: see the error)", ""));
+      el.modelInfo.textContent = "";
+      showError("Could not list the models.", e);
+      return false;
+    }
+    const names = [];
+    for (const m of index) if (!names.includes(m.name)) names.push(m.name);
+    el.model.replaceChildren(...names.map((name) => {
+      const versions = index.filter((m) => m.name === name);
+      const latest = versions[versions.length - 1];
+      const label = name + " · v" + latest.version + (latest.state === "READY" ? "" : " (" + latest.state.toLowerCase() + ")");
+      return new Option(label, name);
+    }));
+    if (!names.length) {
+      el.model.replaceChildren(new Option("(the server serves no models)", ""));
+    }
+    if (names.includes(previous)) el.model.value = previous;
+    clearError();
+    await modelChanged();
+    return names.length > 0;
+  }
+
+  async function modelChanged() {
+    const name = el.model.value;
+    if (!name) return;
+    let config = configs.get(name);
+    if (!config) {
+      try {
+        config = await api("GET", "/v2/models/" + encodeURIComponent(name) + "/config");
+      } catch (e) {
+        showError("Could not read the configuration of " + name + ".", e);
+        return;
+      }
+      configs.set(name, config);
+    }
+    if (el.model.value !== name) return; // changed again meanwhile
+    const task = param(config, "task") || "";
+    const maxBeam = parseInt(param(config, "max_beam_width"), 10);
+    const maxTokens = parseInt(param(config, "max_tokens"), 10);
+    const maxInputs = param(config, "max_inputs_per_request");
+    const maxChars = param(config, "max_input_chars");
+    if (maxBeam > 0) {
+      el.beam.max = String(maxBeam);
+      el.beam.nextElementSibling.textContent = "1 = greedy (max " + maxBeam + ")";
+    }
+    if (maxTokens > 0) {
+      el.maxTokens.max = String(maxTokens);
+      el.maxTokens.nextElementSibling.textContent = "0 = default (max " + maxTokens + ")";
+    }
+    el.run.textContent = task === "translation" ? "Translate" : "Generate";
+    const facts = [];
+    if (task) facts.push("task: " + task);
+    if (maxInputs) facts.push("up to " + maxInputs + " lines per request");
+    if (maxChars) facts.push(maxChars + " characters per line");
+    el.modelInfo.textContent = facts.join(" · ");
+    validate();
+  }
+
+  // The page shows out-of-range values but still sends them: the server's own message says why they fail.
+  function validate() {
+    for (const input of [el.beam, el.maxTokens]) input.setAttribute("aria-invalid", String(!input.checkValidity()));
+  }
+
+  // ---- run ----------------------------------------------------------------------------------------
+  function targetLang(model) {
+    const m = /-([a-z]{2})-([a-z]{2})$/.exec(model);
+    return m ? m[2] : "";
+  }
+
+  const chars = (s) => Array.from(s).length;
+
+  function render(model, texts, outputs, ms) {
+    const lang = targetLang(model);
+    const items = texts.map((text, i) => {
+      const out = outputs[i] === undefined ? "" : String(outputs[i]);
+      const li = document.createElement("li");
+      li.className = "output";
+      const src = document.createElement("p");
+      src.className = "src";
+      src.textContent = text;
+      const dst = document.createElement("p");
+      dst.className = "out";
+      if (lang) dst.lang = lang;
+      dst.textContent = out;
+      const meta = document.createElement("p");
+      meta.className = "meta";
+      meta.textContent = chars(text) + " chars in → " + chars(out) + " chars out · round trip " + ms.toFixed(0) +
+        " ms (request of " + texts.length + (texts.length === 1 ? " line)" : " lines)");
+      li.append(src, dst, meta);
+      return li;
+    });
+    el.outputs.replaceChildren(...items);
+    el.empty.hidden = items.length > 0;
+  }
+
+  async function run() {
+    if (running) return;
+    running = true;
+    el.run.disabled = true;
+    el.outputs.dataset.state = "running";
+    el.outputs.setAttribute("aria-busy", "true");
+    try {
+      if (!el.model.value && !(await loadModels())) {
+        el.outputs.dataset.state = "error";
+        return;
+      }
+      const model = el.model.value;
+      const texts = el.input.value.split(/\r?\n/).filter((line) => line.trim() !== "");
+      if (!texts.length) {
+        showError("Nothing to send.", new Error("type at least one line of input."));
+        el.outputs.dataset.state = "error";
+        return;
+      }
+      el.status.textContent = (el.run.textContent === "Translate" ? "Translating " : "Generating ") + texts.length +
+        (texts.length === 1 ? " line…" : " lines…");
+      const body = {
+        inputs: [{ name: "text_input", datatype: "BYTES", shape: [texts.length], data: texts }],
+        parameters: { max_tokens: parseInt(el.maxTokens.value, 10) || 0, beam_width: parseInt(el.beam.value, 10) || 0 },
+      };
+      const t0 = performance.now();
+      let answer;
+      try {
+        answer = await api("POST", "/v2/models/" + encodeURIComponent(model) + "/infer", body);
+      } catch (e) {
+        el.status.textContent = "";
+        showError(model + " refused the request.", e);
+        el.outputs.dataset.state = "error";
+        return;
+      }
+      const ms = performance.now() - t0;
+      const out = (answer.outputs || []).find((o) => o.name === "text_output");
+      clearError();
+      render(model, texts, out ? out.data : [], ms);
+      el.status.textContent = texts.length + (texts.length === 1 ? " output" : " outputs") + " from " + model +
+        " v" + answer.model_version + " in " + ms.toFixed(0) + " ms round trip";
+      el.outputs.dataset.state = "done";
+    } finally {
+      el.outputs.removeAttribute("aria-busy");
+      el.run.disabled = false;
+      running = false;
+    }
+  }
+
+  // ---- wiring -------------------------------------------------------------------------------------
+  try {
+    el.token.value = sessionStorage.getItem(TOKEN_KEY) || "";
+  } catch (e) { /* storage off: the field still works for this page */ }
+  el.token.addEventListener("change", () => {
+    try {
+      const token = el.token.value.trim();
+      if (token) sessionStorage.setItem(TOKEN_KEY, token); else sessionStorage.removeItem(TOKEN_KEY);
+    } catch (e) { /* ignore */ }
+    configs.clear();
+    loadModels();
+  });
+  el.model.addEventListener("change", () => { clearError(); modelChanged(); });
+  el.beam.addEventListener("input", validate);
+  el.maxTokens.addEventListener("input", validate);
+  el.form.addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      run();
+    }
+  });
+  loadModels();
+})();
