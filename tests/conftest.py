@@ -29,6 +29,24 @@ CHECKPOINTS = Path(os.environ.get("S2S_TEST_CHECKPOINTS", ROOT / "checkpoints"))
 DEFAULT_MODELS = ("addition", "translate-en-ja")
 
 
+def english(n: int) -> list[str]:
+    """The first n held-out English sentences of the en->ja test split."""
+    rows = (CHECKPOINTS / "translate-en-ja" / "test.tsv").read_text(encoding="utf-8").splitlines()
+    return [r.split("\t")[0] for r in rows[:n]]
+
+
+def wait_for(pred, timeout: float = 10.0) -> bool:
+    """Poll pred every 50 ms until it holds (True) or the timeout passes (False)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

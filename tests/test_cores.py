@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import MODEL_REPO, ROOT, ServerThread, free_port, server_config
+from conftest import english, wait_for, MODEL_REPO, ROOT, ServerThread, free_port, server_config
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from server.client import Seq2SeqClient
@@ -23,18 +23,8 @@ from server.client import Seq2SeqClient
 ADD, JA = "addition", "translate-en-ja"
 
 
-def english(n: int) -> list[str]:
-    rows = (ROOT / "checkpoints" / JA / "test.tsv").read_text(encoding="utf-8").splitlines()
-    return [r.split("\t")[0] for r in rows[:n]]
 
 
-def wait_for(pred, timeout: float = 20.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def alive(pid: int) -> bool:

@@ -16,7 +16,7 @@ import tritonclient.http as th
 import tritonclient.http.aio as th_aio
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, ServerThread, server_config
+from conftest import english, ROOT, ServerThread, server_config
 from server.client import Seq2SeqClient
 from server.config import SchedulerConfig
 
@@ -24,9 +24,6 @@ ADD, JA = "addition", "translate-en-ja"
 SAMPLES = {ADD: ["12+30", "999+1", "7+8"], JA: None}
 
 
-def english(n: int) -> list[str]:
-    rows = (ROOT / "checkpoints" / JA / "test.tsv").read_text(encoding="utf-8").splitlines()
-    return [r.split("\t")[0] for r in rows[:n]]
 
 
 SAMPLES[JA] = english(3)

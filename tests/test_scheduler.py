@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import MODEL_REPO, ROOT
+from conftest import english, MODEL_REPO, ROOT
 from engine import Engine, EngineOptions, Sequence
 from engine.generator import run
 from server.config import SchedulerConfig
@@ -56,9 +56,6 @@ def scheduler(engine: Engine, **cfg) -> tuple[Scheduler, Collector]:
     return sched, sink
 
 
-def english(n: int) -> list[str]:
-    rows = (ROOT / "checkpoints" / JA / "test.tsv").read_text(encoding="utf-8").splitlines()
-    return [r.split("\t")[0] for r in rows[:n]]
 
 
 def test_a_request_reports_tokens_then_its_outputs_and_matches_the_engine(engines):
