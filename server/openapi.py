@@ -64,8 +64,8 @@ def _model_ops(versioned: bool) -> dict[str, dict]:
                                            "the tensors' bytes follow it."}],
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/InferRequest"}},
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"},
-                                             "description": "JSON header, then binary tensor data."}}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary",
+                                                        "description": "JSON header, then binary tensor data."}}}},
             "responses": {"200": {"description": "The outputs, as JSON or (when asked) binary tensor data.",
                                   "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InferResponse"}},
                                               "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
