@@ -9,12 +9,17 @@ A model repository is laid out like Triton's, one folder per model and version:
 
 ``config.json`` describes everything a reader needs: dimensions, special ids, the task's
 preprocessing, tensor names with dynamic axes, the opset, and the sha256 of every other file,
-so a truncated or swapped file is caught at load time with the file named.
+so a truncated or swapped file is caught at load time with the file named. A translation bundle
+may also say its languages (``source_language`` / ``target_language``, ISO 639-1 codes such as "en"
+and "ja"; ``s2s export --source-lang/--target-lang``): the LibreTranslate API routes a language pair
+to the bundle that declares it. Both are optional; a bundle without them (an older one, or a task
+such as addition that has no languages) loads as before and is not offered by that API.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,17 @@ class BundleError(Exception):
     """A bundle that cannot be served; the message names the file and what is wrong with it."""
 
 
+# An ISO 639-1 code ("en"), or the BCP 47 tags LibreTranslate also uses for some languages ("zh-Hant", "pt-BR").
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})*")
+
+
+def check_language(code: str | None, what: str = "language") -> str | None:
+    """``code`` if it is None or a language code (ISO 639-1, e.g. "en"); ValueError naming ``what`` otherwise."""
+    if code is not None and (not isinstance(code, str) or not _LANGUAGE_CODE.fullmatch(code)):
+        raise ValueError(f"{what} must be an ISO 639-1 language code such as 'en' or 'ja', not {code!r}")
+    return code
+
+
 @dataclass(frozen=True)
 class BundleConfig:
     name: str
@@ -43,6 +59,12 @@ class BundleConfig:
     quantization: str = "none"  # none | int8 (dynamic, onnxruntime.quantization)
     validation: dict[str, Any] = field(default_factory=dict)  # what the export checked, with figures
     format_version: int = FORMAT_VERSION
+    source_language: str | None = None  # ISO 639-1 code of what the model reads (translation); None: not said
+    target_language: str | None = None  # ISO 639-1 code of what it writes
+
+    def __post_init__(self) -> None:
+        check_language(self.source_language, "source_language")
+        check_language(self.target_language, "target_language")
 
     @property
     def encoder_io(self) -> GraphIO:
@@ -53,7 +75,7 @@ class BundleConfig:
         return decoder_io(self.model.n_decoder_layers)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "format_version": self.format_version, "name": self.name, "version": self.version,
             "model": self.model.to_dict(), "task": self.task.to_dict(), "opset": self.opset,
             "special_ids": self.model.special.__dict__,  # repeated at top level for readers that look only here
@@ -61,6 +83,12 @@ class BundleConfig:
             "files": self.files, "source_checkpoint_sha256": self.source_checkpoint_sha256,
             "quantization": self.quantization, "validation": self.validation,
         }
+        # Written only when said: a bundle without languages keeps the config it always had.
+        if self.source_language is not None:
+            d["source_language"] = self.source_language
+        if self.target_language is not None:
+            d["target_language"] = self.target_language
+        return d
 
     def write(self, folder: Path) -> None:
         write_json(Path(folder) / CONFIG_FILE, self.to_dict())
@@ -89,6 +117,7 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
             task=TaskConfig.from_dict(d["task"]), opset=int(d["opset"]), files=dict(d["files"]),
             source_checkpoint_sha256=d["source_checkpoint_sha256"], quantization=d.get("quantization", "none"),
             validation=d.get("validation", {}),
+            source_language=d.get("source_language"), target_language=d.get("target_language"),
         )
     except BundleError:
         raise

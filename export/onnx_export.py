@@ -31,6 +31,9 @@ class ExportOptions:
     version: int | None = None  # None = next free version
     quantize: str = "none"  # none | int8
     atol: float = 1e-4
+    # ISO 639-1 codes written to config.json (translation bundles; the LibreTranslate API routes by them).
+    source_language: str | None = None
+    target_language: str | None = None
 
 
 def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
@@ -70,6 +73,8 @@ def next_version(model_dir: Path) -> int:
 
 
 def export(opts: ExportOptions) -> Path:
+    bundle.check_language(opts.source_language, "--source-lang")  # before minutes of export, not after
+    bundle.check_language(opts.target_language, "--target-lang")
     ckpt = checkpoint.load(opts.checkpoint)
     model = ckpt.model.eval()
     c = model.config
@@ -90,6 +95,7 @@ def export(opts: ExportOptions) -> Path:
             name=opts.name, version=version, model=c, task=ckpt.task, opset=OPSET,
             files={f: bundle.sha256_file(out / f) for f in bundle.PAYLOAD_FILES},
             source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=opts.quantize,
+            source_language=opts.source_language, target_language=opts.target_language,
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.

@@ -69,6 +69,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _language(code: str) -> str:
+    from contract.bundle import check_language
+
+    try:
+        return check_language(code)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     import logging
     from pathlib import Path
@@ -76,7 +85,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from export.onnx_export import ExportOptions, export
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    out = export(ExportOptions(Path(args.checkpoint), Path(args.repo), args.name, args.version, args.quantize, args.atol))
+    out = export(ExportOptions(Path(args.checkpoint), Path(args.repo), args.name, args.version, args.quantize, args.atol,
+                               source_language=args.source_lang, target_language=args.target_lang))
     print(out)
     return 0
 
@@ -145,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", type=int, default=None, help="version number (default: next free)")
     p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: dynamic quantization of MatMul weights")
     p.add_argument("--atol", type=float, default=1e-4, help="largest |ORT - PyTorch| accepted on logits and K/V")
+    p.add_argument("--source-lang", type=_language, default=None, metavar="CODE",
+                   help="ISO 639-1 code of the source language (translation), written to config.json; the "
+                   "LibreTranslate API (/translate, /languages) offers only models that declare both languages")
+    p.add_argument("--target-lang", type=_language, default=None, metavar="CODE",
+                   help="ISO 639-1 code of the target language (translation), written to config.json")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("serve", help="serve a model repository over gRPC (seq2seq.v1, KServe v2) with /metrics",

@@ -15,5 +15,10 @@ for name in addition translate-en-ja; do
   cp "$run"/best/{model.safetensors,config.json,tokenizer.json,metrics.json} "checkpoints/$name/"
   cp "$run/data/test.tsv" "checkpoints/$name/test.tsv"
   cp "$run/learning_curves.png" "docs/img/learning_curves_$name.png"
-  $S2S export "checkpoints/$name" --repo models --name "$name" --version 1
+  case $name in  # what config.json says the model translates (the LibreTranslate API routes by it)
+    translate-en-ja) langs="--source-lang en --target-lang ja" ;;
+    *) langs="" ;;
+  esac
+  # shellcheck disable=SC2086  # $langs is zero or more words
+  $S2S export "checkpoints/$name" --repo models --name "$name" --version 1 $langs
 done

@@ -1,9 +1,348 @@
-"""Placeholder: filled in by its own change."""
+"""The LibreTranslate API (``/translate``, ``/languages``, ``/detect``), as LibreTranslate serves it.
+
+Clients written for LibreTranslate (``libretranslatepy``, the browser extensions, the many apps
+that take a LibreTranslate URL) work against this server unchanged. Requests may be JSON or form
+encoded (``libretranslatepy`` sends ``application/x-www-form-urlencoded``, even on ``GET
+/languages``); the key is the ``api_key`` field, which is the bearer token (``--auth-token``), or the
+``Authorization: Bearer`` header.
+
+Languages come from the bundles: a served model whose ``config.json`` declares ``source_language``
+and ``target_language`` (``s2s export --source-lang/--target-lang``) serves that pair, at its latest
+loaded version; a model that declares no languages (addition) is not offered here.
+
+``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``), ``target``,
+``format`` (``text``, the default, or ``html``), ``alternatives`` (default 0), ``api_key``. The answer is
+``{"translatedText": "..."}`` for a string ``q``, a list for a list. ``format=html`` translates the text
+between the tags (all text nodes of the request in one batched call) and keeps the markup as it was
+sent; ``<script>``/``<style>`` content and whitespace-only text are left alone. ``source=auto`` is
+taken when exactly one served source language translates to ``target`` (the answer then says so in
+``detectedLanguage``, as LibreTranslate does); otherwise 400 names the choices. ``alternatives`` > 0
+is accepted and answered with ``"alternatives": []`` (per text for a list ``q``): this server does not
+return n-best translations yet, so there are none to give.
+
+``GET /languages``: every language of the served pairs with the codes it translates to.
+
+``POST /detect``: there is no language detector here. The answer is given only when it is honest:
+when every served translation model reads the same language, that is the only language this server
+can translate from, so it is the answer for any input that can be translated at all; otherwise 400.
+
+Errors are ``{"error": "..."}``: 400 malformed or out-of-limit input (the model API names the limit),
+an unknown pair (naming what is served); 401 no or wrong key; 429/503/504 as the model API raises them.
+"""
 
 from __future__ import annotations
 
+import html
+import json
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import parse_qsl
+
 from aiohttp import web
+from multidict import MultiDict
+
+from server.errors import InvalidInput, clip
+from server.http_server import Doors, HttpError, deadline_of, read_json
+from server.requests import GenOptions
+
+AUTO = "auto"
+FORMATS = ("text", "html")
+
+# English names of common ISO 639-1 codes (LibreTranslate lists a name with every code); others show the code.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
+    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish",
+    "et": "Estonian", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew",
+    "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
+    "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian Bokmål", "nl": "Dutch", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian",
+    "sv": "Swedish", "th": "Thai", "tl": "Tagalog", "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu",
+    "vi": "Vietnamese", "zh": "Chinese", "zh-Hans": "Chinese (Simplified)", "zh-Hant": "Chinese (Traditional)",
+}
 
 
-def routes(doors) -> list[web.RouteDef]:
-    return []
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+# ---- the served pairs ------------------------------------------------------------------------------------------
+def served_pairs(doors: Doors) -> dict[tuple[str, str], str]:
+    """(source, target) -> model name, over the served models whose latest loaded version declares both
+    languages. Two models declaring one pair: the first by name serves it (deterministic)."""
+    pairs: dict[tuple[str, str], str] = {}
+    for name in sorted(doors.repo.models):
+        b = doors.repo.get(name).bundle
+        if b.source_language and b.target_language:
+            pairs.setdefault((b.source_language, b.target_language), name)
+    return pairs
+
+
+def _describe(pairs: dict[tuple[str, str], str]) -> str:
+    return ", ".join(f"{s} -> {t}" for s, t in sorted(pairs)) or "none (no served model declares its languages)"
+
+
+def languages(pairs: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    codes = sorted({c for pair in pairs for c in pair})
+    return [{"code": c, "name": language_name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
+
+
+def resolve(pairs: dict[tuple[str, str], str], source: str, target: str) -> tuple[str, str]:
+    """(model name, source language) for a request's source (a code or "auto") and target; InvalidInput naming
+    what is served otherwise."""
+    if source == AUTO:
+        choices = sorted(s for s, t in pairs if t == target)
+        if len(choices) == 1:
+            return pairs[(choices[0], target)], choices[0]
+        if not choices:
+            raise InvalidInput(f"source=auto: no served model translates to {clip(target)}; served: {_describe(pairs)}")
+        raise InvalidInput(f"source=auto: this server has no language detector and several source languages translate "
+                           f"to {clip(target)} ({', '.join(choices)}); send one of them as source")
+    if (source, target) not in pairs:
+        raise InvalidInput(f"{clip(source)} -> {clip(target)} is not served; served: {_describe(pairs)}")
+    return pairs[(source, target)], source
+
+
+# ---- the request body ------------------------------------------------------------------------------------------
+async def _params(request: web.Request) -> MultiDict | dict:
+    """The fields of a request: a JSON object body, or form fields (urlencoded or multipart, on any method: the
+    libretranslatepy client sends its form on GET /languages too) over the query string's."""
+    fields = MultiDict(request.query)
+    if not request.can_read_body:
+        return fields
+    if request.content_type == "application/json":
+        return await read_json(request)
+    if request.content_type == "multipart/form-data" and request.method == "POST":
+        form = await request.post()
+        fields = MultiDict({**fields, **{k: v for k, v in form.items() if isinstance(v, str)}})
+    elif request.can_read_body:
+        raw = await request.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidInput(f"the request body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        if text.lstrip().startswith("{"):  # JSON sent without its content type (curl -d '{...}')
+            try:
+                body = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise InvalidInput(f"the request body is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+            return body
+        form = MultiDict(parse_qsl(text, keep_blank_values=True))
+        fields = MultiDict({**fields, **{k: form[k] for k in form}})  # the first of a repeated field, as Flask's
+    return fields
+
+
+async def _read(doors: Doors, request: web.Request) -> MultiDict | dict:
+    """The request's fields, once it is authenticated (api_key in them, or the header)."""
+    try:
+        params = await _params(request)
+    except InvalidInput as e:
+        doors.check_auth(request)  # an unreadable body carries no key: only the header can authenticate
+        raise HttpError(e.code, str(e)) from None
+    key = params.get("api_key")
+    doors.check_auth(request, key if isinstance(key, str) and key else None)
+    return params
+
+
+def _string(params, key: str, required: bool = True) -> str | None:
+    value = params.get(key)
+    if value is None or value == "":
+        if required:
+            raise InvalidInput(f"Invalid request: missing {key} parameter")
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"Invalid request: {key} must be a string, not {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    texts: list[str]
+    as_list: bool  # q was a list: the answer is one
+    source: str  # a code or "auto"
+    target: str
+    format: str
+    alternatives: int
+
+
+def parse_translate(params) -> TranslateRequest:
+    q = params.get("q")
+    if q is None or q == "":
+        raise InvalidInput("Invalid request: missing q parameter")
+    if isinstance(q, list):
+        if not q:
+            raise InvalidInput("Invalid request: q is an empty list; send at least one text")
+        bad = next((i for i, t in enumerate(q) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise InvalidInput(f"Invalid request: q[{bad}] must be a string, not {type(q[bad]).__name__}")
+    elif not isinstance(q, str):
+        raise InvalidInput(f"Invalid request: q must be a string or a list of strings, not {type(q).__name__}")
+    source, target = _string(params, "source"), _string(params, "target")
+    fmt = _string(params, "format", required=False) or "text"
+    if fmt not in FORMATS:
+        raise InvalidInput(f"Invalid request: format must be 'text' or 'html', not {clip(fmt)}")
+    alt = params.get("alternatives", 0)
+    if isinstance(alt, str) and alt.strip().lstrip("-").isdigit():
+        alt = int(alt)
+    if alt in (None, ""):
+        alt = 0
+    if not isinstance(alt, int) or isinstance(alt, bool) or alt < 0:
+        raise InvalidInput(f"Invalid request: alternatives must be a non-negative integer, not {clip(str(alt))}")
+    return TranslateRequest(q if isinstance(q, list) else [q], isinstance(q, list), source, target, fmt, alt)
+
+
+# ---- format=html -----------------------------------------------------------------------------------------------
+class _Segments(HTMLParser):
+    """Cuts an HTML string into its markup and its text nodes, each as the exact characters it was sent as.
+
+    Every parser event starts where ``getpos()`` says; its raw text runs to the next event's start. Markup is
+    kept verbatim; a text node is (raw, decoded text) so that only text is replaced, re-escaped."""
+
+    def __init__(self, source: str):
+        super().__init__(convert_charrefs=True)
+        self.source = source
+        self.line_starts = [0] + [i + 1 for i, c in enumerate(source) if c == "\n"]
+        self.events: list[tuple[int, str | None]] = []  # (offset, decoded text of a text node, or None: markup)
+        self.raw_text = 0  # depth inside <script>/<style>, whose content is not text to translate
+
+    def _mark(self, data: str | None = None) -> None:
+        line, col = self.getpos()
+        self.events.append((self.line_starts[line - 1] + col, data))
+
+    def handle_starttag(self, tag, attrs):
+        self._mark()
+        if tag in ("script", "style"):
+            self.raw_text += 1
+
+    def handle_startendtag(self, tag, attrs):
+        self._mark()
+
+    def handle_endtag(self, tag):
+        self._mark()
+        if tag in ("script", "style") and self.raw_text:
+            self.raw_text -= 1
+
+    def handle_data(self, data):
+        self._mark(None if self.raw_text else data)
+
+    def handle_comment(self, data):
+        self._mark()
+
+    def handle_decl(self, decl):
+        self._mark()
+
+    def handle_pi(self, data):
+        self._mark()
+
+    def unknown_decl(self, data):
+        self._mark()
+
+    def segments(self) -> list[tuple[str, str | None]]:
+        """(raw, text) in order: text None for markup (and for text kept as it is)."""
+        self.feed(self.source)
+        self.close()
+        out: list[tuple[str, str | None]] = []
+        ends = [off for off, _ in self.events[1:]] + [len(self.source)]
+        if self.events and self.events[0][0] > 0:  # nothing should precede the first event; keep it if it does
+            out.append((self.source[:self.events[0][0]], None))
+        for (start, text), end in zip(self.events, ends):
+            raw = self.source[start:end]
+            if text is not None and out and out[-1][1] is not None:  # one text node split in two events
+                prev_raw, prev_text = out.pop()
+                raw, text = prev_raw + raw, prev_text + text
+            out.append((raw, text))
+        # A node whose raw characters are not exactly its text (markup the parser skipped without an event)
+        # is kept as sent: never drop markup.
+        return [(raw, text if text is not None and html.unescape(raw) == text else None) for raw, text in out]
+
+
+@dataclass
+class _HtmlDoc:
+    segments: list[tuple[str, str | None]]
+    nodes: list[int]  # indexes of the segments to translate
+
+    @classmethod
+    def parse(cls, source: str) -> _HtmlDoc:
+        segs = _Segments(source).segments()
+        return cls(segs, [i for i, (_, text) in enumerate(segs) if text is not None and text.strip()])
+
+    def texts(self) -> list[str]:
+        return [self.segments[i][1].strip() for i in self.nodes]
+
+    def render(self, translations: list[str]) -> str:
+        parts = [raw for raw, _ in self.segments]
+        for i, out in zip(self.nodes, translations):
+            text = self.segments[i][1]
+            lead, trail = text[:len(text) - len(text.lstrip())], text[len(text.rstrip()):]
+            parts[i] = lead + html.escape(out, quote=False) + trail
+        return "".join(parts)
+
+
+# ---- routes ----------------------------------------------------------------------------------------------------
+def routes(doors: Doors) -> list[web.RouteDef]:
+    async def translate(request: web.Request) -> web.Response:
+        params = await _read(doors, request)
+        try:
+            req = parse_translate(params)
+            name, source = resolve(served_pairs(doors), req.source, req.target)
+        except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
+            req, name, error = None, "", e
+        async with doors.track(request, name, "Translate"):
+            if req is None:
+                raise error
+            model = doors.repo.get(name)
+            if req.format == "html":
+                docs = [_HtmlDoc.parse(t) for t in req.texts]
+                texts = [t for d in docs for t in d.texts()]
+                if len(texts) > model.limits.max_inputs:
+                    raise InvalidInput(f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "
+                                       f"{model.limits.max_inputs} in one request (each text node is one input)")
+            else:
+                docs, texts = None, req.texts
+            outputs: list[str] = []
+            if texts:  # html with no text in it is answered as it came
+                try:
+                    prepared = model.prepare(texts, GenOptions(max_new_tokens=0, beam=1))
+                except InvalidInput as e:
+                    raise InvalidInput(f"format=html, each text node is one input: {e}" if docs else str(e)) from None
+                g = await model.generate(prepared, deadline_of(request))
+                outputs = [o.text for o in g.outputs]
+            if docs is not None:
+                results, k = [], 0
+                for d in docs:
+                    results.append(d.render(outputs[k:k + len(d.nodes)]))
+                    k += len(d.nodes)
+            else:
+                results = outputs
+            body: dict[str, Any] = {"translatedText": results if req.as_list else results[0]}
+            if req.source == AUTO:
+                # The one source language that translates to target (resolve() refuses otherwise): not a guess.
+                detected = {"confidence": 100.0, "language": source}
+                body["detectedLanguage"] = [detected] * len(results) if req.as_list else detected
+            if req.alternatives > 0:
+                # No n-best yet (beam search keeps only its best hypothesis; a later change returns the others):
+                # the field is there, empty, so that clients reading it work.
+                body["alternatives"] = [[] for _ in results] if req.as_list else []
+            return web.json_response(body)
+
+    async def list_languages(request: web.Request) -> web.Response:
+        await _read(doors, request)
+        return web.json_response(languages(served_pairs(doors)))
+
+    async def detect(request: web.Request) -> web.Response:
+        params = await _read(doors, request)
+        try:
+            _string(params, "q")  # LibreTranslate's own refusal of a request without text
+        except InvalidInput as e:
+            raise HttpError(e.code, str(e)) from None
+        pairs = served_pairs(doors)
+        sources = sorted({s for s, _ in pairs})
+        if len(sources) != 1:
+            why = ("no served model declares its languages" if not sources else
+                   f"this server has no language detector and serves several source languages ({', '.join(sources)})")
+            raise HttpError("INVALID_ARGUMENT", f"language detection is not available: {why}; send source explicitly")
+        # Honest without a detector: every model here reads this one language, so it is the only source this
+        # server can translate from; for any text it can translate, this is the language to send.
+        return web.json_response([{"confidence": 100.0, "language": sources[0]}])
+
+    return [web.post("/translate", translate), web.get("/languages", list_languages), web.post("/detect", detect)]

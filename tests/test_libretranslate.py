@@ -1,0 +1,302 @@
+"""The LibreTranslate API (server/http_libretranslate.py) against a real server: the real libretranslatepy
+client, plain JSON and form posts, format=html, source=auto, /detect, the errors, auth; and the bundle's
+language fields (contract/bundle.py) that the API routes by."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+from libretranslatepy import LibreTranslateAPI
+
+from conftest import MODEL_REPO, ServerThread, server_config
+from server.client import Seq2SeqClient
+
+pytestmark = pytest.mark.skipif(not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model")
+
+TIMEOUT = 60
+JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")  # hiragana, katakana, CJK ideographs
+SAMPLES = ["Save", "Open File", "Settings", "Cancel", "Delete"]  # from data/en-ja/ui-strings.tsv
+
+
+@pytest.fixture(scope="module")
+def srv(model_repo):
+    s = ServerThread(server_config(instances=1))
+    yield s
+    s.stop()
+
+
+def url(srv, path: str = "") -> str:
+    return f"http://127.0.0.1:{srv.running.web.port}/{path}"
+
+
+def grpc_generate(srv, texts: list[str]) -> list[str]:
+    with Seq2SeqClient(srv.address) as c:
+        return c.generate("translate-en-ja", texts)
+
+
+def call(srv, path: str, body=None, *, form: bool = False, method: str = "POST", headers=None,
+         raw: bytes | None = None) -> tuple[int, object]:
+    """(status, decoded JSON) of one request; JSON body unless form."""
+    h = dict(headers or {})
+    data = raw
+    if data is None and body is not None:
+        if form:
+            data = urllib.parse.urlencode(body).encode()
+            h.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        else:
+            data = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+    req = urllib.request.Request(url(srv, path), data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+# ---- the real client ------------------------------------------------------------------------------------------
+def test_languages_with_libretranslatepy(srv):
+    langs = LibreTranslateAPI(url(srv)).languages(timeout=TIMEOUT)
+    assert langs == [{"code": "en", "name": "English", "targets": ["ja"]},
+                     {"code": "ja", "name": "Japanese", "targets": []}]
+    assert "addition" not in json.dumps(langs)  # a model that declares no languages is not offered
+
+
+def test_translate_with_libretranslatepy_matches_grpc(srv):
+    lt = LibreTranslateAPI(url(srv))
+    got = [lt.translate(q, "en", "ja", timeout=TIMEOUT) for q in SAMPLES]
+    assert got == grpc_generate(srv, SAMPLES)
+    assert all(JAPANESE.search(t) for t in got), got
+
+
+def test_detect_with_libretranslatepy(srv):
+    assert LibreTranslateAPI(url(srv)).detect("Open File", timeout=TIMEOUT) == [{"confidence": 100.0, "language": "en"}]
+
+
+# ---- JSON bodies, lists, options ------------------------------------------------------------------------------
+def test_list_q_as_json(srv):
+    status, body = call(srv, "translate", {"q": SAMPLES, "source": "en", "target": "ja"})
+    assert status == 200
+    assert body == {"translatedText": grpc_generate(srv, SAMPLES)}
+
+
+def test_string_q_as_json_and_form_agree(srv):
+    _, j = call(srv, "translate", {"q": "Settings", "source": "en", "target": "ja", "format": "text"})
+    _, f = call(srv, "translate", {"q": "Settings", "source": "en", "target": "ja"}, form=True)
+    assert j == f == {"translatedText": grpc_generate(srv, ["Settings"])[0]}
+
+
+def test_alternatives_are_empty_for_now(srv):
+    _, one = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja", "alternatives": 3})
+    assert one["alternatives"] == [] and isinstance(one["translatedText"], str)
+    _, many = call(srv, "translate", {"q": ["Save", "Cancel"], "source": "en", "target": "ja", "alternatives": "2"})
+    assert many["alternatives"] == [[], []] and len(many["translatedText"]) == 2
+    _, none = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja"})
+    assert "alternatives" not in none
+
+
+def test_source_auto_takes_the_one_source(srv):
+    status, body = call(srv, "translate", {"q": "Delete", "source": "auto", "target": "ja"})
+    assert status == 200
+    assert body == {"translatedText": grpc_generate(srv, ["Delete"])[0],
+                    "detectedLanguage": {"confidence": 100.0, "language": "en"}}
+    _, many = call(srv, "translate", {"q": ["Save", "Delete"], "source": "auto", "target": "ja"})
+    assert many["detectedLanguage"] == [{"confidence": 100.0, "language": "en"}] * 2
+
+
+def test_html_keeps_tags_and_translates_text_nodes(srv):
+    q = '<p class="ui">Open File</p>\n  <ul><li><b>Save</b> </li><li>Cancel</li></ul><!-- note --><script>x="<i>Delete</i>"</script>'
+    status, body = call(srv, "translate", {"q": q, "source": "en", "target": "ja", "format": "html"})
+    assert status == 200
+    a, b, c = grpc_generate(srv, ["Open File", "Save", "Cancel"])
+    esc = lambda s: s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # noqa: E731
+    assert body["translatedText"] == (f'<p class="ui">{esc(a)}</p>\n  <ul><li><b>{esc(b)}</b> </li><li>{esc(c)}</li>'
+                                      '</ul><!-- note --><script>x="<i>Delete</i>"</script>')
+    # A list of documents, entities decoded before translation; markup with no text comes back as it was.
+    _, many = call(srv, "translate", {"q": ["<i>Save</i>", "<br/>", "Tom &amp; Jerry"], "source": "en", "target": "ja",
+                                      "format": "html"}, form=False)
+    x, y = grpc_generate(srv, ["Save", "Tom & Jerry"])
+    assert many["translatedText"] == [f"<i>{esc(x)}</i>", "<br/>", esc(y)]
+
+
+# ---- errors ---------------------------------------------------------------------------------------------------
+LONG = "word " * 400
+
+ERRORS = [
+    ("missing q", {"source": "en", "target": "ja"}, 400, "missing q"),
+    ("empty q", {"q": "", "source": "en", "target": "ja"}, 400, "missing q"),
+    ("q not text", {"q": 5, "source": "en", "target": "ja"}, 400, "q must be a string"),
+    ("q list of non-strings", {"q": ["a", 1], "source": "en", "target": "ja"}, 400, "q[1] must be a string"),
+    ("q empty list", {"q": [], "source": "en", "target": "ja"}, 400, "empty list"),
+    ("q blank", {"q": "   ", "source": "en", "target": "ja"}, 400, "empty"),
+    ("missing source", {"q": "Save", "target": "ja"}, 400, "missing source"),
+    ("missing target", {"q": "Save", "source": "en"}, 400, "missing target"),
+    ("unknown pair", {"q": "Save", "source": "en", "target": "fr"}, 400, "'en' -> 'fr' is not served; served: en -> ja"),
+    ("reverse pair", {"q": "Save", "source": "ja", "target": "en"}, 400, "served: en -> ja"),
+    ("auto to unknown", {"q": "Save", "source": "auto", "target": "de"}, 400, "no served model translates to 'de'"),
+    ("bad format", {"q": "Save", "source": "en", "target": "ja", "format": "markdown"}, 400, "format must be"),
+    ("negative alternatives", {"q": "Save", "source": "en", "target": "ja", "alternatives": -1}, 400, "alternatives"),
+    ("bad alternatives", {"q": "Save", "source": "en", "target": "ja", "alternatives": "many"}, 400, "alternatives"),
+    ("too long", {"q": LONG, "source": "en", "target": "ja"}, 400, "accepts at most"),
+    ("too long html node", {"q": f"<b>{LONG}</b>", "source": "en", "target": "ja", "format": "html"}, 400,
+     "each text node is one input"),
+    ("too many inputs", {"q": ["Save"] * 10_000, "source": "en", "target": "ja"}, 400, "the limit is"),
+    ("too many html nodes", {"q": "<b>Save</b>" * 10_000, "source": "en", "target": "ja", "format": "html"}, 400,
+     "text nodes"),
+]
+
+
+@pytest.mark.parametrize("body,status,message", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+def test_translate_errors(srv, body, status, message):
+    got, answer = call(srv, "translate", body)
+    assert got == status, answer
+    assert set(answer) == {"error"} and message in answer["error"], answer
+
+
+def test_malformed_bodies(srv):
+    status, answer = call(srv, "translate", raw=b"{not json", headers={"Content-Type": "application/json"})
+    assert status == 400 and "not valid JSON" in answer["error"]
+    status, answer = call(srv, "translate", raw=b"[1, 2]", headers={"Content-Type": "application/json"})
+    assert status == 400 and "JSON object" in answer["error"]
+    status, answer = call(srv, "detect", {})
+    assert status == 400 and "missing q" in answer["error"]
+    status, answer = call(srv, "translate", method="GET")
+    assert status == 405 and "error" in answer
+
+
+def test_deadline_is_504(srv):
+    status, answer = call(srv, "translate", {"q": SAMPLES, "source": "en", "target": "ja"},
+                          headers={"X-Timeout-Seconds": "0.000001"})
+    assert status == 504 and "error" in answer, answer
+
+
+def test_requests_are_counted(srv):
+    call(srv, "translate", {"q": "Save", "source": "en", "target": "ja"})
+    call(srv, "translate", {"q": "Save", "source": "en", "target": "xx"})
+    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=TIMEOUT).read().decode()
+    ok = 's2s_requests_total{code="OK",method="Translate",model="translate-en-ja",protocol="http"}'
+    refused = 's2s_requests_total{code="INVALID_ARGUMENT",method="Translate",model="",protocol="http"}'
+    lines = [ln for ln in text.splitlines() if "Translate" in ln]
+    assert any(ln.startswith(ok) for ln in lines) and any(ln.startswith(refused) for ln in lines), lines
+
+
+# ---- auth -----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def auth_srv(model_repo):
+    s = ServerThread(server_config(auth_token="s3cret", models=("translate-en-ja",), instances=1))
+    yield s
+    s.stop()
+
+
+def test_auth(auth_srv):
+    body = {"q": "Save", "source": "en", "target": "ja"}
+    for path, b, method in (("translate", body, "POST"), ("detect", {"q": "Save"}, "POST"), ("languages", None, "GET")):
+        status, answer = call(auth_srv, path, b, method=method)
+        assert status == 401 and "bearer token" in answer["error"], (path, answer)
+        status, answer = call(auth_srv, path, {**(b or {}), "api_key": "wrong"}, form=True, method=method)
+        assert status == 401, (path, answer)
+        status, _ = call(auth_srv, path, b, method=method, headers={"Authorization": "Bearer s3cret"})
+        assert status == 200, path
+        status, _ = call(auth_srv, path, {**(b or {}), "api_key": "s3cret"}, method=method)
+        assert status == 200, path
+    expected = grpc_with_token(auth_srv, ["Save"])[0]
+    lt = LibreTranslateAPI(url(auth_srv), api_key="s3cret")  # form-encoded api_key, on GET /languages too
+    assert lt.translate("Save", "en", "ja", timeout=TIMEOUT) == expected
+    assert lt.languages(timeout=TIMEOUT)[0]["code"] == "en"
+    assert lt.detect("Save", timeout=TIMEOUT) == [{"confidence": 100.0, "language": "en"}]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        LibreTranslateAPI(url(auth_srv)).translate("Save", "en", "ja", timeout=TIMEOUT)
+    assert e.value.code == 401
+
+
+def grpc_with_token(srv, texts):
+    with Seq2SeqClient(srv.address, token="s3cret") as c:
+        return c.generate("translate-en-ja", texts)
+
+
+# ---- two source languages: no auto, no detect -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_sources(model_repo, tmp_path_factory):
+    """The en-ja bundle served twice, once declared as fr -> ja (the files are the same; only routing is tested)."""
+    from contract import bundle
+
+    repo = tmp_path_factory.mktemp("repo")
+    src = MODEL_REPO / "translate-en-ja" / "1"
+    for name, lang in (("translate-en-ja", "en"), ("translate-fr-ja", "fr")):
+        d = repo / name / "1"
+        d.mkdir(parents=True)
+        for f in bundle.PAYLOAD_FILES:
+            (d / f).symlink_to(src / f)
+        cfg = bundle.read_bundle(src, verify_hashes=False)
+        dataclasses.replace(cfg, name=name, source_language=lang).write(d)
+    s = ServerThread(server_config(model_repo=repo, instances=1))
+    yield s
+    s.stop()
+
+
+def test_two_sources(two_sources):
+    assert call(two_sources, "languages", method="GET") == (200, [
+        {"code": "en", "name": "English", "targets": ["ja"]}, {"code": "fr", "name": "French", "targets": ["ja"]},
+        {"code": "ja", "name": "Japanese", "targets": []}])
+    status, answer = call(two_sources, "translate", {"q": "Save", "source": "auto", "target": "ja"})
+    assert status == 400 and "(en, fr)" in answer["error"] and "send one of them as source" in answer["error"]
+    status, answer = call(two_sources, "detect", {"q": "Save"})
+    assert status == 400 and answer["error"].startswith("language detection is not available: ")
+    assert "en, fr" in answer["error"]
+    status, answer = call(two_sources, "translate", {"q": "Save", "source": "fr", "target": "ja"})
+    assert status == 200 and JAPANESE.search(answer["translatedText"])
+
+
+def test_no_declared_languages():
+    from server.errors import InvalidInput
+    from server.http_libretranslate import languages, resolve
+
+    assert languages({}) == []
+    with pytest.raises(InvalidInput, match="no served model declares its languages"):
+        resolve({}, "en", "ja")
+
+
+# ---- the bundle's language fields -----------------------------------------------------------------------------
+def test_bundle_languages_round_trip(tmp_path):
+    from contract import bundle
+
+    b = tmp_path / "1"
+    shutil.copytree(MODEL_REPO / "translate-en-ja" / "1", b)
+    cfg = bundle.read_bundle(b)
+    assert (cfg.source_language, cfg.target_language) == ("en", "ja")  # the committed bundle says them
+    dataclasses.replace(cfg, source_language="de", target_language="zh-Hant").write(b)
+    again = bundle.read_bundle(b)
+    assert (again.source_language, again.target_language) == ("de", "zh-Hant")
+    assert json.loads((b / "config.json").read_text())["source_language"] == "de"
+
+    # An older bundle (no fields) loads, with None, and is written back without them.
+    d = json.loads((b / "config.json").read_text())
+    del d["source_language"], d["target_language"]
+    (b / "config.json").write_text(json.dumps(d))
+    old = bundle.read_bundle(b)
+    assert (old.source_language, old.target_language) == (None, None)
+    assert "source_language" not in old.to_dict() and "target_language" not in old.to_dict()
+
+    d["source_language"] = "English"
+    (b / "config.json").write_text(json.dumps(d))
+    with pytest.raises(bundle.BundleError, match="source_language must be an ISO 639-1"):
+        bundle.read_bundle(b)
+
+
+def test_export_flags(capsys):
+    from s2s.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["export", "ckpt", "--name", "x", "--source-lang", "English"])
+    assert e.value.code == 2 and "ISO 639-1" in capsys.readouterr().err
+    from export.onnx_export import ExportOptions  # imports torch (a few seconds); runs no export
+
+    opts = ExportOptions(MODEL_REPO, MODEL_REPO, "x", source_language="en", target_language="ja")
+    assert (opts.source_language, opts.target_language) == ("en", "ja")
