@@ -21,7 +21,7 @@ from google.protobuf import json_format
 
 from s2s import __version__
 from server.errors import InvalidInput, ModelNotFound, clip
-from server.http_server import Doors, HttpError, deadline_of, read_json
+from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
 from server.kserve import (EXTENSIONS, TEXT_OUTPUT, infer, join_bytes, model_config, model_metadata, pb,
                            repository_index)
 
@@ -163,7 +163,7 @@ def _answer(resp_model: str, version: str, rid: str, shape: list[int], texts: li
         head["id"] = rid
     if not binary:
         out["data"] = texts
-        return web.json_response(head)
+        return json_response(head)
     raw = join_bytes([t.encode("utf-8") for t in texts])
     out["parameters"] = {"binary_data_size": len(raw)}
     header = json.dumps(head).encode()
@@ -194,28 +194,28 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             raise HttpError(e.code, str(e)) from None
 
     async def live(request: web.Request) -> web.Response:
-        return web.json_response({"live": True})
+        return json_response({"live": True})
 
     async def ready(request: web.Request) -> web.Response:
         models = repo.all()
         ok = bool(models) and all(m.ready for m in models)
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
+        return json_response({"ready": ok}, status=200 if ok else 503)
 
     async def server_metadata(request: web.Request) -> web.Response:
-        return web.json_response({"name": "s2s", "version": __version__, "extensions": list(EXTENSIONS)})
+        return json_response({"name": "s2s", "version": __version__, "extensions": list(EXTENSIONS)})
 
     async def metadata(request: web.Request) -> web.Response:
-        return web.json_response(_to_json(model_metadata(repo, _model(request))))
+        return json_response(_to_json(model_metadata(repo, _model(request))))
 
     async def model_ready(request: web.Request) -> web.Response:
         try:
             model = repo.get(request.match_info["model"], request.match_info.get("version", ""))
         except ModelNotFound:
-            return web.json_response({"ready": False}, status=404)  # tritonclient: anything but 200 is "not ready"
-        return web.json_response({"name": model.name, "ready": model.ready}, status=200 if model.ready else 503)
+            return json_response({"ready": False}, status=404)  # tritonclient: anything but 200 is "not ready"
+        return json_response({"name": model.name, "ready": model.ready}, status=200 if model.ready else 503)
 
     async def config(request: web.Request) -> web.Response:
-        return web.json_response(_to_json(model_config(_model(request))))
+        return json_response(_to_json(model_config(_model(request))))
 
     async def index(request: web.Request) -> web.Response:
         ready_only = False
@@ -223,7 +223,7 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             body = await read_json(request)
             ready_only = bool(body.get("ready", False))
         models = repository_index(repo, ready_only).models
-        return web.json_response([_to_json(m) for m in models])
+        return json_response([_to_json(m) for m in models])
 
     async def infer_route(request: web.Request) -> web.Response:
         name, version = request.match_info["model"], request.match_info.get("version", "")

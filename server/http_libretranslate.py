@@ -43,7 +43,7 @@ from aiohttp import web
 from multidict import MultiDict
 
 from server.errors import InvalidInput, clip
-from server.http_server import Doors, HttpError, deadline_of, read_json
+from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
 from server.requests import GenOptions
 
 AUTO = "auto"
@@ -323,11 +323,11 @@ def routes(doors: Doors) -> list[web.RouteDef]:
                 # No n-best yet (beam search keeps only its best hypothesis; a later change returns the others):
                 # the field is there, empty, so that clients reading it work.
                 body["alternatives"] = [[] for _ in results] if req.as_list else []
-            return web.json_response(body)
+            return json_response(body)
 
     async def list_languages(request: web.Request) -> web.Response:
         await _read(doors, request)
-        return web.json_response(languages(served_pairs(doors)))
+        return json_response(languages(served_pairs(doors)))
 
     async def detect(request: web.Request) -> web.Response:
         params = await _read(doors, request)
@@ -343,6 +343,6 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             raise HttpError("INVALID_ARGUMENT", f"language detection is not available: {why}; send source explicitly")
         # Honest without a detector: every model here reads this one language, so it is the only source this
         # server can translate from; for any text it can translate, this is the language to send.
-        return web.json_response([{"confidence": 100.0, "language": sources[0]}])
+        return json_response([{"confidence": 100.0, "language": sources[0]}])
 
     return [web.post("/translate", translate), web.get("/languages", list_languages), web.post("/detect", detect)]

@@ -83,8 +83,17 @@ def deadline_of(request: web.Request) -> float | None:
     return time.monotonic() + seconds
 
 
+def json_response(data, status: int = 200, **kw) -> web.Response:
+    """JSON as UTF-8 text (not \\u escapes): translations are read by people and by clients alike."""
+    return web.json_response(data, status=status, dumps=_dumps, **kw)
+
+
+def _dumps(data) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
 def error_response(code: str, message: str) -> web.Response:
-    return web.json_response({"error": clip_details(message)}, status=HTTP_STATUS.get(code, 500))
+    return json_response({"error": clip_details(message)}, status=HTTP_STATUS.get(code, 500))
 
 
 async def read_json(request: web.Request) -> dict:
@@ -151,13 +160,13 @@ async def _errors(request: web.Request, handler):
         return error_response(e.code, e.message)
     except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
         if e.status == 413:
-            return web.json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} bytes "
+            return json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} bytes "
                                                "(--max-message-bytes)"}, status=413)
         if e.status == 404:
-            return web.json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
+            return json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
         if e.status == 405:
-            return web.json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
-        return web.json_response({"error": e.reason}, status=e.status)
+            return json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
+        return json_response({"error": e.reason}, status=e.status)
     except Exception:
         log.exception("HTTP %s %s failed", request.method, request.path[:80])
         return error_response("INTERNAL", "internal error; see server log")
