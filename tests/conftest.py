@@ -47,6 +47,17 @@ def wait_for(pred, timeout: float = 10.0) -> bool:
     return False
 
 
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A throwaway key and certificate for localhost and 127.0.0.1 (openssl)."""
+    import subprocess
+
+    key, cert = tmp / "key.pem", tmp / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

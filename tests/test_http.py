@@ -250,3 +250,25 @@ def test_grpc_and_http_give_the_same_outputs_and_move_the_same_metrics(server, c
         for code in ("OK", "INVALID_ARGUMENT"):
             key = ("ModelInfer", protocol, code)
             assert after.get(key, 0) - before.get(key, 0) == 1, (key, before, after)
+
+
+def test_tls_serves_https_on_the_http_port(model_repo, tmp_path):
+    import ssl
+
+    from conftest import self_signed
+
+    cert, key = self_signed(tmp_path)
+    srv = ServerThread(server_config(tls_cert=cert, tls_key=key))
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        req = urllib.request.Request(f"https://localhost:{srv.running.web.port}/v2/models/{ADD}/infer", data=infer_body(["20+22"]),
+                                     method="POST")
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+            assert json.loads(r.read())["outputs"][0]["data"] == ["42"]
+        import http.client
+
+        with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
+            # plain HTTP to the TLS port: the handshake fails and nothing is served in clear
+            urllib.request.urlopen(f"http://127.0.0.1:{srv.running.web.port}/v2/health/ready", timeout=5).read()
+    finally:
+        srv.stop()

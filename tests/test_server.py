@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import english, wait_for, MODEL_REPO, ROOT, ServerThread, free_port, server_config
+from conftest import self_signed, english, wait_for, MODEL_REPO, ROOT, ServerThread, free_port, server_config
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from server.client import Seq2SeqClient
@@ -212,16 +212,10 @@ def test_bearer_token_is_required_and_accepted(model_repo):
         srv.stop()
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    key, cert = tmp / "key.pem", tmp / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return cert, key
 
 
 def test_tls_serves_verified_clients_and_refuses_plaintext(model_repo, tmp_path):
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     srv = ServerThread(server_config(tls_cert=cert, tls_key=key))
     try:
         with Seq2SeqClient(f"localhost:{srv.running.port}", tls_ca=cert) as c:
