@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 PROTOS := $(shell find protos -name '*.proto')
 MODEL_REPO ?= models
 
-.PHONY: install install-serve protos serve system-deps test models experiments bench screenshot clean help
+.PHONY: install install-gpu install-serve protos serve system-deps test models experiments bench screenshot clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,6 +30,9 @@ protos: $(VENV)/.serve-installed  ## generate the gRPC stubs from protos/ (never
 install-serve: $(VENV)/.serve-installed protos  ## the server's runtime only (no torch)
 
 install: $(VENV)/.dev-installed protos  ## everything: train, export, serve, tests
+
+install-gpu: install-serve  ## add CUDA 13 + cuDNN 9 wheels: a host with only the NVIDIA driver then runs the CUDA provider
+	$(PIP) install -e ".[serve,gpu]" --config-settings editable_mode=compat
 
 serve: install-serve  ## serve the committed model repository on :8001 (gRPC) and :8002 (metrics)
 	$(VENV)/bin/s2s serve --model-repo $(MODEL_REPO)
