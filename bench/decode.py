@@ -25,14 +25,40 @@ accuracy change of int8 (exact match, chrF, BLEU with the tokenize the checkpoin
 outputs stay identical to float32) is measured on --accuracy-sentences test sentences, greedy
 with EOS as served.
 
+Real-inputs table (after the grid; ``--real-only`` runs only it, ``--no-real`` skips it): the held-out
+sources as they come (CHECKPOINT/test.tsv's source column in the seeded shuffled order, cycled to
+--real-inputs = 640 inputs), greedy and beam 4 (--beams), stopped at EOS, one thread per engine, batch
+sizes --batch-sizes:
+
+  engine      engine.load(bundle, threads=1, device="cpu").generate(texts, beam_size=b, max_batch_size=B)
+              (refills the batch as rows finish; its timing includes tokenizing and detokenizing)
+  CTranslate2 Translator(inter_threads=1, intra_threads=1).translate_batch(tokens, max_batch_size=B,
+              beam_size=b, max_decoding_length=<the engine's budget>, min_decoding_length=0,
+              length_penalty=--ct2-length-penalty), its own length sorting; the inputs are tokenized with
+              the bundle's tokenizer outside the timing, the output tokens mapped to ids after it
+
+in float32 and in int8 (with --int8, the default except with --quick: the engine on the int8 bundle below,
+CTranslate2 compute_type="int8").
+Per (search, batch) cell every system gets one warm-up on 2B inputs, then --real-repeats (3) timed passes
+over all inputs, the systems taking turns and the order reversed every other pass (ABBA), so drift on the
+machine does not land on one side; the table gives the median pass as sequences/s, the spread and the
+ratio engine / CTranslate2 of the same precision, and how many outputs (token ids, on the distinct inputs)
+are identical to CTranslate2's, plus the acceptance sub-table of the issue "Engine speed: ahead of
+CTranslate2 per core" (float32 >= 0.9x at batch 1 and >= 1.0x at batch 16 and 64, int8 >= 0.8x at
+every batch size; both searches must meet it).
+
 The report is printed and written into docs/BENCHMARKS.md between
-``<!-- bench-decode:begin -->`` and ``<!-- bench-decode:end -->`` (other sections are kept).
-``--quick`` runs a tiny grid (< 1 minute) and writes nothing unless --output is given.
+``<!-- bench-decode:begin -->`` and ``<!-- bench-decode:end -->`` (other sections are kept); the real-inputs
+table sits inside it between ``<!-- bench-decode-real:begin -->`` and ``<!-- bench-decode-real:end -->``,
+which is all that ``--real-only`` rewrites.
+``--quick`` runs a tiny grid and real-inputs table (8 inputs; < 1 minute) and writes nothing unless --output is given.
 
 Converted/exported artifacts are cached under .cache/bench/ and rebuilt when the checkpoint's
 weights change. The machine should be otherwise idle: the load average at start is recorded.
 Exit status: 0, or 1 when the conversion check fails (the report is still written), 2 when an
-input is missing. The default run takes about 4 minutes on 2 cores.
+input is missing. The default run takes about 10 minutes on 2 cores (the grid about 4, the
+real-inputs table about 5, an estimate from --quick rates; ``--real-only`` about 5), plus ~30 s
+the first time to export the int8 bundle.
 """
 
 from __future__ import annotations
@@ -55,7 +81,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.markdown import write_section  # noqa: E402
+from bench.markdown import markers, write_section  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench"
 ENGINES = ("ort+kv", "ort-nocache", "torch+kv", "ct2")
@@ -104,8 +130,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="held-out inputs on which CTranslate2 greedy must equal PyTorch greedy (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="threads of every engine (ORT intra-op, torch, CT2 intra_threads; default: 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the choice of test sentences (default: %(default)s)")
+    p.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the real-inputs table: held-out inputs as they come, stopped at EOS, engine vs "
+                        "CTranslate2 (default: on)")
+    p.add_argument("--real-only", action="store_true",
+                   help="run only the real-inputs table (plus the conversion check); rewrites only its part of the report")
+    p.add_argument("--real-inputs", type=int, default=640,
+                   help="inputs per timed pass of the real-inputs table, cycling through the test set (default: %(default)s)")
+    p.add_argument("--real-repeats", type=int, default=3,
+                   help="timed passes per real-inputs cell, after one warm-up; the median is reported (>= 3; default: %(default)s)")
+    p.add_argument("--beams", type=_ints, default=[1, 4], help="beam sizes of the real-inputs table (1 = greedy; default: 1,4)")
+    p.add_argument("--ct2-length-penalty", type=float, default=0.6,
+                   help="CTranslate2's length_penalty in beam search (score / length**p; the engine uses GNMT's "
+                        "((5+|Y|)/6)**0.6, which CTranslate2 does not offer; default: %(default)s)")
     p.add_argument("--quick", action="store_true",
-                   help="tiny grid for development and smoke tests (batch 1,4; 8,16 tokens; 4 inputs; < 1 minute); writes no docs unless --output")
+                   help="tiny grid and real-inputs table for development and smoke tests (batch 1,4; 8,16 tokens; 4 grid "
+                        "inputs, 8 real inputs; < 1 minute); writes no docs unless --output")
     p.add_argument("--output", type=Path, help="markdown file to update (default: docs/BENCHMARKS.md; none with --quick)")
     p.add_argument("--no-write", action="store_true", help="print the report only")
     p.add_argument("--json", type=Path, help="also write the raw results as JSON here")
@@ -113,6 +153,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.quick:
         a.batch_sizes, a.new_tokens, a.min_sentences = [1, 4], [8, 16], 4
         a.verify_sentences, a.accuracy_sentences = min(a.verify_sentences, 16), min(a.accuracy_sentences, 32)
+        a.real_inputs = min(a.real_inputs, 8)
+    if a.real_only:
+        a.real = True
     if a.int8 is None:
         a.int8 = not a.quick
     a.engines = [e for e in a.engines.split(",") if e]
@@ -121,8 +164,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown engines {sorted(unknown)}; choose from {ENGINES}")
     if a.int8:
         a.engines += list(INT8_ENGINES)
-    if a.repeats < 3:
-        p.error("--repeats must be >= 3 (the median of fewer is not a median)")
+    if a.repeats < 3 or a.real_repeats < 3:
+        p.error("--repeats and --real-repeats must be >= 3 (the median of fewer is not a median)")
+    if a.real and (a.real_inputs < 1 or not a.beams or min(a.beams) < 1):
+        p.error("--real-inputs must be >= 1 and --beams positive")
     a.checkpoint = a.checkpoint or ROOT / "checkpoints" / a.model
     a.data = a.data or a.checkpoint / "test.tsv"
     if a.bundle is None:
@@ -326,6 +371,242 @@ def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
     return rows
 
 
+# ----------------------------------------------------------------------------- real inputs (stopped at EOS)
+
+REAL = "bench-decode-real"  # the marked part of the decode section that the real-inputs table owns
+# The issue's targets: engine / CTranslate2 sequences/s, same precision, per batch size (both searches must meet them).
+REAL_TARGETS = {("float32", 1): 0.9, ("float32", 16): 1.0, ("float32", 64): 1.0,
+                ("int8", 1): 0.8, ("int8", 16): 0.8, ("int8", 64): 0.8}
+
+
+@dataclass
+class RealSystem:
+    """One side of the real-inputs table: ``run(texts, tokens, beam, batch)`` returns raw outputs, ``ids`` maps them
+    to token-id rows (EOS excluded) after the timing."""
+
+    name: str  # "engine" | "ct2"
+    precision: str  # "float32" | "int8"
+    run: Callable[[list[str], list[list[str]], int, int], list]
+    ids: Callable[[list], list[list[int]]]
+
+
+@dataclass
+class RealCell:
+    system: str
+    precision: str
+    beam: int
+    batch: int
+    sequences: int
+    times: list[float] = field(default_factory=list)
+    raw: list = field(default_factory=list)
+    ids: list[list[int]] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def seq_s(self) -> float:
+        return self.sequences / self.median
+
+    @property
+    def spread(self) -> float:
+        return (max(self.times) - min(self.times)) / self.median
+
+    @property
+    def mean_len(self) -> float:
+        return sum(len(r) for r in self.ids) / max(len(self.ids), 1)
+
+
+def real_systems(args, budget: int, engine, engine_int8, ct2, ct2_int8) -> list[RealSystem]:
+    def eng(e):
+        def run(texts, _tokens, beam, batch):
+            return e.generate(texts, beam_size=beam, max_new_tokens=budget, max_batch_size=batch)
+        return run
+
+    def ct2_run(tr):
+        def run(_texts, tokens, beam, batch):
+            return tr.translator.translate_batch(
+                tokens, max_batch_size=batch, batch_type="examples", beam_size=beam, length_penalty=args.ct2_length_penalty,
+                max_decoding_length=budget, min_decoding_length=0, return_scores=False)
+        return run
+
+    def ct2_ids(tr):
+        return lambda res: [[tr.ids[t] for t in r.hypotheses[0]] for r in res]
+
+    def eng_ids(res):
+        return [list(r.tokens) for r in res]
+
+    systems = [RealSystem("engine", "float32", eng(engine), eng_ids), RealSystem("ct2", "float32", ct2_run(ct2), ct2_ids(ct2))]
+    if engine_int8 is not None:
+        systems += [RealSystem("engine", "int8", eng(engine_int8), eng_ids),
+                    RealSystem("ct2", "int8", ct2_run(ct2_int8), ct2_ids(ct2_int8))]
+    return systems
+
+
+def time_real(systems: list[RealSystem], texts: list[str], tokens: list[list[str]], beams: list[int], batches: list[int],
+              repeats: int, tick=lambda: None) -> list[RealCell]:
+    """Every (beam, batch) cell for every system: one warm-up each on 2B inputs, then ``repeats`` passes over all
+    inputs, the systems taking turns, the order reversed every other pass (ABBA: no side always runs first)."""
+    cells: list[RealCell] = []
+    for beam in beams:
+        for batch in batches:
+            row = [RealCell(s.name, s.precision, beam, batch, len(texts)) for s in systems]
+            warm = min(len(texts), 2 * batch)
+            for s in systems:
+                s.run(texts[:warm], tokens[:warm], beam, batch)
+            for rep in range(repeats):
+                order = list(range(len(systems)))
+                if rep % 2:
+                    order.reverse()
+                for i in order:
+                    t0 = time.perf_counter()
+                    out = systems[i].run(texts, tokens, beam, batch)
+                    row[i].times.append(time.perf_counter() - t0)
+                    row[i].raw = out
+                tick()
+            for s, c in zip(systems, row):
+                c.ids, c.raw = s.ids(c.raw), []
+            cells += row
+    return cells
+
+
+def real_table(args, ck, budget: int, engine, engine_int8, ct2, ct2_int8, sources: list[str]) -> dict:
+    """Time the real-inputs table; returns what render_real needs."""
+    from tqdm import tqdm
+
+    codec = ck.codec
+    texts = [sources[i % len(sources)] for i in range(args.real_inputs)]
+    src_ids = [codec.source_ids(t) for t in texts]
+    tokens = [[ct2.tokens[i] for i in r] for r in src_ids]  # outside the timing, as the brief of the table says
+    first = {}
+    for i, t in enumerate(texts):
+        first.setdefault(t, i)
+    distinct = sorted(first.values())
+    loadavg = os.getloadavg()
+    systems = real_systems(args, budget, engine, engine_int8, ct2, ct2_int8)
+    bar = tqdm(total=len(args.beams) * len(args.batch_sizes) * args.real_repeats, desc="real inputs", unit="pass", file=sys.stderr)
+    t_start = time.perf_counter()
+    cells = time_real(systems, texts, tokens, args.beams, args.batch_sizes, args.real_repeats, tick=lambda: bar.update(1))
+    bar.close()
+    seconds = time.perf_counter() - t_start
+    by = {(c.system, c.precision, c.beam, c.batch): c for c in cells}
+    # The engine caps each output at min(budget, source length + 50) (Generator.budget); CTranslate2 takes one cap
+    # per call, so its outputs are cut the same way before comparing (a prefix of what it generated).
+    for c in cells:
+        if c.system == "ct2":
+            c.ids = [r[: len(s) + 50] for r, s in zip(c.ids, src_ids)]
+    same = {}
+    for c in cells:
+        if c.system == "engine" and ("ct2", c.precision, c.beam, c.batch) in by:
+            theirs = by[("ct2", c.precision, c.beam, c.batch)].ids
+            same[(c.precision, c.beam, c.batch)] = sum(c.ids[i] == theirs[i] for i in distinct)
+    # What the engine's timings include and CTranslate2's do not: tokenizing the inputs, detokenizing the outputs.
+    ref = by.get(("engine", "float32", args.beams[0], args.batch_sizes[0]))
+    t0 = time.perf_counter()
+    for t in texts:
+        codec.source_ids(t)
+    for r in ref.ids if ref else []:
+        codec.decode(r)
+    codec_s = time.perf_counter() - t0
+    return {"cells": cells, "same": same, "n": len(texts), "distinct": len(distinct), "loadavg": loadavg,
+            "seconds": seconds, "codec_seconds": codec_s, "budget": budget}
+
+
+def real_acceptance(real: dict, args) -> list[str]:
+    by = {(c.system, c.precision, c.beam, c.batch): c for c in real["cells"]}
+    rows = []
+    for (prec, batch), target in REAL_TARGETS.items():
+        values = []
+        for beam in args.beams:
+            e, c = by.get(("engine", prec, beam, batch)), by.get(("ct2", prec, beam, batch))
+            if e and c:
+                values.append((beam, e.seq_s / c.seq_s))
+        if not values:
+            continue
+        shown = " / ".join(f"{v:.2f}x" for _, v in values)
+        ok = "met" if min(v for _, v in values) >= target else "**not met**"
+        what = f"engine / CTranslate2 {prec}" if prec == "float32" else "int8 engine / CTranslate2 int8"
+        rows.append(f"| {what}, batch {batch} | {shown} | >= {target:g}x | {ok} |")
+    if not rows:
+        return []
+    searches = " / ".join("greedy" if b == 1 else f"beam {b}" for b in args.beams)
+    return ["", f"Acceptance (issue \"Engine speed: ahead of CTranslate2 per core\"; sequences/s ratios on real inputs, "
+                f"one value per search: {searches}; a row is met when every value is):", "",
+            "| figure | measured | target | |", "|---|---|---|---|", *rows]
+
+
+def render_real(args, info: dict, real: dict) -> str:
+    """The real-inputs table, as the text between the bench-decode-real markers."""
+    by = {(c.system, c.precision, c.beam, c.batch): c for c in real["cells"]}
+    precisions = ["float32"] + (["int8"] if any(c.precision == "int8" for c in real["cells"]) else [])
+    la = real["loadavg"]
+    lines = [
+        "### Real inputs, stopped at EOS: engine vs CTranslate2",
+        "",
+        f"- date: {info['date']}; load average at the start of this table {la[0]:.2f} on {info['machine']['nproc']} CPU(s); "
+        f"this table took {real['seconds']:.0f} s",
+        f"- command: `{info['command']}`",
+        f"- inputs: {real['n']} held-out sources as they come (`{info['data']}` source column, seeded shuffle "
+        f"(seed {args.seed}) cycled; {real['distinct']} distinct), natural lengths, each stopped at EOS or at the engine's "
+        f"budget (min({real['budget']}, source length + 50) tokens); {args.threads} thread(s) per engine, one engine at a time.",
+        f"- engine: `engine.load(bundle, threads={args.threads}, device=\"cpu\").generate(texts, beam_size=b, "
+        f"max_batch_size=B)` on `{info['bundle']}`" + (f" and on the int8 bundle `{info.get('bundle_int8', '?')}`"
+                                                       if "int8" in precisions else "")
+        + "; it refills the batch as rows finish; its timings include tokenizing the texts and detokenizing the "
+        f"outputs ({1000 * real['codec_seconds']:.1f} ms for all {real['n']} inputs and outputs, measured apart).",
+        f"- CTranslate2: `Translator(inter_threads=1, intra_threads={args.threads}, compute_type=float32"
+        + ("|int8" if "int8" in precisions else "") + f").translate_batch(tokens, max_batch_size=B, beam_size=b, "
+        f"max_decoding_length={real['budget']}, min_decoding_length=0, length_penalty={args.ct2_length_penalty:g})`, "
+        "its own length sorting; tokenized with the bundle's tokenizer outside the timing.",
+        f"- method: per cell one warm-up of each system on 2B inputs, then {args.real_repeats} timed passes over all "
+        "inputs, the systems taking turns and the order reversed every other pass (ABBA); the median pass is reported. "
+        "spread = (max-min)/median. *engine / CT2* = the engine's sequences/s divided by CTranslate2's of the same "
+        "precision (> 1: the engine is faster).",
+        "- *identical* = outputs (token ids) equal to CTranslate2's of the same precision, on the distinct inputs; "
+        "CTranslate2's outputs are cut at source length + 50 as the engine's are. Beam search ranks hypotheses "
+        "differently: the engine by GNMT's length penalty ((5+|Y|)/6)^0.6 and stops when no live beam can win, "
+        "CTranslate2 by score / |Y|^length_penalty and stops at beam_size finished hypotheses, so some beam "
+        "outputs are expected to differ.",
+        "- batch B counts inputs on both sides. The engine's `generate` admits up to B inputs at once whatever the beam "
+        "(B x beam rows) and, with a beam, admits newcomers only once fewer than B rows are in use "
+        "(`engine.generator.run`); CTranslate2 decodes chunks of B length-sorted inputs (B x beam rows).",
+        "",
+        "| search | batch | precision | engine seq/s | CT2 seq/s | engine / CT2 | spread engine / CT2 | mean output tokens | identical |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for beam in args.beams:
+        for batch in args.batch_sizes:
+            for prec in precisions:
+                e, c = by.get(("engine", prec, beam, batch)), by.get(("ct2", prec, beam, batch))
+                if not (e and c):
+                    continue
+                same = real["same"].get((prec, beam, batch))
+                lines.append(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {batch} | {prec} | {e.seq_s:.1f} | {c.seq_s:.1f} | "
+                             f"{e.seq_s / c.seq_s:.2f} | {100 * e.spread:.0f}% / {100 * c.spread:.0f}% | "
+                             f"{e.mean_len:.1f} / {c.mean_len:.1f} | {same}/{real['distinct']} |")
+    lines += real_acceptance(real, args)
+    return "\n".join(lines) + "\n"
+
+
+def real_block(text: str) -> str:
+    begin, end = markers(REAL)
+    return f"{begin}\n{text.strip(chr(10))}\n{end}\n"
+
+
+def write_real(path: Path, text: str) -> None:
+    """--real-only: rewrite the real-inputs part of the decode section (placing it at the end of the section the
+    first time), leaving the grid and everything else as it is."""
+    begin, end = markers(REAL)
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if begin in old and end in old:
+        write_section(path, REAL, text)
+        return
+    dbegin, dend = markers("bench-decode")
+    body = old.split(dbegin, 1)[1].split(dend, 1)[0].strip("\n") if dbegin in old and dend in old else ""
+    write_section(path, "bench-decode", (body + "\n\n" if body else "") + real_block(text))
+
+
 # ----------------------------------------------------------------------------- report
 
 def acceptance(by: dict, args) -> list[str]:
@@ -502,46 +783,68 @@ def main(argv: list[str] | None = None) -> int:
 
     engine_int8 = ct2_int8 = None
     if args.int8:
-        engine_int8 = Engine(int8_bundle(args.checkpoint, args.model), EngineOptions(device="cpu", intra_op_threads=args.threads))
+        folder_int8 = int8_bundle(args.checkpoint, args.model)
+        info["bundle_int8"] = _rel(folder_int8)
+        engine_int8 = Engine(folder_int8, EngineOptions(device="cpu", intra_op_threads=args.threads))
         ct2_int8 = CT2Translator(ct2_dir, tokens, "int8", args.threads)
 
-    runners = make_runners(args, ck, engine, engine_int8, ct2, ct2_int8)
-    order = [runners[e] for e in args.engines if e in runners]
     cells: list[Cell] = []
-    bar = tqdm(total=len(args.new_tokens) * len(args.batch_sizes) * args.repeats, desc="decode grid", unit="repeat", file=sys.stderr)
-    for n in args.new_tokens:
-        for b in args.batch_sizes:
-            bar.set_postfix_str(f"N={n} B={b}")
-            cells += time_cells(order, inputs[: max(b, args.min_sentences)], b, n, args.repeats, tick=lambda: bar.update(1))
-    bar.close()
-
-    # The forced outputs must agree across our three implementations (CT2 masks EOS until N, so
-    # it only agrees up to the first EOS and is compared by the conversion check instead).
-    consistency = {}
-    by = {(x.engine, x.batch, x.new_tokens): x for x in cells}
-    for a, b_ in (("ort+kv", "ort-nocache"), ("ort+kv", "torch+kv"), ("ort-int8+kv", "ort+kv")):
-        pairs_ab = [(x.outputs, by[(b_, x.batch, x.new_tokens)].outputs) for x in cells
-                    if x.engine == a and (b_, x.batch, x.new_tokens) in by]
-        if pairs_ab:
-            same = sum(u == v for xs, ys in pairs_ab for u, v in zip(xs, ys))
-            consistency[f"{a} = {b_}"] = f"{same}/{sum(len(xs) for xs, _ in pairs_ab)}"
-
+    consistency: dict = {}
     acc = None
-    if args.int8:
-        print(f"int8 accuracy on {args.accuracy_sentences} test sentences ...", file=sys.stderr)
-        acc = accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, shuffled[: args.accuracy_sentences])
+    if not args.real_only:
+        runners = make_runners(args, ck, engine, engine_int8, ct2, ct2_int8)
+        order = [runners[e] for e in args.engines if e in runners]
+        bar = tqdm(total=len(args.new_tokens) * len(args.batch_sizes) * args.repeats, desc="decode grid", unit="repeat", file=sys.stderr)
+        for n in args.new_tokens:
+            for b in args.batch_sizes:
+                bar.set_postfix_str(f"N={n} B={b}")
+                cells += time_cells(order, inputs[: max(b, args.min_sentences)], b, n, args.repeats, tick=lambda: bar.update(1))
+        bar.close()
+
+        # The forced outputs must agree across our three implementations (CT2 masks EOS until N, so
+        # it only agrees up to the first EOS and is compared by the conversion check instead).
+        by = {(x.engine, x.batch, x.new_tokens): x for x in cells}
+        for a, b_ in (("ort+kv", "ort-nocache"), ("ort+kv", "torch+kv"), ("ort-int8+kv", "ort+kv")):
+            pairs_ab = [(x.outputs, by[(b_, x.batch, x.new_tokens)].outputs) for x in cells
+                        if x.engine == a and (b_, x.batch, x.new_tokens) in by]
+            if pairs_ab:
+                same = sum(u == v for xs, ys in pairs_ab for u, v in zip(xs, ys))
+                consistency[f"{a} = {b_}"] = f"{same}/{sum(len(xs) for xs, _ in pairs_ab)}"
+
+        if args.int8:
+            print(f"int8 accuracy on {args.accuracy_sentences} test sentences ...", file=sys.stderr)
+            acc = accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, shuffled[: args.accuracy_sentences])
+
+    real = real_text = None
+    if args.real:
+        real = real_table(args, ck, budget, engine, engine_int8, ct2, ct2_int8, [s for s, _ in shuffled])
+        real_text = render_real(args, info, real)
 
     info["seconds"] = time.perf_counter() - started
-    report = render(args, info, cells, verification, consistency, acc)
+    if args.real_only:
+        report = real_text
+    else:
+        report = render(args, info, cells, verification, consistency, acc)
+        if real_text:
+            report += "\n" + real_block(real_text)
     print(report)
     print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     if args.json:
+        real_json = None if real is None else {
+            **{k: v for k, v in real.items() if k not in ("cells", "same")},
+            "same": {f"{p}/beam{b}/batch{B}": v for (p, b, B), v in real["same"].items()},
+            "cells": [{**{k: v for k, v in c.__dict__.items() if k not in ("raw", "ids")}, "seq_s": c.seq_s,
+                       "mean_output_tokens": c.mean_len} for c in real["cells"]]}
         args.json.write_text(json.dumps({"info": info, "verification": verification, "consistency": consistency,
                                          "accuracy": acc, "cells": [{**{k: v for k, v in x.__dict__.items() if k != "outputs"},
-                                                                     "seq_s": x.seq_s, "tok_s": x.tok_s} for x in cells]},
+                                                                     "seq_s": x.seq_s, "tok_s": x.tok_s} for x in cells],
+                                         "real": real_json},
                                         indent=2, ensure_ascii=False, default=str))
     if args.output and not args.no_write:
-        write_section(args.output, "bench-decode", report)
+        if args.real_only:
+            write_real(args.output, real_text)
+        else:
+            write_section(args.output, "bench-decode", report)
         print(f"wrote {_rel(args.output)}", file=sys.stderr)
     return 0 if verification["rate"] == 1.0 else 1
 
