@@ -176,10 +176,14 @@ def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequ
     gen = Generator(engine)
     pending = list(seqs)
     while pending or len(gen):
-        room = batch_size - gen.n_rows
-        if room > 0 and pending:
-            gen.add(pending[:room])
-            pending = pending[room:]
+        room = batch_size - gen.n_rows  # rows: a beam counts its width
+        take = 0
+        while take < len(pending) and (pending[take].n_rows <= room or (take == 0 and not len(gen))):
+            room -= pending[take].n_rows
+            take += 1
+        if take:
+            gen.add(pending[:take])
+            pending = pending[take:]
         gen.step()
     return seqs
 

@@ -22,8 +22,8 @@ from google.protobuf import json_format
 from s2s import __version__
 from server.errors import InvalidInput, ModelNotFound, clip
 from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
-from server.kserve import (EXTENSIONS, TEXT_OUTPUT, infer, join_bytes, model_config, model_metadata, pb,
-                           repository_index)
+from server.kserve import (EXTENSIONS, TEXT_OUTPUT, counts, infer, join_bytes, model_config, model_metadata, pb,
+                           repository_index, timings)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _INT_FORMATS = {"INT64": "<q", "INT32": "<i"}
@@ -156,18 +156,28 @@ async def _body(request: web.Request) -> tuple[dict, bytes]:
     return header, body[n:]
 
 
-def _answer(resp_model: str, version: str, rid: str, shape: list[int], texts: list[str], binary: bool) -> web.Response:
-    out: dict[str, Any] = {"name": TEXT_OUTPUT, "datatype": "BYTES", "shape": shape}
-    head: dict[str, Any] = {"model_name": resp_model, "model_version": version, "outputs": [out]}
+def _answer(rid: str, p, g, binary: bool) -> web.Response:
+    texts = [o.text for o in g.outputs]
+    head: dict[str, Any] = {"model_name": g.model, "model_version": g.version, "outputs": [], "parameters": timings(g)}
     if rid:
         head["id"] = rid
+    tensors: list[tuple[dict, Any, bytes]] = [
+        ({"name": TEXT_OUTPUT, "datatype": "BYTES", "shape": p.shape}, texts, join_bytes([t.encode("utf-8") for t in texts]))]
+    for key, values in counts(p, g):
+        tensors.append(({"name": key, "datatype": "INT64", "shape": p.shape}, values,
+                        struct.pack(f"<{len(values)}q", *values)))
+    blobs = []
+    for out, values, raw in tensors:
+        if binary:
+            out["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            out["data"] = values
+        head["outputs"].append(out)
     if not binary:
-        out["data"] = texts
         return json_response(head)
-    raw = join_bytes([t.encode("utf-8") for t in texts])
-    out["parameters"] = {"binary_data_size": len(raw)}
-    header = json.dumps(head).encode()
-    return web.Response(body=header + raw, content_type="application/octet-stream",
+    header = json.dumps(head, ensure_ascii=False).encode()
+    return web.Response(body=header + b"".join(blobs), content_type="application/octet-stream",
                         headers={HEADER_LENGTH: str(len(header))})
 
 
@@ -232,7 +242,7 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             header, binary = await _body(request)
             req, binary_out = to_request(name, version, header, binary)
             p, g = await infer(repo, req, deadline_of(request))  # X-Timeout-Seconds; the 'timeout' parameter too
-            return _answer(g.model, g.version, req.id, p.shape, [o.text for o in g.outputs], binary_out)
+            return _answer(req.id, p, g, binary_out)
 
     m, v = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
     return [

@@ -93,6 +93,10 @@ def _load_protos() -> tuple[types.ModuleType, types.ModuleType]:
 pb, pb_grpc = _load_protos()
 
 TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
+# Optional INT64 outputs of text_input's shape, sent only when asked for by name in `outputs`: the
+# token counts that seq2seq.v1's Output carries. Each answer also has the request's timings as
+# response parameters (queue_seconds, time_to_first_token_seconds, total_seconds).
+COUNT_OUTPUTS = ("input_tokens", "output_tokens")
 OPTIONS = ("max_tokens", "beam_width")  # request parameters or optional inputs
 PLATFORM, BACKEND = "s2s", "onnxruntime"
 EXTENSIONS = ("model_configuration", "parameters")
@@ -200,6 +204,7 @@ class Parsed:
     options: GenOptions
     raw: bool  # answer in raw_output_contents
     deadline: float | None
+    counts: tuple[str, ...] = ()  # COUNT_OUTPUTS asked for, in the order asked
 
 
 def parse(repo: Repository, request, deadline: float | None) -> Parsed:
@@ -231,9 +236,13 @@ def parse(repo: Repository, request, deadline: float | None) -> Parsed:
     if TEXT_INPUT not in given:
         raise InvalidInput(f"model {name!r}: missing input {TEXT_INPUT!r} (BYTES, shape [-1]: the texts)")
     texts, shape = _texts(name, *given[TEXT_INPUT], lim)
+    counts = []
     for o in request.outputs:
-        if o.name != TEXT_OUTPUT:
-            raise InvalidInput(f"unexpected inference output {clip(o.name)} for model {name!r}; its output is {TEXT_OUTPUT!r}")
+        if o.name not in (TEXT_OUTPUT, *COUNT_OUTPUTS):
+            raise InvalidInput(f"unexpected inference output {clip(o.name)} for model {name!r}; its outputs are "
+                               f"{TEXT_OUTPUT!r} and optional {' and '.join(map(repr, COUNT_OUTPUTS))} (INT64)")
+        if o.name in COUNT_OUTPUTS and o.name not in counts:
+            counts.append(o.name)
 
     opts = {}
     for key in OPTIONS:
@@ -256,7 +265,7 @@ def parse(repo: Repository, request, deadline: float | None) -> Parsed:
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
     return Parsed(model, texts, shape, GenOptions(max_new_tokens=opts["max_tokens"], beam=max(1, opts["beam_width"])),
-                  bool(raw), deadline)
+                  bool(raw), deadline, tuple(counts))
 
 
 # ---- protocol-neutral answers (gRPC here, and the HTTP/REST binding in server/http_kserve.py) ----------
@@ -266,7 +275,8 @@ def model_metadata(repo: Repository, model: ModelAPI):
         name=model.name, versions=sorted(repo.models[model.name], key=int), platform=PLATFORM,
         inputs=[T(name=TEXT_INPUT, datatype="BYTES", shape=[-1]),
                 *(T(name=key, datatype="INT64", shape=[1]) for key in OPTIONS)],
-        outputs=[T(name=TEXT_OUTPUT, datatype="BYTES", shape=[-1])],
+        outputs=[T(name=TEXT_OUTPUT, datatype="BYTES", shape=[-1]),
+                 *(T(name=key, datatype="INT64", shape=[-1]) for key in COUNT_OUTPUTS)],
     )
 
 
@@ -284,7 +294,8 @@ def model_config(model: ModelAPI):
         name=model.name, platform=PLATFORM, backend=BACKEND, max_batch_size=0,  # text_input's own dimension is the batch
         input=[pb.ModelInput(name=TEXT_INPUT, data_type=pb.TYPE_STRING, dims=[-1]),
                *(pb.ModelInput(name=key, data_type=pb.TYPE_INT64, dims=[1], optional=True) for key in OPTIONS)],
-        output=[pb.ModelOutput(name=TEXT_OUTPUT, data_type=pb.TYPE_STRING, dims=[-1])],
+        output=[pb.ModelOutput(name=TEXT_OUTPUT, data_type=pb.TYPE_STRING, dims=[-1]),
+                *(pb.ModelOutput(name=key, data_type=pb.TYPE_INT64, dims=[-1]) for key in COUNT_OUTPUTS)],
         parameters={k: pb.ModelParameter(string_value=str(v)) for k, v in params.items()},
     )
 
@@ -295,6 +306,18 @@ def repository_index(repo: Repository, ready_only: bool):
                     reason="" if m.ready else ("shutting down" if m.stopping else "no engine core running"))
               for m in sorted(repo.all(), key=lambda m: (m.name, int(m.version)))]
     return pb.RepositoryIndexResponse(models=[m for m in models if m.state == "READY" or not ready_only])
+
+
+def counts(p: Parsed, g) -> list[tuple[str, list[int]]]:
+    """The token-count outputs the request asked for, with their values per input."""
+    per = {"input_tokens": [o.input_tokens for o in g.outputs], "output_tokens": [o.output_tokens for o in g.outputs]}
+    return [(key, per[key]) for key in p.counts]
+
+
+def timings(g) -> dict[str, float]:
+    t = g.timings
+    return {"queue_seconds": t.queue_seconds, "time_to_first_token_seconds": t.time_to_first_token_seconds,
+            "total_seconds": t.total_seconds}
 
 
 async def infer(repo: Repository, request, deadline: float | None):
@@ -372,6 +395,14 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             resp.raw_output_contents.append(join_bytes(data))
         else:
             out.contents.bytes_contents.extend(data)
+        for key, values in counts(p, g):
+            t = resp.outputs.add(name=key, datatype="INT64", shape=p.shape)
+            if p.raw:
+                resp.raw_output_contents.append(struct.pack(f"<{len(values)}q", *values))
+            else:
+                t.contents.int64_contents.extend(values)
+        for key, value in timings(g).items():
+            resp.parameters[key].double_param = value
         return resp
 
     async def ModelInfer(self, request, context):

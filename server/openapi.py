@@ -161,7 +161,9 @@ def document() -> dict[str, Any]:
                         "binary_data_output": {"type": "boolean"}}},
                     "inputs": {"type": "array", "items": tensor},
                     "outputs": {"type": "array", "items": {"type": "object", "properties": {
-                        "name": {"type": "string", "examples": ["text_output"]},
+                        "name": {"type": "string", "enum": ["text_output", "input_tokens", "output_tokens"],
+                                 "description": "text_output (BYTES) is always sent; the INT64 token counts only "
+                                                "when asked for here"},
                         "parameters": {"type": "object", "properties": {"binary_data": {"type": "boolean"}}}}}}}},
                 "InferResponse": {"type": "object", "properties": {
                     "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},

@@ -159,7 +159,8 @@ def test_translate_matches_grpc(server, driver):
     with Seq2SeqClient(server.address) as client:
         assert shown == client.generate("translate-en-ja", texts)
     metas = driver.execute_script("return Array.from(document.querySelectorAll('#outputs .meta')).map(e => e.textContent)")
-    assert all(re.search(r"\d+ chars in → \d+ chars out · round trip \d+ ms", m) for m in metas), metas
+    assert all(re.search(r"^\d+ tokens in → \d+ tokens out · \d+ chars in → \d+ chars out · server \d+ ms "
+                         r"\(first token \d+ ms\) · round trip \d+ ms", m) for m in metas), metas
     assert page.error() == ""
     # The option bounds come from the model's config.
     assert page.find("#beam").get_attribute("max") == "8"

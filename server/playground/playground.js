@@ -158,8 +158,12 @@
 
   const chars = (s) => Array.from(s).length;
 
-  function render(model, texts, outputs, ms) {
+  function render(model, texts, outputs, counts, timing, ms) {
     const lang = targetLang(model);
+    const server = timing && typeof timing.total_seconds === "number"
+      ? " · server " + (timing.total_seconds * 1000).toFixed(0) + " ms (first token " +
+        (timing.time_to_first_token_seconds * 1000).toFixed(0) + " ms)"
+      : "";
     const items = texts.map((text, i) => {
       const out = outputs[i] === undefined ? "" : String(outputs[i]);
       const li = document.createElement("li");
@@ -173,8 +177,11 @@
       dst.textContent = out;
       const meta = document.createElement("p");
       meta.className = "meta";
-      meta.textContent = chars(text) + " chars in → " + chars(out) + " chars out · round trip " + ms.toFixed(0) +
-        " ms (request of " + texts.length + (texts.length === 1 ? " line)" : " lines)");
+      const tokens = counts.input && counts.output && counts.input[i] !== undefined
+        ? counts.input[i] + " tokens in → " + counts.output[i] + " tokens out · "
+        : "";
+      meta.textContent = tokens + chars(text) + " chars in → " + chars(out) + " chars out" + server + " · round trip " +
+        ms.toFixed(0) + " ms (request of " + texts.length + (texts.length === 1 ? " line)" : " lines)");
       li.append(src, dst, meta);
       return li;
     });
@@ -204,6 +211,7 @@
         (texts.length === 1 ? " line…" : " lines…");
       const body = {
         inputs: [{ name: "text_input", datatype: "BYTES", shape: [texts.length], data: texts }],
+        outputs: [{ name: "text_output" }, { name: "input_tokens" }, { name: "output_tokens" }],
         parameters: { max_tokens: parseInt(el.maxTokens.value, 10) || 0, beam_width: parseInt(el.beam.value, 10) || 0 },
       };
       const t0 = performance.now();
@@ -217,9 +225,11 @@
         return;
       }
       const ms = performance.now() - t0;
-      const out = (answer.outputs || []).find((o) => o.name === "text_output");
+      const tensor = (name) => (answer.outputs || []).find((o) => o.name === name);
+      const out = tensor("text_output");
+      const counts = { input: (tensor("input_tokens") || {}).data, output: (tensor("output_tokens") || {}).data };
       clearError();
-      render(model, texts, out ? out.data : [], ms);
+      render(model, texts, out ? out.data : [], counts, answer.parameters, ms);
       el.status.textContent = texts.length + (texts.length === 1 ? " output" : " outputs") + " from " + model +
         " v" + answer.model_version + " in " + ms.toFixed(0) + " ms round trip";
       el.outputs.dataset.state = "done";
