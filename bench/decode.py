@@ -30,7 +30,7 @@ sources as they come (CHECKPOINT/test.tsv's source column in the seeded shuffled
 --real-inputs = 640 inputs), greedy and beam 4 (--beams), stopped at EOS, one thread per engine, batch
 sizes --batch-sizes:
 
-  engine      engine.load(bundle, threads=1, device="cpu").generate(texts, beam_size=b, max_batch_size=B)
+  engine      engine.load(bundle, threads=1, device="cpu").generate(texts, beam_size=b, max_batch_size=B * b)
               (refills the batch as rows finish; its timing includes tokenizing and detokenizing)
   CTranslate2 Translator(inter_threads=1, intra_threads=1).translate_batch(tokens, max_batch_size=B,
               beam_size=b, max_decoding_length=<the engine's budget>, min_decoding_length=0,
@@ -421,7 +421,8 @@ class RealCell:
 def real_systems(args, budget: int, engine, engine_int8, ct2, ct2_int8) -> list[RealSystem]:
     def eng(e):
         def run(texts, _tokens, beam, batch):
-            return e.generate(texts, beam_size=beam, max_new_tokens=budget, max_batch_size=batch)
+            # The engine's max_batch_size counts rows (a beam counts its width): B inputs = B x beam rows, as CTranslate2.
+            return e.generate(texts, beam_size=beam, max_new_tokens=budget, max_batch_size=batch * beam)
         return run
 
     def ct2_run(tr):
@@ -551,7 +552,7 @@ def render_real(args, info: dict, real: dict) -> str:
         f"(seed {args.seed}) cycled; {real['distinct']} distinct), natural lengths, each stopped at EOS or at the engine's "
         f"budget (min({real['budget']}, source length + 50) tokens); {args.threads} thread(s) per engine, one engine at a time.",
         f"- engine: `engine.load(bundle, threads={args.threads}, device=\"cpu\").generate(texts, beam_size=b, "
-        f"max_batch_size=B)` on `{info['bundle']}`" + (f" and on the int8 bundle `{info.get('bundle_int8', '?')}`"
+        f"max_batch_size=B x b)` on `{info['bundle']}`" + (f" and on the int8 bundle `{info.get('bundle_int8', '?')}`"
                                                        if "int8" in precisions else "")
         + "; it refills the batch as rows finish; its timings include tokenizing the texts and detokenizing the "
         f"outputs ({1000 * real['codec_seconds']:.1f} ms for all {real['n']} inputs and outputs, measured apart).",
@@ -568,9 +569,9 @@ def render_real(args, info: dict, real: dict) -> str:
         "differently: the engine by GNMT's length penalty ((5+|Y|)/6)^0.6 and stops when no live beam can win, "
         "CTranslate2 by score / |Y|^length_penalty and stops at beam_size finished hypotheses, so some beam "
         "outputs are expected to differ.",
-        "- batch B counts inputs on both sides. The engine's `generate` admits up to B inputs at once whatever the beam "
-        "(B x beam rows) and, with a beam, admits newcomers only once fewer than B rows are in use "
-        "(`engine.generator.run`); CTranslate2 decodes chunks of B length-sorted inputs (B x beam rows).",
+        "- batch B counts inputs on both sides: the engine gets `max_batch_size=B x beam` (it counts rows, a beam "
+        "its width, and refills rows as sequences finish); CTranslate2 decodes chunks of B length-sorted inputs "
+        "(B x beam rows).",
         "",
         "| search | batch | precision | engine seq/s | CT2 seq/s | engine / CT2 | spread engine / CT2 | mean output tokens | identical |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|",
