@@ -17,10 +17,10 @@ import socket
 import subprocess
 import sys
 import time
-from multiprocessing.connection import Connection
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
 
 from server.core import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
@@ -30,13 +30,13 @@ log = logging.getLogger("s2s.cores")
 
 _request_ids = itertools.count(1)
 _ROOT = Path(__file__).resolve().parents[1]  # where ``server`` is importable from, installed or not
+RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... death in a row
 
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
-RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... death in a row
 
 
 class CoreUnavailable(ServingError):

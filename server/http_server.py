@@ -53,12 +53,9 @@ class HttpError(Exception):
 
 
 class CallContext:
-    """What ``RequestTracker.track`` needs of a call, for an HTTP request: its deadline and an abort that
-    raises the HTTP error (as gRPC's context.abort raises its own)."""
-
-    def __init__(self, request: web.Request):
-        self.request = request
-        self.deadline = deadline_of(request)
+    """What ``RequestTracker.track`` needs of a call, for an HTTP request: an abort that raises the HTTP
+    error (as gRPC's context.abort raises its own). Doors read the deadline with ``deadline_of`` inside
+    the tracked block, so a malformed header is counted like any other refusal."""
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()) -> None:
         raise HttpError(code.name, details)
@@ -66,11 +63,9 @@ class CallContext:
     def code(self):
         return None
 
-    def time_remaining(self) -> float | None:
-        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-
 
 def deadline_of(request: web.Request) -> float | None:
+    """The X-Timeout-Seconds header as a time.monotonic() deadline; HttpError (400) if it is malformed."""
     raw = request.headers.get(TIMEOUT_HEADER)
     if raw is None:
         return None
@@ -117,7 +112,7 @@ class Doors:
         self.expected = f"Bearer {config.auth_token}".encode() if config.auth_token else None
 
     def track(self, request: web.Request, model: str, method: str):
-        return self.tracker.track(CallContext(request), model, method, protocol="http")
+        return self.tracker.track(CallContext(), model, method, protocol="http")
 
     def check_auth(self, request: web.Request, api_key: str | None = None) -> None:
         """Exactly one 'Authorization: Bearer <token>' header (or, for LibreTranslate, api_key = the token)."""

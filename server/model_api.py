@@ -78,12 +78,10 @@ class ModelInfo:
 class _Pending:
     """Front-end state of one request in flight."""
 
-    n: int
-    done: list[Finished | None]
-    future: asyncio.Future
-    left: int = 0
-    events: asyncio.Queue | None = None  # streaming: (index, token) and ("done", Finished)
-    error: ServingError | None = None
+    done: list[Finished | None]  # per input, once it finished
+    future: asyncio.Future  # set when all are done, or failed with the request's error
+    left: int  # inputs not finished yet
+    events: asyncio.Queue | None = None  # streaming: (index, token), ("done", Finished) and ("error", err)
 
 
 class ModelAPI:
@@ -172,7 +170,7 @@ class ModelAPI:
         core = self.router.pick()
         loop = asyncio.get_running_loop()
         n = len(p.src_ids)
-        pending = _Pending(n, [None] * n, loop.create_future(), left=n, events=asyncio.Queue() if stream else None)
+        pending = _Pending([None] * n, loop.create_future(), n, asyncio.Queue() if stream else None)
 
         def finished(ev: Finished) -> None:
             pending.done[ev.index] = ev
@@ -185,7 +183,6 @@ class ModelAPI:
                     pending.future.set_result(None)
 
         def failed(err: ServingError) -> None:
-            pending.error = err
             if pending.events is not None:
                 pending.events.put_nowait(("error", err))
             if not pending.future.done():
@@ -201,7 +198,7 @@ class ModelAPI:
         return Output(self.codec.decode(ev.tokens), len(p.src_ids[i]), len(ev.tokens))
 
     def _timings(self, pending: _Pending, t0: float) -> Timings:
-        done = [d for d in pending.done if d is not None]
+        done = pending.done  # all set: called once every input finished
         return Timings(queue_seconds=max(d.admitted for d in done) - t0,
                        time_to_first_token_seconds=min(d.first_token for d in done) - t0,
                        total_seconds=time.monotonic() - t0)
@@ -223,11 +220,12 @@ class ModelAPI:
         finished event per input, in input order, with its whole output."""
         t0 = time.monotonic()
         core, req, pending = self._submit(p, deadline, t0, stream=True)
-        tokens: list[list[int]] = [[] for _ in range(pending.n)]
-        sent = [""] * pending.n
+        n = len(pending.done)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        sent = [""] * n
         finished = 0
         try:
-            while finished < pending.n:
+            while finished < n:
                 a, b = await pending.events.get()
                 if a == "error":
                     raise b

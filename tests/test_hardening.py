@@ -123,15 +123,14 @@ def test_unread_stream_holds_bounded_memory_and_others_are_served(served):
             await asyncio.sleep(1)
             peak = max(peak, served.rss_mb())
             # Meanwhile another client is served.
-            other = pb_grpc.Seq2SeqStub(ch)
             async with grpc.aio.insecure_channel(served.address) as ch2:
                 reply = await pb_grpc.Seq2SeqStub(ch2).Generate(pb.GenerateRequest(model=ADD, inputs=["20+22"]), timeout=10)
-            assert reply.outputs[0].text == "42" and other is not None
+            assert reply.outputs[0].text == "42"
             call.cancel()
         return sent, peak - before
 
     sent, grown = asyncio.run(main())
-    assert sent >= 1000 or sent < 1200  # either all went out or the server pushed back; both are fine
+    assert sent > 0  # (all 1,200 may go out, or the server may push back: the bound below holds either way)
     # The stated bound (docs/DEPLOYMENT.md): the stream window (16 MiB) + one message (4 MiB) + gRPC's
     # buffers; 600 MB went over this stream.
     assert grown < 150, f"server RSS grew {grown:.0f} MB"
