@@ -138,7 +138,10 @@ def test_unread_stream_holds_bounded_memory_and_others_are_served(served):
 
 
 def test_a_full_stream_window_stops_reading_that_stream(model_repo):
-    """With a window of 2, a stream whose answers cannot be sent stops being read: the client's writes block."""
+    """With a window of 2 the server never holds more than 2 of a stream's requests at the engine cores, however
+    fast the client writes (it keeps writing until its writes block or it has sent 200). Whether the writes block
+    within the test depends on how fast this machine answers, so that is not asserted: a clean-clone run answered
+    fast enough for all 200 to go out, and the window still held."""
     from tritonclient.grpc import service_pb2 as kpb
     from tritonclient.grpc import service_pb2_grpc as kpb_grpc
 
@@ -173,7 +176,7 @@ def test_a_full_stream_window_stops_reading_that_stream(model_repo):
 
     try:
         sent, most = asyncio.run(main())
-        assert sent < 200, "the server kept reading a stream whose window was full"
+        assert sent > 2 and most == 2, (sent, most)  # the client outran the window, and the window filled
         assert most <= 2, f"{most} requests of one stream were at the engine cores at once (window: 2)"
         assert wait_for_idle(model)
     finally:
