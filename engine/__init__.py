@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.generator import Generator, Result, Sequence, StepOutput, generate, generate_no_cache
+from engine.generator import Candidate, Generator, Result, Sequence, StepOutput, generate, generate_no_cache
+from engine.search import Hypothesis
 from engine.session import Engine, EngineOptions
 
 
@@ -31,5 +32,5 @@ def load(bundle_dir: str | Path, *, threads: int = 1, device: str = "auto", io_b
     return Engine(Path(bundle_dir), EngineOptions(device=device, intra_op_threads=threads, io_binding=io_binding))
 
 
-__all__ = ["Engine", "EngineOptions", "Generator", "Result", "Sequence", "StepOutput", "generate", "generate_no_cache",
+__all__ = ["Candidate", "Engine", "EngineOptions", "Generator", "Hypothesis", "Result", "Sequence", "StepOutput", "generate", "generate_no_cache",
            "load"]

@@ -54,6 +54,9 @@ class DecodeBatch:
         self.tokens = np.zeros((0, 1), np.int64)  # (B, 1) next token to feed
         self.positions = np.zeros((0, 1), np.int64)  # (B, 1) its position
         self.free: list[int] = []  # released rows, reused by ``fill``
+        # The tokens each row generated, one column per cached position (-1: BOS, a hole, or before the row's
+        # first): what repetition penalties and n-gram bans look at. Kept only while a row needs it.
+        self.history: np.ndarray | None = None  # (B, P) int64
         # Device-resident copies (IOBinding): when dev_past is set it is the cache and ``past`` is stale.
         self.dev_past: list | None = None
         self.dev_cross: list | None = None  # mirrors ``cross``; dropped whenever cross changes
@@ -92,6 +95,8 @@ class DecodeBatch:
             self.past_mask = np.zeros((b_new, 0), np.int64)
             self.tokens = np.full((b_new, 1), first_token, np.int64)
             self.positions = np.zeros((b_new, 1), np.int64)
+            if self.history is not None:
+                self.history = np.full((b_new, 0), -1, np.int64)
             return
         self._host()
         s = max(self.src_mask.shape[1], src_mask.shape[1])
@@ -103,6 +108,19 @@ class DecodeBatch:
         self.past_mask = np.concatenate([self.past_mask, np.zeros((b_new, p), np.int64)])
         self.tokens = np.concatenate([self.tokens, np.full((b_new, 1), first_token, np.int64)])
         self.positions = np.concatenate([self.positions, np.zeros((b_new, 1), np.int64)])
+        if self.history is not None:
+            self.history = np.concatenate([self.history, np.full((b_new, p), -1, np.int64)])
+
+    def track_history(self) -> None:
+        """Start keeping ``history`` (rows already running get none: only newcomers ask for it)."""
+        if self.history is None:
+            self.history = np.full((len(self), self.past_len), -1, np.int64)
+
+    def full_history(self) -> np.ndarray | None:
+        """Every token each row has generated, the one fed this step included, right-aligned, -1 before."""
+        if self.history is None:
+            return None
+        return np.concatenate([self.history, np.where(self.positions == 0, -1, self.tokens)], axis=1)
 
     def release(self, rows: list[int]) -> None:
         """Rows whose sequence left: masked out (so they pin no cache column) and offered to newcomers."""
@@ -126,6 +144,8 @@ class DecodeBatch:
         self.src_mask[row] = 0
         self.src_mask[row, :s_new] = src_mask
         self.past_mask[row] = 0
+        if self.history is not None:
+            self.history[row] = -1
         self.tokens[row], self.positions[row] = first_token, 0
         self.free.remove(row)
 
@@ -137,6 +157,8 @@ class DecodeBatch:
             self._host()
             self.past = [np.ascontiguousarray(a[:, :, first:]) for a in self.past]
             self.past_mask = self.past_mask[:, first:]
+            if self.history is not None:
+                self.history = self.history[:, first:]
 
     def advance(self, present: list[np.ndarray], next_tokens: np.ndarray) -> None:
         """After a step: the present K/V (numpy, or OrtValues that stay on the device) become the past, each
@@ -146,6 +168,8 @@ class DecodeBatch:
         else:
             self.past, self.dev_past = None, present
         self.past_mask = np.concatenate([self.past_mask, np.ones((len(self), 1), np.int64)], axis=1)
+        if self.history is not None:
+            self.history = self.full_history()
         self.tokens = next_tokens.reshape(-1, 1).astype(np.int64)
         self.positions = self.positions + 1
 
@@ -154,6 +178,8 @@ class DecodeBatch:
         are equal within a beam group, so only the past K/V move."""
         self._host()
         self.past = [a[parents] for a in self.past]
+        if self.history is not None:
+            self.history = self.history[parents]
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep these rows (in this order), drop the rest (released ones included), then drop columns no row uses."""
@@ -164,10 +190,14 @@ class DecodeBatch:
         self.cross = [a[rows] for a in self.cross]
         self.past_mask, self.src_mask = self.past_mask[rows], self.src_mask[rows]
         self.tokens, self.positions = self.tokens[rows], self.positions[rows]
+        if self.history is not None:
+            self.history = self.history[rows]
         live_p = self.past_mask.any(axis=0)
         if len(rows) and not live_p.all():
             self.past = [a[:, :, live_p] for a in self.past]
             self.past_mask = self.past_mask[:, live_p]
+            if self.history is not None:
+                self.history = self.history[:, live_p]
         live_s = self.src_mask.any(axis=0)
         if len(rows) and not live_s.all():
             # Source padding is a suffix, so keeping the live columns keeps a prefix.

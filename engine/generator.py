@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.cache import DecodeBatch, pad_axis
-from engine.search import Beam, Greedy
+from contract.decoding import DecodingOptions, check
+from engine.logits import RowOptions
+from engine.search import Beam, Greedy, Hypothesis
 from engine.session import Engine
 
 _ids = itertools.count()
@@ -22,7 +24,11 @@ _ids = itertools.count()
 
 @dataclass(eq=False)
 class Sequence:
-    """One input text's generation. ``stream``: report each greedy token in ``StepOutput.tokens``."""
+    """One input text's generation. ``stream``: report each one-row token in ``StepOutput.tokens``.
+
+    ``options`` (``contract.decoding``) say how tokens are chosen; without them ``beam`` alone does (the
+    paper's beam, or greedy). ``prefix``: target ids forced first, then continued (part of the output).
+    """
 
     src_ids: list[int]
     max_new_tokens: int
@@ -32,13 +38,30 @@ class Sequence:
     search: Greedy | Beam | None = None
     row: int = -1  # first of its rows in the running batch
     result: list[int] | None = None
+    hypotheses: list[Hypothesis] | None = None  # n-best, best first (result is hypotheses[0].tokens)
     # Encoder output waiting to join a batch: per-layer cross K/V (H, S, Dh) and source mask (S,).
     encoded: tuple[list[np.ndarray], np.ndarray] | None = None
     error: BaseException | None = None
+    options: DecodingOptions | None = None
+    prefix: list[int] = field(default_factory=list)
+    rng: np.random.Generator | None = None  # sampling: this input's own generator
+
+    def __post_init__(self) -> None:
+        if self.options is None:
+            self.options = DecodingOptions(beam_size=self.beam)
+        self.beam = self.options.beam_size
+        if self.options.sampling and self.rng is None:
+            self.rng = np.random.Generator(np.random.PCG64(self.options.seed))
 
     @property
     def n_rows(self) -> int:
         return self.beam
+
+    @property
+    def needs_pass(self) -> bool:
+        """Its rows go through the logits pass (``engine.logits``): options beyond plain greedy/beam, or a
+        one-row prefix to force (a beam forces its own)."""
+        return self.options.acts_on_logits or (bool(self.prefix) and self.beam == 1)
 
 
 @dataclass
@@ -63,6 +86,8 @@ class Generator:
         self.engine = engine
         self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
         self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
+        self.n_pass = 0  # sequences whose rows go through the logits pass; 0: plain argmax, as ever
+        self.row_options: RowOptions | None = None  # their options as vectors; None: rebuild before the next step
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -73,8 +98,10 @@ class Generator:
         return len(self.batch) - len(self.batch.free)
 
     def budget(self, seq: Sequence) -> int:
-        # The paper's maximum output length is input length + 50; never beyond the positions the model has.
-        return max(1, min(seq.max_new_tokens, len(seq.src_ids) + 50, self.engine.config.model.max_len - 1))
+        """Output tokens at most, the target prefix included: the prefix, then max_new_tokens. The paper's maximum
+        output length is input length + 50 new tokens; never beyond the positions the model has."""
+        room = self.engine.config.model.max_len - 1 - len(seq.prefix)
+        return len(seq.prefix) + max(1, min(seq.max_new_tokens, len(seq.src_ids) + 50, room))
 
     def encode(self, seqs: list[Sequence]) -> None:
         """Run the encoder, in one batch, for the sequences not encoded yet. It touches no batch state, so
@@ -98,7 +125,12 @@ class Generator:
         appended: list[Sequence] = []
         for s in seqs:
             if s.search is None:
-                s.search = Greedy(sp.eos, self.budget(s)) if s.beam == 1 else Beam(sp.eos, self.budget(s), s.beam)
+                o = s.options
+                s.search = (Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha) if s.beam == 1 else
+                            Beam(sp.eos, self.budget(s), s.beam, o.alpha, o.length_penalty_type, o.num_hypotheses, s.prefix))
+            if s.needs_pass:
+                self.n_pass += 1
+                self.row_options = None
             if s.n_rows == 1 and b.free:
                 s.row = b.free[-1]
                 b.fill(s.row, *s.encoded, sp.bos)
@@ -116,6 +148,8 @@ class Generator:
         for s in seqs:
             s.encoded = None  # joined: the batch holds its cross K/V now
         self.seqs += seqs
+        if any(s.options.repetition_penalty != 1 or s.options.no_repeat_ngram_size for s in seqs):
+            b.track_history()
 
     def step(self) -> StepOutput:
         """One decoder step for every row."""
@@ -129,14 +163,24 @@ class Generator:
         else:
             logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
         logits = logits[:, -1]  # (B, V)
+        picks = None
+        if self.n_pass:  # rows with options: penalties and masks in place, their one-row tokens chosen
+            if self.row_options is None:
+                self.row_options = RowOptions(self.seqs, self.engine.special.eos, self.engine.special.unk)
+            picks = self.row_options.apply(logits, b.positions[:, 0], b.full_history())
         next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
+        logp = None
+        if picks is not None and picks.rows.size:
+            next_tokens[picks.rows] = picks.tokens
+            logp = np.zeros(len(b))
+            logp[picks.rows] = picks.logp
         parents = np.arange(len(b))
         reorder = False
         streamed: list[tuple[Sequence, int]] = []
         for s in self.seqs:
             if isinstance(s.search, Greedy):
                 tok = int(next_tokens[s.row])
-                s.search.push(tok)
+                s.search.push(tok, 0.0 if logp is None else float(logp[s.row]))
                 if s.stream:
                     streamed.append((s, tok))
             else:
@@ -149,7 +193,8 @@ class Generator:
             b.reorder(parents)
         finished = [s for s in self.seqs if s.search.done]
         for s in finished:
-            s.result = s.search.result()
+            s.hypotheses = s.search.hypotheses()
+            s.result = s.hypotheses[0].tokens if s.hypotheses else []
         if finished:
             self.remove(finished)
         return StepOutput(finished, streamed)
@@ -157,6 +202,10 @@ class Generator:
     def remove(self, seqs: list[Sequence]) -> None:
         """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""
         gone = {id(s) for s in seqs}
+        passed = sum(s.needs_pass for s in seqs)
+        if passed:
+            self.n_pass -= passed
+            self.row_options = None
         self.batch.release([r for s in seqs for r in range(s.row, s.row + s.n_rows)])
         self.seqs = [s for s in self.seqs if id(s) not in gone]
         if not self.seqs:
@@ -169,6 +218,7 @@ class Generator:
         for s in order:
             s.row, start = start, start + s.n_rows
         self.batch.keep(np.array(rows, np.int64))
+        self.row_options = None  # rows moved
 
 
 def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
@@ -189,25 +239,43 @@ def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequ
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One of an input's n-best hypotheses."""
+
+    text: str
+    tokens: list[int]  # EOS excluded, the target prefix included
+    score: float  # see contract.decoding (0 unless return_scores)
+
+
+@dataclass(frozen=True)
 class Result:
-    """One input's output, as ``Engine.generate`` returns it."""
+    """One input's output, as ``Engine.generate`` returns it: the best hypothesis, and all of them."""
 
     text: str
     tokens: list[int]  # generated ids, EOS excluded
     input_tokens: int  # source ids, EOS included
+    score: float = 0.0
+    hypotheses: list[Candidate] = field(default_factory=list)  # best first; hypotheses[0] is text/tokens/score
 
 
-def results(engine: Engine, texts: list[str], *, beam_size: int = 1, max_new_tokens: int | None = None,
-            max_batch_size: int = 64) -> list[Result]:
+def results(engine: Engine, texts: list[str], *, target_prefixes: list[str | None] | None = None,
+            max_batch_size: int = 64, options: DecodingOptions | None = None) -> list[Result]:
     """``Engine.generate``: decode texts to completion, refilling the batch as rows finish."""
-    budget = max_new_tokens or engine.config.task.max_new_tokens
-    seqs = [Sequence(engine.codec.source_ids(t), budget, beam_size) for t in texts]
+    o = options or DecodingOptions()
+    m = engine.config.model
+    check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
+    if target_prefixes is not None and len(target_prefixes) != len(texts):
+        raise ValueError(f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text")
+    budget = o.max_new_tokens or engine.config.task.max_new_tokens
+    prefixes = [engine.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
+    seqs = [Sequence(engine.codec.source_ids(t), budget, options=o, prefix=p) for t, p in zip(texts, prefixes)]
     run(engine, seqs, max_batch_size)
-    eos = engine.special.eos
     out = []
     for s in seqs:
-        toks = s.result[: s.result.index(eos)] if eos in s.result else list(s.result)
-        out.append(Result(engine.codec.decode(s.result), toks, len(s.src_ids)))
+        hyps = [Candidate(engine.codec.decode(h.tokens), h.tokens, h.score if o.return_scores else 0.0)
+                for h in s.hypotheses]
+        best = hyps[0]
+        out.append(Result(best.text, best.tokens, len(s.src_ids), best.score, hyps))
     return out
 
 

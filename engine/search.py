@@ -1,13 +1,22 @@
-"""Token choice per sequence: greedy, and beam search with the GNMT length penalty (paper §6.1: beam 4, alpha 0.6).
+"""Token choice per sequence: one row (greedy, sampling, or a forced prefix), or a beam of rows with n-best.
 
-A greedy search owns one row of the running batch and is pushed the row's argmax after each step.
-A beam owns ``width`` consecutive rows: it reads their logits and returns each row's next token
-and which row it continues (its parent), so the batch can reorder the cache.
+A ``Greedy`` search owns one row of the running batch and is pushed the row's token after each step
+(chosen for the whole batch at once: argmax, or ``engine.logits`` for rows with options). A ``Beam``
+owns ``width`` consecutive rows: it reads their (already processed) logits and returns each row's next
+token and which row it continues (its parent), so the batch can reorder the cache.
+
+Scores and stopping follow ``contract.decoding`` (``gnmt``: the paper's beam, 4 and alpha 0.6 by
+default; ``ctranslate2``: CTranslate2's). A target prefix is forced token by token, its tokens part of
+the output but not of the score, as CTranslate2 does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from contract.decoding import length_penalty
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -15,43 +24,82 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-class Greedy:
-    """One row; the step loop takes a single argmax over the whole batch and pushes each row its token."""
+@dataclass(frozen=True)
+class Hypothesis:
+    tokens: list[int]  # EOS excluded, the target prefix included
+    score: float  # log P(Y|X) / length penalty (the prefix's tokens excluded from log P); 0 when not computed
 
-    def __init__(self, eos: int, budget: int):
-        self.eos, self.budget = eos, budget
+
+class Greedy:
+    """One row: greedy, sampled or forced tokens, pushed by the step loop; ``logp`` given when scores are asked for."""
+
+    def __init__(self, eos: int, budget: int, kind: str = "gnmt", alpha: float = 0.6):
+        self.eos, self.budget, self.kind, self.alpha = eos, budget, kind, alpha
         self.tokens: list[int] = []
+        self.logp = 0.0
         self.done = False
 
-    def push(self, tok: int) -> None:
+    def push(self, tok: int, logp: float = 0.0) -> None:
         self.tokens.append(tok)
+        self.logp += logp
         self.done = tok == self.eos or len(self.tokens) >= self.budget
 
     def result(self) -> list[int]:
         return self.tokens[:-1] if self.tokens and self.tokens[-1] == self.eos else self.tokens
 
+    def hypotheses(self) -> list[Hypothesis]:
+        return [Hypothesis(self.result(), self.logp / length_penalty(self.kind, self.alpha, len(self.tokens)))]
+
 
 class Beam:
-    """Beam search; hypotheses are ranked by log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016)."""
+    """Beam search over ``width`` rows, returning the ``n_best`` best hypotheses.
 
-    def __init__(self, eos: int, budget: int, width: int, alpha: float = 0.6):
-        self.eos, self.budget, self.width, self.alpha = eos, budget, width, alpha
+    ``gnmt``: ranked by log P / ((5 + |Y|) / 6)^alpha; stops once the n-th best ended hypothesis beats what any
+    live one could still reach. ``ctranslate2``: ranked by log P / |Y|^alpha; CTranslate2's rule: stop after
+    ``width`` ended hypotheses (with alpha 0: once the best beam has ended and n_best have), and at the last
+    step every live beam counts as a hypothesis too."""
+
+    def __init__(self, eos: int, budget: int, width: int, alpha: float = 0.6, kind: str = "gnmt", n_best: int = 1,
+                 prefix: list[int] | tuple = ()):
+        self.eos, self.budget, self.width, self.alpha, self.kind = eos, budget, width, alpha, kind
+        self.n_best, self.prefix = n_best, list(prefix)
         self.scores = np.full(width, -np.inf)
         self.scores[0] = 0.0  # all rows start identical: expand from one of them only
         self.hyps: list[list[int]] = [[] for _ in range(width)]
-        self.finished: list[tuple[float, list[int]]] = []
+        self.finished: list[tuple[float, list[int]]] = []  # (normalized score, tokens without EOS)
+        self.top_ended = False  # ctranslate2: the best candidate of some step was an end
+        self.step = 0
         self.done = False
 
     def lp(self, length: int) -> float:
-        return ((5 + length) / 6) ** self.alpha
+        return length_penalty(self.kind, self.alpha, length)
+
+    def _end(self, raw: float, tokens: list[int], length: int) -> None:
+        self.finished.append((raw / self.lp(length), tokens))
 
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        k = self.width
+        k, step = self.width, self.step
+        self.step += 1
+        if step < len(self.prefix):  # forced: every row follows row 0, whose score stays 0 (not counted)
+            tok = self.prefix[step]
+            self.hyps = [self.hyps[0] + [tok] for _ in range(k)]
+            self.scores = np.full(k, -np.inf)
+            self.scores[0] = 0.0
+            self.done = len(self.hyps[0]) >= self.budget
+            if self.done:
+                self.finished.append((0.0, self.hyps[0]))
+            return np.full(k, tok), np.zeros(k, np.int64)
+        # Right after a prefix only row 0 is live, and an end ranked below the best is not taken (CTranslate2 #277:
+        # short ends there dominate when nothing normalizes length); that slot stays empty for a step.
+        after_prefix = step == len(self.prefix) and step > 0
         cand = (self.scores[:, None] + log_softmax(logits.astype(np.float64))).ravel()  # (k * V,)
         top = np.argpartition(-cand, 2 * k)[: 2 * k] if cand.size > 2 * k else np.arange(cand.size)
         top = top[np.lexsort((top, -cand[top]))]  # best first; ties to the lower index, as argmax
         vocab = logits.shape[1]
+        last = step + 1 >= self.budget
         parents, tokens, scores, hyps = [], [], [], []
+        ranked = []  # live candidates among the k best (CTranslate2's hypotheses at the last step)
+        empty = 0  # slots left empty this step
         for rank, idx in enumerate(top):
             parent, tok, score = int(idx // vocab), int(idx % vocab), float(cand[idx])
             if not np.isfinite(score):
@@ -60,25 +108,49 @@ class Beam:
                 # Only an end among the k best candidates counts (as fairseq and CTranslate2 do): one ranked
                 # below k live extensions would fill the finished list and stop the search early.
                 if rank < k:
-                    self.finished.append((score / self.lp(len(self.hyps[parent]) + 1), self.hyps[parent]))
+                    if after_prefix and rank > 0:
+                        empty += 1
+                    else:
+                        self._end(score, self.hyps[parent], len(self.hyps[parent]) + 1)
+                        self.top_ended |= rank == 0
             else:
                 parents.append(parent), tokens.append(tok), scores.append(score), hyps.append(self.hyps[parent] + [tok])
-            if len(parents) == k:
+                if rank < k:
+                    ranked.append((score, hyps[-1]))
+            if len(parents) + empty == k:
                 break
-        while len(parents) < k:  # too few live candidates: pad with dead rows
+        while len(parents) < k:  # too few live candidates (or an empty slot): pad with dead rows
             parents.append(0), tokens.append(self.eos), scores.append(-np.inf), hyps.append([])
         self.scores, self.hyps = np.array(scores), hyps
-        length = len(hyps[0])
         best_live = self.scores.max()
-        if self.finished:
-            best_done = max(s for s, _ in self.finished)
-            # A live beam's raw score only falls as it grows, so best_live / lp(budget) bounds its future: stop
-            # once no live hypothesis can beat the best finished one. (Stopping at k finished, as fairseq does,
-            # returned "258" for 864+394: three weak ends filled the list while the best beam was one step from EOS.)
-            self.done = best_done >= best_live / self.lp(self.budget) or not np.isfinite(best_live)
-        self.done = self.done or length >= self.budget
+        if self.kind == "ctranslate2":
+            if last:  # CTranslate2 takes the k best candidates of the last step as they are, ended or not
+                for s, h in ranked:
+                    self._end(s, h, len(h))
+            if self.alpha == 0:  # nothing normalizes length: once the best beam has ended, nothing can beat it
+                enough = self.top_ended and len(self.finished) >= self.n_best
+            else:
+                enough = len(self.finished) >= k
+            self.done = last or enough or not np.isfinite(best_live)
+        else:
+            if len(self.finished) >= self.n_best:
+                nth = sorted((s for s, _ in self.finished), reverse=True)[self.n_best - 1]
+                # A live beam's raw score only falls as it grows, so best_live / lp(budget) bounds its future: stop
+                # once no live hypothesis can beat the n-th best finished one. (Stopping at k finished, as fairseq
+                # does, returned "258" for 864+394: three weak ends filled the list while the best beam was one step
+                # from EOS.)
+                self.done = nth >= best_live / self.lp(self.budget)
+            self.done = self.done or last or not np.isfinite(best_live)
         return np.array(tokens), np.array(parents)
 
+    def hypotheses(self) -> list[Hypothesis]:
+        """The n_best best, best first: ended ones, then (gnmt, when too few ended) the best live ones."""
+        pool = sorted(self.finished, key=lambda x: -x[0])
+        if len(pool) < self.n_best:
+            live = [(float(s) / self.lp(len(h)), h) for s, h in zip(self.scores, self.hyps) if np.isfinite(s)]
+            pool += sorted(live, key=lambda x: -x[0])[: self.n_best - len(pool)]
+        return [Hypothesis(list(h), float(s)) for s, h in pool[: self.n_best]]
+
     def result(self) -> list[int]:
-        pool = self.finished or [(s / self.lp(len(h)), h) for s, h in zip(self.scores, self.hyps) if np.isfinite(s)]
-        return max(pool, key=lambda x: x[0])[1] if pool else []
+        hyps = self.hypotheses()
+        return hyps[0].tokens if hyps else []

@@ -121,14 +121,20 @@ class Engine:
                               f"{list(io.inputs)} -> {list(io.outputs)}")
         return sess
 
-    def generate(self, texts: list[str], *, beam_size: int = 1, max_new_tokens: int | None = None,
-                 max_batch_size: int = 64) -> list:
-        """Texts in, one ``Result`` (``.text``, ``.tokens``, ``.input_tokens``) each, in order: the in-process API
-        (CTranslate2's ``translate_batch`` shape). Rows are decoded together, at most ``max_batch_size`` at a
-        time (a beam counts its width), and refilled as they finish."""
+    def generate(self, texts: list[str], *, target_prefixes: list[str | None] | None = None, max_batch_size: int = 64,
+                 **options) -> list:
+        """Texts in, one ``Result`` (``.text``, ``.tokens``, ``.input_tokens``, ``.score``, ``.hypotheses``) each, in
+        order: the in-process API (CTranslate2's ``translate_batch`` shape). ``options``: the fields of
+        ``contract.decoding.DecodingOptions`` by name (``beam_size=4``, ``num_hypotheses=4``, ``sampling_topk=10``,
+        ...); ``target_prefixes``: one text (or None) per input, forced as the start of its output. Rows are decoded
+        together, at most ``max_batch_size`` at a time (a beam counts its width), and refilled as they finish."""
+        from contract.decoding import DecodingOptions
         from engine.generator import results  # the step loop builds on this module
 
-        return results(self, texts, beam_size=beam_size, max_new_tokens=max_new_tokens, max_batch_size=max_batch_size)
+        if options.get("max_new_tokens") is None:  # None, as 0: the model's default
+            options.pop("max_new_tokens", None)
+        return results(self, texts, target_prefixes=target_prefixes, max_batch_size=max_batch_size,
+                       options=DecodingOptions(**options))
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
         """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh).

@@ -1,0 +1,152 @@
+"""Per-row decoding options of the running batch, applied to its logits in one pass after the decoder graph.
+
+Rows with different options decode side by side: each option is a vector over the rows that have
+any (``RowOptions``, rebuilt only when the batch's rows change), and one pass applies them all with
+numpy, in CTranslate2's order: the repetition penalty on the raw logits, then the disabled tokens
+(EOS before the minimum length, repeated n-grams, ``<unk>``) set to -inf. Then, for one-row
+sequences, the token: a forced prefix token, a sample, or the argmax; beams read the processed
+logits themselves (``engine.search.Beam``).
+
+Rows with no option never enter this pass: a batch of plain greedy rows costs what it did before.
+
+Sampling follows CTranslate2's ``RandomSampler``: restrict to the top k, divide by the temperature,
+keep the smallest set of tokens whose probability reaches p (a token is kept while the mass before it
+is below p), renormalize, draw. Each row draws from its own generator (``numpy.random.PCG64`` seeded
+per input), one uniform number per sampled step, so a seeded input gives the same tokens alone and in
+any batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+NO = -np.inf
+
+
+@dataclass
+class Picks:
+    """What the pass chose for its one-row sequences: rows, their tokens, and log P of each (0 when forced)."""
+
+    rows: np.ndarray
+    tokens: np.ndarray
+    logp: np.ndarray
+
+
+class RowOptions:
+    """The options of the rows that have any, as vectors aligned with ``rows`` (batch row indexes)."""
+
+    def __init__(self, seqs: list, eos: int, unk: int):
+        self.eos, self.unk = eos, unk
+        rows, rep, ngram, min_len, no_unk = [], [], [], [], []
+        single, plen, prefixes, topk, topp, temp, rngs, scored = [], [], [], [], [], [], [], []
+        for s in seqs:
+            if not s.needs_pass:
+                continue
+            o = s.options
+            for r in range(s.row, s.row + s.n_rows):
+                if s.n_rows == 1:
+                    single.append(len(rows))
+                    plen.append(len(s.prefix)), prefixes.append(s.prefix)
+                    topk.append(o.sampling_topk if o.sampling else 1), topp.append(o.sampling_topp)
+                    temp.append(o.sampling_temperature), rngs.append(s.rng), scored.append(o.return_scores)
+                rows.append(r)
+                rep.append(o.repetition_penalty), ngram.append(o.no_repeat_ngram_size)
+                min_len.append(len(s.prefix) + o.min_new_tokens), no_unk.append(o.disable_unk)
+        self.rows = np.array(rows, np.int64)
+        rep_a, ngram_a = np.array(rep, np.float32), np.array(ngram, np.int64)
+        self.rep_at = np.flatnonzero(rep_a != 1)  # positions in ``rows``
+        self.rep = rep_a[self.rep_at][:, None]
+        self.ngram_groups = [(int(n), np.flatnonzero(ngram_a == n)) for n in np.unique(ngram_a[ngram_a > 0])]
+        self.min_len = np.array(min_len, np.int64)
+        self.no_unk = np.flatnonzero(no_unk)
+        self.single = np.array(single, np.int64)
+        self.plen = np.array(plen, np.int64)
+        width = max(plen, default=0)
+        self.prefix = np.zeros((len(single), max(width, 1)), np.int64)  # (S, longest prefix), 0-padded
+        for i, p in enumerate(prefixes):
+            self.prefix[i, : len(p)] = p
+        topk_a = np.array(topk, np.int64)
+        self.sampled = np.flatnonzero(topk_a != 1)  # positions in ``single``
+        self.topk, self.topp = topk_a[self.sampled], np.array(topp, np.float64)[self.sampled]
+        self.temp = np.array(temp, np.float64)[self.sampled]
+        self.rngs = [rngs[i] for i in self.sampled]
+        self.scored = np.flatnonzero(scored)
+
+    @property
+    def needs_history(self) -> bool:
+        return bool(self.rep_at.size or self.ngram_groups)
+
+    def apply(self, logits: np.ndarray, positions: np.ndarray, history: np.ndarray | None) -> Picks:
+        """Process ``logits`` (B, V) in place for these rows; ``positions`` (B,) tokens each row has generated,
+        ``history`` (B, L) their tokens, right-aligned, -1 before a row's first (needed for penalties/n-grams)."""
+        x = logits[self.rows]  # (R, V), a copy
+        pos = positions[self.rows]
+        if self.rep_at.size:  # CTranslate2: a token already generated gets logit * p if negative, / p otherwise
+            h = history[self.rows[self.rep_at]]
+            seen = np.zeros((len(h), x.shape[1] + 1), bool)  # the extra column takes the -1 padding
+            seen[np.arange(len(h))[:, None], h] = True
+            xr = x[self.rep_at]
+            x[self.rep_at] = np.where(seen[:, :-1], np.where(xr < 0, xr * self.rep, xr / self.rep), xr)
+        for n, at in self.ngram_groups:
+            self._ban_repeats(x, at, history[self.rows[at]], n)
+        x[pos < self.min_len, self.eos] = NO
+        x[self.no_unk, self.unk] = NO
+        logits[self.rows] = x
+        return self._pick(x, pos)
+
+    @staticmethod
+    def _ban_repeats(x: np.ndarray, at: np.ndarray, h: np.ndarray, n: int) -> None:
+        """Disable every token that would complete an n-gram already in the row's history (``no_repeat_ngram_size``)."""
+        if h.shape[1] < n:
+            return
+        win = sliding_window_view(h, n, axis=1)  # (r, L-n+1, n): every n-gram of the history
+        suffix = h[:, h.shape[1] - n + 1:]  # (r, n-1): what the next token would extend
+        hit = (win[:, :, : n - 1] == suffix[:, None, :]).all(-1) & (win[:, :, -1] >= 0) & (suffix >= 0).all(-1)[:, None]
+        r, w = np.nonzero(hit)
+        x[at[r], win[r, w, -1]] = NO
+
+    def _pick(self, x: np.ndarray, pos: np.ndarray) -> Picks:
+        if not self.single.size:
+            return Picks(self.single, self.single, np.zeros(0))
+        xs = x[self.single]  # (S, V)
+        tok = xs.argmax(-1)
+        if self.sampled.size:
+            tok[self.sampled] = self._sample(xs[self.sampled])
+        p = pos[self.single]
+        forced = np.flatnonzero(p < self.plen)
+        tok[forced] = self.prefix[forced, p[forced]]
+        logp = np.zeros(len(tok))
+        if self.scored.size:
+            z = xs[self.scored].astype(np.float64)
+            m = z.max(-1, keepdims=True)
+            lse = (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))[:, 0]
+            logp[self.scored] = z[np.arange(len(z)), tok[self.scored]] - lse
+            logp[forced] = 0.0  # a forced token is not chosen: it adds nothing to the score (as CTranslate2)
+        return Picks(self.rows[self.single], tok, logp)
+
+    def _sample(self, x: np.ndarray) -> np.ndarray:
+        """One draw per row from top-k / temperature / top-p, each row with its own generator."""
+        n, vocab = x.shape
+        k = np.where(self.topk == 0, vocab, self.topk)
+        kmax = int(k.max())
+        if kmax < vocab:  # only the kmax best can be drawn: sort those, not the vocabulary
+            cand = np.argpartition(-x, kmax - 1, axis=1)[:, :kmax]
+            vals = np.take_along_axis(x, cand, 1)
+            order = np.argsort(-vals, axis=1, kind="stable")
+            cand, vals = np.take_along_axis(cand, order, 1), np.take_along_axis(vals, order, 1)
+        else:
+            cand = np.argsort(-x, axis=1, kind="stable")
+            vals = np.take_along_axis(x, cand, 1)
+        z = vals.astype(np.float64) / self.temp[:, None]
+        z[np.arange(z.shape[1])[None, :] >= k[:, None]] = NO
+        probs = np.exp(z - z[:, :1])  # sorted: column 0 is the largest
+        probs /= probs.sum(-1, keepdims=True)
+        before = np.cumsum(probs, -1) - probs
+        probs[before >= self.topp[:, None]] = 0.0
+        cdf = np.cumsum(probs, -1)
+        u = np.array([g.random() for g in self.rngs]) * cdf[:, -1]
+        choice = np.minimum((cdf <= u[:, None]).sum(-1), z.shape[1] - 1)
+        return cand[np.arange(n), choice]
