@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 PROTOS := $(shell find protos -name '*.proto')
 MODEL_REPO ?= models
 
-.PHONY: install install-gpu install-serve protos serve system-deps test models experiments bench screenshot clean help
+.PHONY: install install-gpu install-serve protos serve system-deps test models experiments bench screenshot corpus clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -63,6 +63,10 @@ screenshot: install system-deps  ## docs/img/prometheus_latency.png (a real Prom
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-ipafont-gothic >/dev/null; }
 	$(PY) scripts/prometheus_screenshot.py
 	$(PY) scripts/playground_screenshot.py
+
+corpus: install  ## rebuild data/en-ja/ (training files, held-out set, NOTICE.md) from the pinned packages (downloads ~2.3 GB into .cache/corpus)
+	$(PY) -m training.corpus_en_ja --out data/en-ja/ui-strings.tsv --copyleft-out data/en-ja/ui-strings-copyleft.tsv \
+	  --heldout-out data/en-ja/heldout-projects.tsv --cache .cache/corpus
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
