@@ -87,9 +87,11 @@ class Seq2SeqClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def request(self, model: str, texts: list[str], max_new_tokens: int = 0, beam_size: int = 0, version: str = "") -> pb.GenerateRequest:
-        return pb.GenerateRequest(model=model, version=version, inputs=texts,
-                                  options=pb.GenerateOptions(max_new_tokens=max_new_tokens, beam_size=beam_size))
+    def request(self, model: str, texts: list[str], max_new_tokens: int = 0, beam_size: int = 0, version: str = "",
+                target_prefixes: list[str] | None = None, **options) -> pb.GenerateRequest:
+        """``options``: any other GenerateOptions field by name (num_hypotheses=4, sampling_topk=10, seed=1, ...)."""
+        return pb.GenerateRequest(model=model, version=version, inputs=texts, target_prefixes=target_prefixes or [],
+                                  options=pb.GenerateOptions(max_new_tokens=max_new_tokens, beam_size=beam_size, **options))
 
     def generate_full(self, model: str, texts: list[str], **kw) -> pb.GenerateResponse:
         return self.stub.Generate(self.request(model, texts, **kw), timeout=self.timeout, metadata=self.metadata)

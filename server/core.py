@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from contract.decoding import DecodingOptions
 from engine import Engine, EngineOptions, Sequence
 from server.config import SchedulerConfig
 from server.errors import ServingError
@@ -53,7 +54,9 @@ class CoreSpec:
 @dataclass(frozen=True)
 class Submit:
     request: int
-    sequences: list[tuple[list[int], int, int, bool]]  # (source ids, max new tokens, beam, stream)
+    sequences: list[tuple[list[int], list[int]]]  # (source ids, target prefix ids) per input
+    options: DecodingOptions  # max_new_tokens resolved, the seed drawn when sampling
+    stream: bool
     deadline: float | None  # time.monotonic(): one clock for all processes of the machine
     arrival: float
 
@@ -160,7 +163,8 @@ def main(conn: Connection, spec: CoreSpec) -> None:
 def _handle(msg, sched: Scheduler, send, start_drain) -> None:
     """One front-end message."""
     if isinstance(msg, Submit):
-        seqs = [Sequence(ids, budget, beam, stream=stream) for ids, budget, beam, stream in msg.sequences]
+        o = msg.options
+        seqs = [Sequence(ids, o.max_new_tokens, stream=msg.stream, options=o, prefix=prefix) for ids, prefix in msg.sequences]
         try:
             sched.submit(msg.request, seqs, msg.deadline, msg.arrival)
         except ServingError as e:

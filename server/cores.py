@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from contract.decoding import DecodingOptions
 from server.core import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
 from server.scheduler import Failed, Finished, Stats, Token
@@ -189,14 +190,14 @@ class CoreHandle:
                                                                    self.label, f.exception()))
 
     # ---- requests --------------------------------------------------------------------------------
-    def submit(self, sequences: list[tuple[list[int], int, int, bool]], deadline: float | None, arrival: float,
-               on_finished, on_failed, on_token=None) -> InFlight:
+    def submit(self, sequences: list[tuple[list[int], list[int]]], options: DecodingOptions, stream: bool,
+               deadline: float | None, arrival: float, on_finished, on_failed, on_token=None) -> InFlight:
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
-        req = InFlight(next(_request_ids), sum(s[2] for s in sequences), on_token, on_finished, on_failed)
+        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, on_token, on_finished, on_failed)
         self.inflight[req.id] = req
         self.rows += req.rows
-        self._post(Submit(req.id, sequences, deadline, arrival))
+        self._post(Submit(req.id, sequences, options, stream, deadline, arrival))
         return req
 
     def _post(self, message) -> None:

@@ -22,8 +22,8 @@ from google.protobuf import json_format
 from s2s import __version__
 from server.errors import InvalidInput, ModelNotFound, clip
 from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
-from server.kserve import (EXTENSIONS, TEXT_OUTPUT, counts, infer, join_bytes, model_config, model_metadata, pb,
-                           repository_index, timings)
+from server.kserve import (EXTENSIONS, TEXT_OUTPUT, counts, encode_values, infer, join_bytes, model_config,
+                           model_metadata, pb, repository_index, timings)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _INT_FORMATS = {"INT64": "<q", "INT32": "<i"}
@@ -163,9 +163,8 @@ def _answer(rid: str, p, g, binary: bool) -> web.Response:
         head["id"] = rid
     tensors: list[tuple[dict, Any, bytes]] = [
         ({"name": TEXT_OUTPUT, "datatype": "BYTES", "shape": p.shape}, texts, join_bytes([t.encode("utf-8") for t in texts]))]
-    for key, values in counts(p, g):
-        tensors.append(({"name": key, "datatype": "INT64", "shape": p.shape}, values,
-                        struct.pack(f"<{len(values)}q", *values)))
+    for key, datatype, shape, values in counts(p, g):
+        tensors.append(({"name": key, "datatype": datatype, "shape": shape}, values, encode_values(datatype, values)))
     blobs = []
     for out, values, raw in tensors:
         if binary:

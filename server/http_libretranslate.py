@@ -16,9 +16,10 @@ loaded version; a model that declares no languages (addition) is not offered her
 between the tags (all text nodes of the request in one batched call) and keeps the markup as it was
 sent; ``<script>``/``<style>`` content and whitespace-only text are left alone. ``source=auto`` is
 taken when exactly one served source language translates to ``target`` (the answer then says so in
-``detectedLanguage``, as LibreTranslate does); otherwise 400 names the choices. ``alternatives`` > 0
-is accepted and answered with ``"alternatives": []`` (per text for a list ``q``): this server does not
-return n-best translations yet, so there are none to give.
+``detectedLanguage``, as LibreTranslate does); otherwise 400 names the choices. ``alternatives`` = N > 0
+decodes with beam N + 1 and n-best N + 1 (N at most the model's max beam width - 1): ``translatedText``
+is the best hypothesis and ``"alternatives"`` the N next, best first (per text for a list ``q``; for
+``format=html``, alternative i renders every text node's i-th next hypothesis into the markup).
 
 ``GET /languages``: every language of the served pairs with the codes it translates to.
 
@@ -44,7 +45,7 @@ from multidict import MultiDict
 
 from server.errors import InvalidInput, clip
 from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
-from server.requests import GenOptions
+from contract.decoding import DecodingOptions
 
 AUTO = "auto"
 FORMATS = ("text", "html")
@@ -299,30 +300,41 @@ def routes(doors: Doors) -> list[web.RouteDef]:
                                        f"{model.limits.max_inputs} in one request (each text node is one input)")
             else:
                 docs, texts = None, req.texts
-            outputs: list[str] = []
+            n = req.alternatives + 1
+            if n > model.limits.max_beam:
+                raise InvalidInput(f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
+                                   f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)")
+            options = DecodingOptions(beam_size=n, num_hypotheses=n) if n > 1 else DecodingOptions()
+            nbest: list[list[str]] = []  # per input, best first
             if texts:  # html with no text in it is answered as it came
                 try:
-                    prepared = model.prepare(texts, GenOptions(max_new_tokens=0, beam=1))
+                    prepared = model.prepare(texts, options)
                 except InvalidInput as e:
                     raise InvalidInput(f"format=html, each text node is one input: {e}" if docs else str(e)) from None
                 g = await model.generate(prepared, deadline_of(request))
-                outputs = [o.text for o in g.outputs]
-            if docs is not None:
-                results, k = [], 0
+                nbest = [[h.text for h in o.hypotheses] + [""] * (n - len(o.hypotheses)) for o in g.outputs]
+
+            def rendered(rank: int) -> list[str]:
+                """Each q's translation from every input's rank-th hypothesis."""
+                outputs = [hyps[rank] for hyps in nbest]
+                if docs is None:
+                    return outputs
+                out, k = [], 0
                 for d in docs:
-                    results.append(d.render(outputs[k:k + len(d.nodes)]))
+                    out.append(d.render(outputs[k:k + len(d.nodes)]))
                     k += len(d.nodes)
-            else:
-                results = outputs
+                return out
+
+            results = rendered(0)
             body: dict[str, Any] = {"translatedText": results if req.as_list else results[0]}
             if req.source == AUTO:
                 # The one source language that translates to target (resolve() refuses otherwise): not a guess.
                 detected = {"confidence": 100.0, "language": source}
                 body["detectedLanguage"] = [detected] * len(results) if req.as_list else detected
             if req.alternatives > 0:
-                # No n-best yet (beam search keeps only its best hypothesis; a later change returns the others):
-                # the field is there, empty, so that clients reading it work.
-                body["alternatives"] = [[] for _ in results] if req.as_list else []
+                alternatives = [rendered(rank) for rank in range(1, n)]  # [rank][q]
+                per_q = [[alt[q] for alt in alternatives] for q in range(len(results))]
+                body["alternatives"] = per_q if req.as_list else per_q[0]
             return json_response(body)
 
     async def list_languages(request: web.Request) -> web.Response:

@@ -4,10 +4,14 @@ objects, validation, status codes. No ONNX Runtime here.
 A second servicer on the same grpc.aio server as seq2seq.v1, mapping onto the same model API
 (validation, limits, engine cores) and request metrics (``RequestTracker``, methods "ModelInfer" and
 "ModelStreamInfer"). Each model takes a BYTES tensor ``text_input`` of shape [N] (or [N, 1]) and
-answers a BYTES tensor ``text_output`` of the same shape, one text per input, in order. Generation
-options: request parameters ``max_tokens`` / ``beam_width`` (int64), or optional INT64/INT32 inputs
-of shape [1] with those names; 0 or absent = the model's default. Triton's ``timeout`` request
-parameter (microseconds) shortens the deadline. Other request parameters are ignored.
+answers a BYTES tensor ``text_output`` of the same shape, one text per input, in order. Decoding
+options are request parameters named as in seq2seq.v1 / CTranslate2 (``DECODING_PARAMETERS``: beam_size,
+num_hypotheses, return_scores, sampling_topk, ...); ``max_tokens`` / ``beam_width`` (Triton's names for
+max_new_tokens / beam_size) may also be optional INT64/INT32 inputs of shape [1]; 0 or absent = the
+model's default. An optional BYTES input ``target_prefix`` of text_input's shape gives each input's
+prefix ("" = none). Optional outputs ``hypotheses`` (BYTES) and ``scores`` (FP32), shape [N,
+num_hypotheses], carry the n-best lists. Triton's ``timeout`` request parameter (microseconds) shortens
+the deadline. Other request parameters are ignored.
 
 Output encoding: the response mirrors the request. ``text_input`` sent in ``raw_input_contents``
 (tritonclient always does) -> ``text_output`` in ``raw_output_contents`` (4-byte little-endian
@@ -35,7 +39,8 @@ from server.config import StreamConfig
 from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError, clip
 from server.model_api import ModelAPI
 from server.repository import Repository
-from server.requests import GenOptions, Limits
+from contract.decoding import DecodingOptions
+from server.requests import Limits, check_options
 
 log = logging.getLogger("s2s.kserve")
 
@@ -97,7 +102,18 @@ TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
 # token counts that seq2seq.v1's Output carries. Each answer also has the request's timings as
 # response parameters (queue_seconds, time_to_first_token_seconds, total_seconds).
 COUNT_OUTPUTS = ("input_tokens", "output_tokens")
+# The n-best lists, [N, num_hypotheses] (padded with "" and 0 where a tiny vocabulary left fewer): texts, scores.
+NBEST_OUTPUTS = {"hypotheses": "BYTES", "scores": "FP32"}
+EXTRA_OUTPUTS = {**dict.fromkeys(COUNT_OUTPUTS, "INT64"), **NBEST_OUTPUTS}
+TARGET_PREFIX = "target_prefix"  # optional BYTES input, text_input's shape
 OPTIONS = ("max_tokens", "beam_width")  # request parameters or optional inputs
+ALIASES = {"max_tokens": "max_new_tokens", "beam_width": "beam_size"}  # Triton's name -> ours
+# Request parameters -> DecodingOptions fields, by the kind of value each takes.
+DECODING_PARAMETERS = {
+    "beam_size": int, "num_hypotheses": int, "max_new_tokens": int, "min_new_tokens": int, "no_repeat_ngram_size": int,
+    "sampling_topk": int, "seed": int, "length_penalty": float, "repetition_penalty": float, "sampling_topp": float,
+    "sampling_temperature": float, "return_scores": bool, "disable_unk": bool, "length_penalty_type": str,
+}
 PLATFORM, BACKEND = "s2s", "onnxruntime"
 EXTENSIONS = ("model_configuration", "parameters")
 # Triton echoes a request's id in its response; a longer one is refused rather than copied into
@@ -132,6 +148,7 @@ def join_bytes(items: list[bytes]) -> bytes:
 
 
 def _texts(model: str, t, raw: bytes | None, lim: Limits) -> tuple[list[str], list[int]]:
+    TEXT_INPUT = t.name  # noqa: N806 (text_input or target_prefix: the same checks, named after the tensor)
     if t.datatype != "BYTES":
         raise InvalidInput(f"input {TEXT_INPUT!r} has datatype {t.datatype!r}; model {model!r} expects 'BYTES'")
     dims = list(t.shape)
@@ -191,6 +208,25 @@ def _int_param(params, key: str) -> int | None:
     return getattr(p, kind)
 
 
+def _param(params, key: str, kind: type):
+    """A decoding option given as a request parameter, or None; InvalidInput naming the kind it needs."""
+    if key not in params:
+        return None
+    p = params[key]
+    got = p.WhichOneof("parameter_choice")
+    if kind is int and got in ("int64_param", "uint64_param"):
+        return getattr(p, got)
+    if kind is float and got in ("double_param", "int64_param", "uint64_param"):
+        return float(getattr(p, got))
+    if kind is bool and got == "bool_param":
+        return p.bool_param
+    if kind is str and got == "string_param":
+        return p.string_param
+    want = {int: "an integer (int64_param)", float: "a number (double_param)", bool: "a boolean (bool_param)",
+            str: "a string (string_param)"}[kind]
+    raise InvalidInput(f"parameter {key!r} must be {want}, got {got or 'no value'}")
+
+
 def _flag(params, key: str) -> bool:
     return key in params and params[key].WhichOneof("parameter_choice") == "bool_param" and params[key].bool_param
 
@@ -201,10 +237,11 @@ class Parsed:
     model: ModelAPI
     texts: list[str]
     shape: list[int]
-    options: GenOptions
+    options: DecodingOptions
     raw: bool  # answer in raw_output_contents
     deadline: float | None
-    counts: tuple[str, ...] = ()  # COUNT_OUTPUTS asked for, in the order asked
+    counts: tuple[str, ...] = ()  # EXTRA_OUTPUTS asked for, in the order asked
+    prefixes: list[str] | None = None
 
 
 def parse(repo: Repository, request, deadline: float | None) -> Parsed:
@@ -227,9 +264,10 @@ def parse(repo: Repository, request, deadline: float | None) -> Parsed:
                 raise InvalidInput(f"input {t.name!r} sets contents while the request uses raw_input_contents; use one or the other")
     given: dict[str, tuple] = {}
     for i, t in enumerate(request.inputs):
-        if t.name != TEXT_INPUT and t.name not in OPTIONS:
+        if t.name not in (TEXT_INPUT, TARGET_PREFIX) and t.name not in OPTIONS:
             raise InvalidInput(f"unexpected inference input {clip(t.name)} for model {name!r}; its inputs are "
-                               f"{TEXT_INPUT!r} (BYTES) and optional {' and '.join(map(repr, OPTIONS))} (INT64)")
+                               f"{TEXT_INPUT!r} (BYTES), optional {TARGET_PREFIX!r} (BYTES) and optional "
+                               f"{' and '.join(map(repr, OPTIONS))} (INT64)")
         if t.name in given:
             raise InvalidInput(f"input {clip(t.name)} appears more than once")
         given[t.name] = (t, raw[i] if raw else None)
@@ -237,35 +275,56 @@ def parse(repo: Repository, request, deadline: float | None) -> Parsed:
         raise InvalidInput(f"model {name!r}: missing input {TEXT_INPUT!r} (BYTES, shape [-1]: the texts)")
     texts, shape = _texts(name, *given[TEXT_INPUT], lim)
     counts = []
+    prefixes = None
+    if TARGET_PREFIX in given:
+        prefixes, pshape = _texts(name, *given[TARGET_PREFIX], lim)
+        if pshape[0] != shape[0]:
+            raise InvalidInput(f"input {TARGET_PREFIX!r} has shape {_shape(pshape)}; it needs one prefix per text "
+                               f"({_shape(shape)}, \"\" for none)")
     for o in request.outputs:
-        if o.name not in (TEXT_OUTPUT, *COUNT_OUTPUTS):
+        if o.name != TEXT_OUTPUT and o.name not in EXTRA_OUTPUTS:
             raise InvalidInput(f"unexpected inference output {clip(o.name)} for model {name!r}; its outputs are "
-                               f"{TEXT_OUTPUT!r} and optional {' and '.join(map(repr, COUNT_OUTPUTS))} (INT64)")
-        if o.name in COUNT_OUTPUTS and o.name not in counts:
+                               f"{TEXT_OUTPUT!r} and optional " + ", ".join(f"{k!r} ({v})" for k, v in EXTRA_OUTPUTS.items()))
+        if o.name in EXTRA_OUTPUTS and o.name not in counts:
             counts.append(o.name)
-
-    opts = {}
-    for key in OPTIONS:
-        value = _int_param(request.parameters, key)
-        if key in given:
-            if value is not None:
-                raise InvalidInput(f"{key!r} is given both as a request parameter and as an input; send one")
-            value = _scalar(*given[key])
-        opts[key] = value or 0
-    if not 0 <= opts["max_tokens"] <= lim.max_new_tokens:
-        raise InvalidInput(f"max_tokens={opts['max_tokens']} is out of range for model {name!r}: "
-                           f"0 (model default) to {lim.max_new_tokens}")
-    if not 0 <= opts["beam_width"] <= lim.max_beam:
-        raise InvalidInput(f"beam_width={opts['beam_width']} is out of range for model {name!r}: "
-                           f"1 to {lim.max_beam} (0 = greedy)")
+    options = _decoding_options(request, given, name, lim)
+    check_options(options, lim)
     timeout_us = _int_param(request.parameters, "timeout")
     if timeout_us:
         if timeout_us < 0:
             raise InvalidInput(f"parameter 'timeout' is {timeout_us}; it is in microseconds and must be positive")
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
-    return Parsed(model, texts, shape, GenOptions(max_new_tokens=opts["max_tokens"], beam=max(1, opts["beam_width"])),
-                  bool(raw), deadline, tuple(counts))
+    return Parsed(model, texts, shape, options, bool(raw), deadline, tuple(counts), prefixes)
+
+
+def _decoding_options(request, given: dict, name: str, lim: Limits) -> DecodingOptions:
+    """Request parameters (and the two optional inputs) -> DecodingOptions; 0 = the default for the widths."""
+    kw = {}
+    for key, kind in DECODING_PARAMETERS.items():
+        value = _param(request.parameters, key, kind)
+        if value is not None:
+            kw[key] = value
+    for key in OPTIONS:
+        ours = ALIASES[key]
+        value = _int_param(request.parameters, key)
+        if key in given:
+            if value is not None:
+                raise InvalidInput(f"{key!r} is given both as a request parameter and as an input; send one")
+            value = _scalar(*given[key])
+        if value is not None:
+            if ours in kw:
+                raise InvalidInput(f"{key!r} and {ours!r} are the same option; send one of them")
+            top = lim.max_new_tokens if key == "max_tokens" else lim.max_beam
+            if not 0 <= value <= top:  # named as the client sent it
+                raise InvalidInput(f"{key}={value} is out of range for model {name!r}: "
+                                   + (f"0 (model default) to {top}" if key == "max_tokens" else f"1 to {top} (0 = greedy)"))
+            kw[ours] = value
+    kw["beam_size"] = max(1, kw.get("beam_size", 1))  # 0 = greedy, as ever
+    kw["num_hypotheses"] = max(1, kw.get("num_hypotheses", 1))
+    if kw.get("length_penalty_type") == "":
+        del kw["length_penalty_type"]
+    return DecodingOptions(**kw)
 
 
 # ---- protocol-neutral answers (gRPC here, and the HTTP/REST binding in server/http_kserve.py) ----------
@@ -273,10 +332,11 @@ def model_metadata(repo: Repository, model: ModelAPI):
     T = pb.ModelMetadataResponse.TensorMetadata
     return pb.ModelMetadataResponse(
         name=model.name, versions=sorted(repo.models[model.name], key=int), platform=PLATFORM,
-        inputs=[T(name=TEXT_INPUT, datatype="BYTES", shape=[-1]),
+        inputs=[T(name=TEXT_INPUT, datatype="BYTES", shape=[-1]), T(name=TARGET_PREFIX, datatype="BYTES", shape=[-1]),
                 *(T(name=key, datatype="INT64", shape=[1]) for key in OPTIONS)],
         outputs=[T(name=TEXT_OUTPUT, datatype="BYTES", shape=[-1]),
-                 *(T(name=key, datatype="INT64", shape=[-1]) for key in COUNT_OUTPUTS)],
+                 *(T(name=key, datatype="INT64", shape=[-1]) for key in COUNT_OUTPUTS),
+                 *(T(name=key, datatype=dt, shape=[-1, -1]) for key, dt in NBEST_OUTPUTS.items())],
     )
 
 
@@ -289,13 +349,18 @@ def model_config(model: ModelAPI):
         "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": model.sched.mode,
         "max_input_chars": lim.max_input_chars, "max_rows_per_request": lim.max_rows, "max_id_chars": MAX_ID_CHARS,
         "scheduler_max_batch_size": model.sched.max_batch_size, "engine_cores": info.cores,
+        # Each decoding parameter's accepted range: "min..max (default D)".
+        **{f"{r.name}_range": f"{r.min:g}..{r.max:g} (default {r.default:g})" for r in lim.options},
     }
     return pb.ModelConfig(
         name=model.name, platform=PLATFORM, backend=BACKEND, max_batch_size=0,  # text_input's own dimension is the batch
         input=[pb.ModelInput(name=TEXT_INPUT, data_type=pb.TYPE_STRING, dims=[-1]),
+               pb.ModelInput(name=TARGET_PREFIX, data_type=pb.TYPE_STRING, dims=[-1], optional=True),
                *(pb.ModelInput(name=key, data_type=pb.TYPE_INT64, dims=[1], optional=True) for key in OPTIONS)],
         output=[pb.ModelOutput(name=TEXT_OUTPUT, data_type=pb.TYPE_STRING, dims=[-1]),
-                *(pb.ModelOutput(name=key, data_type=pb.TYPE_INT64, dims=[-1]) for key in COUNT_OUTPUTS)],
+                *(pb.ModelOutput(name=key, data_type=pb.TYPE_INT64, dims=[-1]) for key in COUNT_OUTPUTS),
+                pb.ModelOutput(name="hypotheses", data_type=pb.TYPE_STRING, dims=[-1, -1]),
+                pb.ModelOutput(name="scores", data_type=pb.TYPE_FP32, dims=[-1, -1])],
         parameters={k: pb.ModelParameter(string_value=str(v)) for k, v in params.items()},
     )
 
@@ -308,10 +373,21 @@ def repository_index(repo: Repository, ready_only: bool):
     return pb.RepositoryIndexResponse(models=[m for m in models if m.state == "READY" or not ready_only])
 
 
-def counts(p: Parsed, g) -> list[tuple[str, list[int]]]:
-    """The token-count outputs the request asked for, with their values per input."""
-    per = {"input_tokens": [o.input_tokens for o in g.outputs], "output_tokens": [o.output_tokens for o in g.outputs]}
-    return [(key, per[key]) for key in p.counts]
+def counts(p: Parsed, g) -> list[tuple[str, str, list[int], list]]:
+    """The optional outputs the request asked for: (name, datatype, shape, values flat in row-major order)."""
+    n = p.options.num_hypotheses
+    nbest = [list(o.hypotheses) + [None] * (n - len(o.hypotheses)) for o in g.outputs]
+    per = {"input_tokens": [o.input_tokens for o in g.outputs], "output_tokens": [o.output_tokens for o in g.outputs],
+           "hypotheses": [h.text if h else "" for row in nbest for h in row],
+           "scores": [h.score if h else 0.0 for row in nbest for h in row]}
+    return [(key, EXTRA_OUTPUTS[key], p.shape if key in COUNT_OUTPUTS else [p.shape[0], n], per[key]) for key in p.counts]
+
+
+def encode_values(datatype: str, values: list) -> bytes:
+    """A tensor's raw (little-endian) bytes, as raw_output_contents and the binary REST extension carry it."""
+    if datatype == "BYTES":
+        return join_bytes([v.encode("utf-8") for v in values])
+    return struct.pack(f"<{len(values)}{'q' if datatype == 'INT64' else 'f'}", *values)
 
 
 def timings(g) -> dict[str, float]:
@@ -323,7 +399,7 @@ def timings(g) -> dict[str, float]:
 async def infer(repo: Repository, request, deadline: float | None):
     """A ModelInferRequest through the model API: (what parse found, the Generation)."""
     p = parse(repo, request, deadline)
-    return p, await p.model.generate(p.model.prepare(p.texts, p.options), p.deadline)
+    return p, await p.model.generate(p.model.prepare(p.texts, p.options, p.prefixes), p.deadline)
 
 
 class _StreamItem:
@@ -395,10 +471,14 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             resp.raw_output_contents.append(join_bytes(data))
         else:
             out.contents.bytes_contents.extend(data)
-        for key, values in counts(p, g):
-            t = resp.outputs.add(name=key, datatype="INT64", shape=p.shape)
+        for key, datatype, shape, values in counts(p, g):
+            t = resp.outputs.add(name=key, datatype=datatype, shape=shape)
             if p.raw:
-                resp.raw_output_contents.append(struct.pack(f"<{len(values)}q", *values))
+                resp.raw_output_contents.append(encode_values(datatype, values))
+            elif datatype == "BYTES":
+                t.contents.bytes_contents.extend(v.encode("utf-8") for v in values)
+            elif datatype == "FP32":
+                t.contents.fp32_contents.extend(values)
             else:
                 t.contents.int64_contents.extend(values)
         for key, value in timings(g).items():

@@ -1,6 +1,7 @@
 """The model API: one handle per served model version, the only thing front doors call.
 
-Every front door (seq2seq.v1, KServe v2) maps its protocol to ``GenOptions`` and texts, calls
+Every front door (seq2seq.v1, KServe v2, LibreTranslate) maps its protocol to texts, decoding options
+(``contract.decoding.DecodingOptions``) and target prefixes, calls
 ``prepare`` (validation and tokenization, cheap checks first) and then ``generate`` or ``stream``,
 and maps the domain objects it gets back (``Generation``, ``StreamEvent``) to its protocol. None of
 them sees an engine, a scheduler or a core. Texts are tokenized and detokenized here, in the front
@@ -25,7 +26,8 @@ from server.core import CoreSpec
 from server.cores import CoreHandle, Router
 from server.errors import ServingError, ShuttingDown
 from server.metrics import Metrics
-from server.requests import GenOptions, Limits, Prepared, limits, prepare
+from contract.decoding import DecodingOptions
+from server.requests import Limits, Prepared, limits, prepare
 from server.scheduler import Finished, Stats
 
 log = logging.getLogger("s2s.model")
@@ -33,10 +35,18 @@ log = logging.getLogger("s2s.model")
 
 # ---- what front doors get back -------------------------------------------------------------------
 @dataclass(frozen=True)
-class Output:
+class Hypothesis:
     text: str
+    score: float  # 0 unless the request asked for scores
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Output:
+    text: str  # hypotheses[0].text
     input_tokens: int
     output_tokens: int
+    hypotheses: tuple[Hypothesis, ...] = ()  # num_hypotheses of them, best first
 
 
 @dataclass(frozen=True)
@@ -160,9 +170,10 @@ class ModelAPI:
         self.m_active[i].set(s.active)
 
     # ---- requests --------------------------------------------------------------------------------
-    def prepare(self, texts: list[str], options: GenOptions) -> Prepared:
+    def prepare(self, texts: list[str], options: DecodingOptions = DecodingOptions(),
+                target_prefixes: list[str] | None = None) -> Prepared:
         """Validate and tokenize; raises InvalidInput naming the limit."""
-        return prepare(self.name, self.bundle, self.codec, texts, options, self.limits)
+        return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes)
 
     def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool) -> tuple[CoreHandle, object, _Pending]:
         if self.stopping:
@@ -189,13 +200,15 @@ class ModelAPI:
                 pending.future.set_exception(err)
 
         on_token = (lambda index, token: pending.events.put_nowait((index, token))) if stream else None
-        seqs = [(ids, p.max_new_tokens, p.beam, stream) for ids in p.src_ids]
-        req = core.submit(seqs, deadline, t0, finished, failed, on_token)
+        req = core.submit(list(zip(p.src_ids, p.prefixes)), p.options, stream, deadline, t0, finished, failed, on_token)
         self.m_input_tokens.inc(sum(len(ids) for ids in p.src_ids))
         return core, req, pending
 
     def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
-        return Output(self.codec.decode(ev.tokens), len(p.src_ids[i]), len(ev.tokens))
+        scored = p.options.return_scores
+        hyps = tuple(Hypothesis(self.codec.decode(h.tokens), h.score if scored else 0.0, len(h.tokens))
+                     for h in ev.hypotheses) or (Hypothesis(self.codec.decode(ev.tokens), 0.0, len(ev.tokens)),)
+        return Output(hyps[0].text, len(p.src_ids[i]), hyps[0].output_tokens, hyps)
 
     def _timings(self, pending: _Pending, t0: float) -> Timings:
         done = pending.done  # all set: called once every input finished
@@ -216,8 +229,9 @@ class ModelAPI:
         return Generation(self.name, self.version, outputs, self._timings(pending, t0))
 
     async def stream(self, p: Prepared, deadline: float | None) -> AsyncIterator[StreamEvent]:
-        """Text as it is produced (greedy: token by token; a beam's text comes when it is final), then one
-        finished event per input, in input order, with its whole output."""
+        """Text as it is produced (greedy and sampled inputs: token by token, a target prefix first; a beam's text
+        comes when its hypotheses are final: until then any of them may still win), then one finished event per
+        input, in input order, with its whole output (all its hypotheses)."""
         t0 = time.monotonic()
         core, req, pending = self._submit(p, deadline, t0, stream=True)
         n = len(pending.done)

@@ -12,6 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from s2s import __version__
+from server.kserve import DECODING_PARAMETERS
+
+DECODING_TYPES = {name: {int: "integer", float: "number", bool: "boolean", str: "string"}[kind]
+                  for name, kind in DECODING_PARAMETERS.items()}
 
 _ERROR = {"description": "The request was refused or failed; `error` says why.",
           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
@@ -157,13 +161,19 @@ def document() -> dict[str, Any]:
                     "parameters": {"type": "object", "properties": {
                         "max_tokens": {"type": "integer", "minimum": 0, "description": "0 = the model's default"},
                         "beam_width": {"type": "integer", "minimum": 0, "description": "0 or 1 = greedy"},
+                        # The decoding options as seq2seq.v1 and CTranslate2 name them (docs/DECODING.md); ranges:
+                        # GET /v2/models/{model}/config, parameters <name>_range.
+                        **{name: {"type": kind, "description": "see docs/DECODING.md"}
+                           for name, kind in DECODING_TYPES.items()},
                         "timeout": {"type": "integer", "minimum": 0, "description": "deadline in microseconds"},
                         "binary_data_output": {"type": "boolean"}}},
                     "inputs": {"type": "array", "items": tensor},
                     "outputs": {"type": "array", "items": {"type": "object", "properties": {
-                        "name": {"type": "string", "enum": ["text_output", "input_tokens", "output_tokens"],
-                                 "description": "text_output (BYTES) is always sent; the INT64 token counts only "
-                                                "when asked for here"},
+                        "name": {"type": "string", "enum": ["text_output", "input_tokens", "output_tokens",
+                                                            "hypotheses", "scores"],
+                                 "description": "text_output (BYTES) is always sent; the INT64 token counts and the "
+                                                "n-best lists (hypotheses BYTES, scores FP32, [N, num_hypotheses]) "
+                                                "only when asked for here"},
                         "parameters": {"type": "object", "properties": {"binary_data": {"type": "boolean"}}}}}}}},
                 "InferResponse": {"type": "object", "properties": {
                     "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
@@ -173,7 +183,8 @@ def document() -> dict[str, Any]:
                     "source": {"type": "string", "description": "ISO 639-1 code, or auto"},
                     "target": {"type": "string", "description": "ISO 639-1 code"},
                     "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
-                    "alternatives": {"type": "integer", "minimum": 0, "default": 0},
+                    "alternatives": {"type": "integer", "minimum": 0, "default": 0,
+                                     "description": "the next best translations (beam search, n-best)"},
                     "api_key": {"type": "string", "description": "the bearer token, for clients that cannot set headers"}}},
                 "TranslateResponse": {"type": "object", "properties": {
                     "translatedText": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},

@@ -1,23 +1,21 @@
 """Request validation and preparation, the model API's first step for every front door.
 
-Turns texts and options into source ids for the engine cores, or raises ``InvalidInput`` naming
-the limit. Cheap checks (counts, lengths) come before any tokenization.
+Turns texts, decoding options (``contract.decoding.DecodingOptions``, which every front door builds)
+and target prefixes into ids for the engine cores, or raises ``InvalidInput`` naming the limit.
+Cheap checks (counts, lengths, option ranges) come before any tokenization.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 
+from contract import decoding
 from contract.bundle import BundleConfig
+from contract.decoding import DecodingOptions
 from contract.text import TextCodec, UnknownCharactersError
 from server.config import SchedulerConfig
 from server.errors import InvalidInput
-
-
-@dataclass(frozen=True)
-class GenOptions:
-    max_new_tokens: int = 0  # 0 = the model's default
-    beam: int = 1
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,9 @@ class Limits:
     # inputs x beam: a request is queued whole, so more rows than the queue holds could never be
     # admitted; beyond this it is INVALID_ARGUMENT, never an endless RESOURCE_EXHAUSTED.
     max_rows: int
+    vocab_size: int = 0  # sampling_topk's bound
+    max_prefix_tokens: int = 0  # a target prefix leaves room for at least one new token
+    options: list[decoding.Range] = field(default_factory=list)  # every option's range, as ListModels shows them
 
     @property
     def max_input_bytes(self) -> int:
@@ -40,11 +41,20 @@ class Limits:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated request: per input its source ids (EOS included), the token budget and the beam."""
+    """A validated request: per input its source ids (EOS included) and target prefix ids, and the options
+    (max_new_tokens resolved to the budget; a sampled request's seed drawn when none was given)."""
 
     src_ids: list[list[int]]
-    max_new_tokens: int
-    beam: int
+    options: DecodingOptions
+    prefixes: list[list[int]]
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.options.max_new_tokens
+
+    @property
+    def beam(self) -> int:
+        return self.options.beam_size
 
     @property
     def rows(self) -> int:
@@ -54,23 +64,34 @@ class Prepared:
 def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Limits:
     m = config.model
     max_beam = min(sched.max_beam_size, sched.max_batch_size)
+    max_prefix = max(0, m.max_len - 2)
     return Limits(max_input_tokens=m.max_len, max_input_chars=codec.max_chars(m.max_len),
                   max_new_tokens=m.max_len - 1, max_inputs=sched.max_inputs_per_request, max_beam=max_beam,
-                  max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam))
+                  max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam),
+                  vocab_size=m.tgt_vocab_size, max_prefix_tokens=max_prefix,
+                  options=decoding.ranges(max_beam, m.max_len - 1, m.tgt_vocab_size, max_prefix))
 
 
-def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str], options: GenOptions,
-            lim: Limits) -> Prepared:
+def check_options(options: DecodingOptions, lim: Limits) -> None:
+    try:
+        decoding.check(options, lim.max_beam, lim.max_new_tokens, lim.vocab_size)
+    except ValueError as e:
+        raise InvalidInput(str(e)) from None
+
+
+def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str], options: DecodingOptions,
+            lim: Limits, target_prefixes: list[str] | None = None) -> Prepared:
     if not texts:
         raise InvalidInput(f"model {name!r}: the request has no inputs; send at least one text")
     if len(texts) > lim.max_inputs:
         raise InvalidInput(f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}")
-    if not 0 <= options.max_new_tokens <= lim.max_new_tokens:
-        raise InvalidInput(f"max_new_tokens={options.max_new_tokens} is out of range: 0 (model default) to {lim.max_new_tokens}")
-    if not 1 <= options.beam <= lim.max_beam:
-        raise InvalidInput(f"beam_size={options.beam} is out of range: 1 to {lim.max_beam}")
-    if len(texts) * options.beam > lim.max_rows:
-        raise InvalidInput(f"model {name!r}: {len(texts)} inputs x beam_size {options.beam} = {len(texts) * options.beam} "
+    check_options(options, lim)
+    beam = options.beam_size
+    if target_prefixes and len(target_prefixes) != len(texts):
+        raise InvalidInput(f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "
+                           "(empty for no prefix)")
+    if len(texts) * beam > lim.max_rows:
+        raise InvalidInput(f"model {name!r}: {len(texts)} inputs x beam_size {beam} = {len(texts) * beam} "
                            f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
                            "inputs per request or a narrower beam")
     # Cheap checks on every input before any is tokenized: one oversized text costs nothing.
@@ -80,6 +101,10 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
                                f"{lim.max_input_chars} ({lim.max_input_tokens} tokens)")
         if not text.strip():
             raise InvalidInput(f"input {i} is empty")
+    for i, p in enumerate(target_prefixes or ()):
+        if len(p) > lim.max_input_chars:
+            raise InvalidInput(f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
+                               f"{lim.max_input_chars}")
     budget = options.max_new_tokens or config.task.max_new_tokens
     out = []
     for i, text in enumerate(texts):
@@ -90,4 +115,25 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
         if len(ids) > lim.max_input_tokens:
             raise InvalidInput(f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {lim.max_input_tokens}")
         out.append(ids)
-    return Prepared(out, budget, options.beam)
+    prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(texts))]
+    seed = options.seed
+    if options.sampling and seed is None:  # drawn here, so the core (and a retry of the same request) has one
+        seed = secrets.randbits(63)
+    return Prepared(out, options.replace(max_new_tokens=budget, seed=seed), prefixes)
+
+
+def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> list[int]:
+    """A target prefix tokenized as a target (no BOS/EOS), within the room it leaves for new tokens."""
+    if not text:
+        return []
+    try:
+        ids = codec.target_ids(text)
+    except UnknownCharactersError as e:
+        raise InvalidInput(f"target prefix {i}: {e}") from None
+    sp = codec.special
+    if {sp.pad, sp.bos, sp.eos} & set(ids):
+        raise InvalidInput(f"target prefix {i} holds a special token (<pad>, <bos> or <eos>); send text only")
+    if len(ids) > lim.max_prefix_tokens:
+        raise InvalidInput(f"target prefix {i} has {len(ids)} tokens; model {name!r} accepts at most "
+                           f"{lim.max_prefix_tokens} (target_prefix_tokens), leaving room for new ones")
+    return ids

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine import Engine, Generator, Sequence
+from engine import Engine, Generator, Hypothesis, Sequence
 from server.config import SchedulerConfig
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
@@ -56,6 +56,7 @@ class Finished:
     tokens: list[int]
     admitted: float
     first_token: float
+    hypotheses: list[Hypothesis] = field(default_factory=list)  # n-best, best first (tokens is hypotheses[0]'s)
 
 
 @dataclass(frozen=True)
@@ -454,7 +455,8 @@ class Scheduler:
             req = job.request
             if req.over:
                 continue
-            self.outbox.append(Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token))
+            self.outbox.append(Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token,
+                                        seq.hypotheses or []))
             req.left -= 1
             if req.left == 0:
                 req.over = True

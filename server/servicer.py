@@ -9,17 +9,32 @@ import grpc
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from server.calls import RequestTracker, deadline_of
+from contract.decoding import DecodingOptions
 from server.model_api import Output
 from server.repository import Repository
-from server.requests import GenOptions
 
 
 def _output(o: Output) -> pb.Output:
-    return pb.Output(text=o.text, input_tokens=o.input_tokens, output_tokens=o.output_tokens)
+    return pb.Output(text=o.text, input_tokens=o.input_tokens, output_tokens=o.output_tokens,
+                     hypotheses=[pb.Hypothesis(text=h.text, score=h.score, output_tokens=h.output_tokens)
+                                 for h in o.hypotheses])
 
 
-def _options(request: pb.GenerateRequest) -> GenOptions:
-    return GenOptions(max_new_tokens=request.options.max_new_tokens, beam=max(1, request.options.beam_size))
+def _options(request: pb.GenerateRequest) -> DecodingOptions:
+    """GenerateOptions -> DecodingOptions: 0 / absent means the default where proto3 cannot tell them apart,
+    and ``optional`` fields (where 0 is a value of its own) are read only when set."""
+    o = request.options
+    given = {f.name: v for f, v in o.ListFields()}
+    kw = {name: given[name] for name in ("length_penalty", "repetition_penalty", "sampling_topk", "sampling_topp",
+                                         "sampling_temperature", "seed") if name in given}
+    return DecodingOptions(
+        beam_size=max(1, o.beam_size), num_hypotheses=max(1, o.num_hypotheses), return_scores=o.return_scores,
+        length_penalty_type=o.length_penalty_type or "gnmt", no_repeat_ngram_size=o.no_repeat_ngram_size,
+        min_new_tokens=o.min_new_tokens, max_new_tokens=o.max_new_tokens, disable_unk=o.disable_unk, **kw)
+
+
+def _prepare(model, request: pb.GenerateRequest):
+    return model.prepare(list(request.inputs), _options(request), list(request.target_prefixes) or None)
 
 
 class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
@@ -29,7 +44,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> pb.GenerateResponse:
         async with self.tracker.track(context, request.model, "Generate"):
             model = self.repo.get(request.model, request.version)
-            g = await model.generate(model.prepare(list(request.inputs), _options(request)), deadline_of(context))
+            g = await model.generate(_prepare(model, request), deadline_of(context))
             t = g.timings
             return pb.GenerateResponse(
                 model=g.model, version=g.version, outputs=[_output(o) for o in g.outputs],
@@ -39,7 +54,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
     async def GenerateStream(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateStreamResponse]:
         async with self.tracker.track(context, request.model, "GenerateStream"):
             model = self.repo.get(request.model, request.version)
-            prepared = model.prepare(list(request.inputs), _options(request))
+            prepared = _prepare(model, request)
             async for ev in model.stream(prepared, deadline_of(context)):
                 yield pb.GenerateStreamResponse(index=ev.index, text_delta=ev.text_delta, finished=ev.finished,
                                                 output=_output(ev.output) if ev.output else None)
@@ -55,5 +70,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
                 max_inputs_per_request=lim.max_inputs, max_beam_size=lim.max_beam,
                 versions=sorted(versions, key=int), quantization=info.quantization,
                 max_input_chars=lim.max_input_chars, max_rows_per_request=lim.max_rows,
+                option_limits=[pb.OptionLimit(name=r.name, min=r.min, max=r.max, default=r.default, note=r.note)
+                               for r in lim.options],
             ))
         return pb.ListModelsResponse(models=out)

@@ -93,13 +93,22 @@ def test_string_q_as_json_and_form_agree(srv):
     assert j == f == {"translatedText": grpc_generate(srv, ["Settings"])[0]}
 
 
-def test_alternatives_are_empty_for_now(srv):
+def test_alternatives_are_the_next_best_of_the_n_best_list(srv):
+    """alternatives=N: beam N+1 with n-best N+1 through the same model API as seq2seq.v1 (same hypotheses)."""
+    def nbest(texts: list[str], n: int) -> list[list[str]]:
+        with Seq2SeqClient(srv.address) as c:
+            out = c.generate_full("translate-en-ja", texts, beam_size=n, num_hypotheses=n).outputs
+        return [[h.text for h in o.hypotheses] for o in out]
+
     _, one = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja", "alternatives": 3})
-    assert one["alternatives"] == [] and isinstance(one["translatedText"], str)
+    [want] = nbest(["Save"], 4)
+    assert [one["translatedText"], *one["alternatives"]] == want and len(want) == 4  # distinct as tokens, not always as text
     _, many = call(srv, "translate", {"q": ["Save", "Cancel"], "source": "en", "target": "ja", "alternatives": "2"})
-    assert many["alternatives"] == [[], []] and len(many["translatedText"]) == 2
+    assert [[t, *alts] for t, alts in zip(many["translatedText"], many["alternatives"])] == nbest(["Save", "Cancel"], 3)
     _, none = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja"})
-    assert "alternatives" not in none
+    assert "alternatives" not in none and none["translatedText"] == grpc_generate(srv, ["Save"])[0]
+    status, body = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja", "alternatives": 99})
+    assert status == 400 and "alternatives=99 is out of range" in body["error"]
 
 
 def test_source_auto_takes_the_one_source(srv):
