@@ -108,8 +108,9 @@ class ServerProcess:
     """`python -m s2s.cli serve` on loopback, one model, one batching mode, ``instances`` engine cores;
     always terminated on exit."""
 
-    def __init__(self, args: argparse.Namespace, mode: str, instances: int):
-        self.mode, self.instances = mode, instances
+    def __init__(self, args: argparse.Namespace, mode: str, instances: int, root: Path = ROOT, label: str = ""):
+        """``root``: the source tree the server runs from (another commit's, for an A/B; see bench/option_cost.py)."""
+        self.mode, self.instances, self.root, self._label = mode, instances, root, label
         self.port, self.metrics_port = free_port(), free_port()
         while self.metrics_port == self.port:
             self.metrics_port = free_port()
@@ -126,7 +127,7 @@ class ServerProcess:
 
     def __enter__(self) -> ServerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("S2S_")}  # flags only, no stray settings
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(self.cmd, cwd=self.root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         try:
             self._wait_ready(120.0)
@@ -168,7 +169,7 @@ class ServerProcess:
 
     @property
     def label(self) -> str:
-        return f"{self.mode} x{self.instances}"
+        return self._label or f"{self.mode} x{self.instances}"
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the server process and its live descendants (the engine cores) have
@@ -297,7 +298,8 @@ def pct(xs: list[float], q: float) -> float:
 
 
 async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list[str], conc: int,
-                   start_index: int) -> Cell:
+                   start_index: int, options: dict | None = None) -> Cell:
+    """One window; ``options``: GenerateOptions fields every request sets (none: the default greedy request)."""
     cell = Cell(server.mode, conc, server.instances)
     label = server.label
     target = max(args.requests_per_worker * conc, args.min_requests)
@@ -330,7 +332,7 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
                 i = next(counter) % len(inputs)
                 measured = window_open.is_set()
                 req = pb.GenerateRequest(model=args.model, inputs=[inputs[i]],
-                                         options=pb.GenerateOptions(max_new_tokens=args.max_new_tokens))
+                                         options=pb.GenerateOptions(max_new_tokens=args.max_new_tokens, **(options or {})))
                 t0 = time.perf_counter()
                 try:
                     resp = await stub.Generate(req, timeout=args.request_timeout_s)
@@ -1088,6 +1090,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ct2-min-inputs", type=int, default=2048, help="CTranslate2 decodes at least this many inputs per run (cycled)")
     p.add_argument("--rtt-calls", type=int, default=300, help="bare ListModels round trips timed after each C=1 cell")
     p.add_argument("--limit-inputs", type=int, default=0, help="use only the first N inputs (0 = all)")
+    p.add_argument("--options", action=argparse.BooleanOptionalAction, default=True,
+                   help="after the grid, the decoding-option table (bench/option_cost.py), in its own section")
+    p.add_argument("--options-only", action="store_true", help="only the decoding-option table")
+    p.add_argument("--option-concurrency", type=int, default=16, help="closed-loop workers of the option table")
+    p.add_argument("--option-families", default="",
+                   help="only these rows of the option table (comma-separated name prefixes; 'no option' always runs)")
+    p.add_argument("--baseline", default="",
+                   help="git commit whose server the option table's no-option row is compared with (A/B, interleaved)")
     p.add_argument("--quick", action="store_true",
                    help="development grid: C in {1, 8}, 16 answers or 3 s per cell, 64 inputs, short ceilings, ~1 minute; "
                         "writes no file unless --write")
@@ -1096,7 +1106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md", help="markdown file to update")
     args = p.parse_args(argv)
     if args.quick:  # smaller defaults; flags given explicitly still win
-        quick = dict(concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0, rounds=1,
+        quick = dict(options=False, concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0, rounds=1,
                      ceiling_repeats=1, ceiling_seconds=1.5, ceiling_warmup_s=0.5, ct2_min_inputs=256, limit_inputs=64,
                      rtt_calls=50)
         for k, v in quick.items():
@@ -1178,6 +1188,8 @@ def main(argv: list[str] | None = None) -> int:
     if float(load_before.split()[0]) > 0.7 * len(os.sched_getaffinity(0)) if load_before != "n/a" else False:
         log("  warning: the machine is busy (load average above); the figures will be depressed")
 
+    if args.options_only:
+        return options_section(args, inputs, started, load_before, t_all, log)
     cells, single = asyncio.run(run_interleaved(args, inputs, engine, log))
 
     log("ceilings (in process, no server running)")
@@ -1190,6 +1202,25 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.output, "bench-serve", text)
         log(f"wrote {args.output}")
     log(f"done in {elapsed:.0f}s")
+    if args.options:
+        return options_section(args, inputs, started, load_before, t_all, log)
+    return 0
+
+
+def options_section(args: argparse.Namespace, inputs: list[str], started, load_before: str, t_all: float, log) -> int:
+    """The option-cost table (bench/option_cost.py), in its own marked section of the report."""
+    from bench import option_cost
+
+    log(f"decoding options: C={args.option_concurrency}, baseline {args.baseline or '(none)'}")
+    cells = asyncio.run(option_cost.run(sys.modules[__name__], args, inputs, log))
+    cmd = "python bench/serve.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    text = (option_cost.table(cells, args) + "\n\n"
+            f"- date: {started:%Y-%m-%d %H:%M} UTC; load average at start {load_before}; command: `{cmd}`; "
+            f"{time.perf_counter() - t_all:.0f} s\n")
+    print(text)
+    if args.write:
+        write_section(args.output, "bench-serve-options", text)
+        log(f"wrote {args.output}")
     return 0
 
 

@@ -56,7 +56,7 @@ class Finished:
     tokens: list[int]
     admitted: float
     first_token: float
-    hypotheses: list[Hypothesis] = field(default_factory=list)  # n-best, best first (tokens is hypotheses[0]'s)
+    hypotheses: list[Hypothesis] = field(default_factory=list)  # n-best, best first; empty: just tokens, unscored
 
 
 @dataclass(frozen=True)
@@ -455,8 +455,10 @@ class Scheduler:
             req = job.request
             if req.over:
                 continue
-            self.outbox.append(Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token,
-                                        seq.hypotheses or []))
+            # A lone unscored hypothesis is ``tokens`` itself: not sent twice through the pipe.
+            o = seq.options
+            nbest = (seq.hypotheses or []) if o.num_hypotheses > 1 or o.return_scores else []
+            self.outbox.append(Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token, nbest))
             req.left -= 1
             if req.left == 0:
                 req.over = True
