@@ -1,14 +1,17 @@
 """The torch-free decode engine: ONNX Runtime sessions, the KV cache, greedy and beam search.
 
 Layers: ``session.Engine`` runs the two graphs; ``cache.DecodeBatch`` owns the cache arrays of
-the running batch; ``search`` picks tokens; ``generator.Generator`` is the step loop that the
-server's scheduler drives (add sequences, step, collect what happened).
+the running batch; ``logits`` applies each row's decoding options (``contract.decoding``) to the
+logits in one pass; ``search`` picks tokens (greedy, sampled, forced, or beams with n-best);
+``generator.Generator`` is the step loop that the server's scheduler drives (add sequences, step,
+collect what happened).
 
 In-process use, as CTranslate2's ``Translator``::
 
     import engine
     en_ja = engine.load("models/translate-en-ja/1")
     [r.text for r in en_ja.generate(["Save changes"], beam_size=4)]
+    en_ja.generate(["Save changes"], beam_size=4, num_hypotheses=4, return_scores=True)[0].hypotheses
 
 Export validation, the benchmarks, the tests and the server all use this package; it imports
 neither torch nor grpc.
@@ -32,5 +35,5 @@ def load(bundle_dir: str | Path, *, threads: int = 1, device: str = "auto", io_b
     return Engine(Path(bundle_dir), EngineOptions(device=device, intra_op_threads=threads, io_binding=io_binding))
 
 
-__all__ = ["Candidate", "Engine", "EngineOptions", "Generator", "Hypothesis", "Result", "Sequence", "StepOutput", "generate", "generate_no_cache",
-           "load"]
+__all__ = ["Candidate", "Engine", "EngineOptions", "Generator", "Hypothesis", "Result", "Sequence", "StepOutput",
+           "generate", "generate_no_cache", "load"]

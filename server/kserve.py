@@ -284,7 +284,8 @@ def parse(repo: Repository, request, deadline: float | None) -> Parsed:
     for o in request.outputs:
         if o.name != TEXT_OUTPUT and o.name not in EXTRA_OUTPUTS:
             raise InvalidInput(f"unexpected inference output {clip(o.name)} for model {name!r}; its outputs are "
-                               f"{TEXT_OUTPUT!r} and optional " + ", ".join(f"{k!r} ({v})" for k, v in EXTRA_OUTPUTS.items()))
+                               f"{TEXT_OUTPUT!r} and optional "
+                               + ", ".join(f"{k!r} ({v})" for k, v in EXTRA_OUTPUTS.items()))
         if o.name in EXTRA_OUTPUTS and o.name not in counts:
             counts.append(o.name)
     options = _decoding_options(request, given, name, lim)
