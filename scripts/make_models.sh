@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuild the default model repository: train (scripts/train_defaults.sh), publish the best
+# Rebuild the default model repository: train (scripts/train_defaults.sh), publish the best (or averaged)
 # checkpoints under checkpoints/<name>/ with their held-out test split, export models/<name>/1.
 # Usage: scripts/make_models.sh [all|addition|translate-en-ja] [--no-train]
 set -euo pipefail
@@ -11,8 +11,20 @@ for name in addition translate-en-ja; do
   [[ $what == all || $what == "$name" ]] || continue
   run=runs/$name
   mkdir -p "checkpoints/$name"
+  # The published checkpoint: averaged/ (§6.1, the mean of the last weight copies) when the run
+  # kept copies and the average scores at least as well on validation as the best epoch, else best/.
+  pick=best
+  if [[ -f $run/averaged/metrics.json ]] && .venv/bin/python - "$run" <<'PY'
+import json, sys
+run = sys.argv[1]
+key = lambda m: m.get("valid_chrf", m.get("valid_seq_acc", 0))
+avg, best = (json.load(open(f"{run}/{d}/metrics.json")) for d in ("averaged", "best"))
+sys.exit(0 if key(avg) >= key(best) else 1)
+PY
+  then pick=averaged; fi
+  echo "$name: publishing $run/$pick"
   # The optimizer state (trainer_state.pt) stays in runs/: it is for --resume, not for users.
-  cp "$run"/best/{model.safetensors,config.json,tokenizer.json,metrics.json} "checkpoints/$name/"
+  cp "$run/$pick"/{model.safetensors,config.json,tokenizer.json,metrics.json} "checkpoints/$name/"
   cp "$run/data/test.tsv" "checkpoints/$name/test.tsv"
   cp "$run/learning_curves.png" "docs/img/learning_curves_$name.png"
   case $name in  # what config.json says the model translates (the LibreTranslate API routes by it)

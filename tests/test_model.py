@@ -136,3 +136,32 @@ def test_addition_splits_are_disjoint_and_deterministic():
     for s, t in a.test:
         x, y = s.split("+")
         assert int(x) + int(y) == int(t) and str(int(x)) == x and str(int(y)) == y
+
+
+def test_token_batches_respect_the_budget_and_cover_every_example_once():
+    ex = [([4] * (n % 17 + 1), [5] * (n % 5 + 1)) for n in range(300)]
+    cfg = ModelConfig(10, 10)
+    seen, sizes = [], set()
+    for b in bucketed_batches(ex, 8, cfg, seed=3, max_tokens=60):
+        # padded cost: rows x the longest side (+1: BOS on the input, EOS on the output)
+        assert b.src.shape[0] * max(b.src.shape[1], b.tgt_in.shape[1]) <= 60
+        seen += [int(r.sum()) for r in b.src_mask]
+        sizes.add(b.src.shape[0])
+    assert sorted(seen) == sorted(len(s) for s, _ in ex)
+    assert len(sizes) > 2  # short rows come in larger batches than long ones
+
+
+def test_fused_training_attention_equals_the_exported_attention():
+    """Training runs PyTorch's fused attention, inference the written-out ops the export traces:
+    with dropout off they are the same function (ragged padding included)."""
+    torch.manual_seed(0)
+    c = ModelConfig(50, 50, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=16)
+    m = Transformer(c)
+    src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 6))
+    mask = torch.ones(3, 7, dtype=torch.long)
+    mask[0, 4:] = 0
+    m.eval()
+    exported = m(src, mask, tgt)
+    m.train()
+    fused = m(src, mask, tgt)
+    assert torch.allclose(exported, fused, atol=1e-5)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from training import checkpoint
@@ -57,3 +58,34 @@ def test_two_process_torchrun_stays_in_sync(tmp_path: Path):
     assert "replicas in sync: True" in out.stdout
     summary = json.loads((tmp_path / "ddp/summary.json").read_text())
     assert summary["world"] == 2 and summary["replicas_in_sync"] is True and summary["epochs"] == 2
+
+
+def test_max_steps_and_checkpoint_averaging(tmp_path: Path):
+    """--max-steps stops at that step (the partial epoch is evaluated and saved); --average-every
+    keeps weight copies and averaged/ holds their mean (§6.1), a loadable checkpoint."""
+    out = tmp_path / "run"
+    s2s("train", *TINY, "--epochs", "5", "--max-steps", "20", "--average-every", "5", "--average-last", "3",
+        "--batch-tokens", "120", "--out", str(out))
+    log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == 20 and log[-1]["train_tgt_tokens_per_s"] > 0
+    copies = sorted(int(f.stem.split("-")[1]) for f in (out / "averaging").glob("step-*.safetensors"))
+    assert copies == [10, 15, 20]
+    avg = load_file(str(out / "averaged/model.safetensors"))
+    kept = [load_file(str(out / f"averaging/step-{s}.safetensors")) for s in copies]
+    for k in avg:
+        assert torch.allclose(avg[k], sum(c[k] for c in kept) / 3, atol=1e-6), k
+    assert checkpoint.load(out / "averaged").config.d_model == 32
+    assert json.loads((out / "averaged/metrics.json").read_text())["averaged_steps"] == [10, 15, 20]
+
+
+def test_precision_is_chosen_by_the_hardware_and_explained():
+    from training.train import bf16_is_fast, resolve_precision
+
+    fast, why = bf16_is_fast("cpu")
+    assert isinstance(fast, bool) and why
+    dtype, reason = resolve_precision("auto", "cpu")
+    assert (dtype is not None) == fast and why in reason
+    assert resolve_precision("fp32", "cpu")[0] is None
+    assert resolve_precision("bf16", "cpu")[0] == torch.bfloat16
+    with pytest.raises(SystemExit, match="--precision"):
+        resolve_precision("fp16", "cpu")

@@ -52,6 +52,28 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], config: ModelConfig
     return Batch(src, (src != sp.pad).long(), tgt_in, tgt_out)
 
 
+def token_batches(chunk: list[int], examples: Sequence[tuple[list[int], list[int]]], max_tokens: int) -> list[list[int]]:
+    """Cut a length-sorted run of example indices into batches of at most ``max_tokens`` padded tokens.
+
+    §5.1: "each training batch contained a set of sentence pairs containing approximately 25000
+    source tokens and 25000 target tokens". The cost of a batch is its padded size, rows x the
+    longest side (+1 for BOS/EOS), so short strings come in large batches and long ones in small.
+    """
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    width = 0
+    for j in chunk:
+        w = max(width, len(examples[j][0]), len(examples[j][1]) + 1)
+        if cur and w * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur, w = [], max(len(examples[j][0]), len(examples[j][1]) + 1)
+        cur.append(j)
+        width = w
+    if cur:
+        batches.append(cur)
+    return batches
+
+
 def bucketed_batches(
     examples: Sequence[tuple[list[int], list[int]]],
     batch_size: int,
@@ -59,24 +81,46 @@ def bucketed_batches(
     seed: int | None,
     rank: int = 0,
     world: int = 1,
+    max_tokens: int = 0,
 ) -> Iterator[Batch]:
-    """Sort by length inside pools of 50 batches, cut batches, shuffle the batches.
+    """Sort by length inside pools, cut batches, shuffle the batches.
 
-    With ``seed=None`` the order is fixed (evaluation). Under data parallelism every rank
-    builds the same batch list from the same seed and takes every world-th batch.
+    Batches hold ``batch_size`` sentences, or, with ``max_tokens``, as many as fit in that many
+    padded tokens (a pool is then 50 batches of the average size). With ``seed=None`` the order
+    is fixed (evaluation). Under data parallelism every rank builds the same batch list from the
+    same seed and takes every world-th batch.
     """
+    for idx in batch_indices(examples, batch_size, seed, rank, world, max_tokens):
+        yield collate([examples[j] for j in idx], config)
+
+
+def batch_indices(
+    examples: Sequence[tuple[list[int], list[int]]],
+    batch_size: int,
+    seed: int | None,
+    rank: int = 0,
+    world: int = 1,
+    max_tokens: int = 0,
+) -> list[list[int]]:
+    """The batches of :func:`bucketed_batches` as index lists (cheap: its length is the epoch's step count)."""
     order = list(range(len(examples)))
     rng = random.Random(seed)
     if seed is not None:
         rng.shuffle(order)
-    pool = batch_size * 50
-    batches = []
+    if max_tokens:
+        mean_width = sum(max(len(s), len(t) + 1) for s, t in examples) / max(len(examples), 1)
+        pool = max(1, int(max_tokens / max(mean_width, 1))) * 50
+    else:
+        pool = batch_size * 50
+    batches: list[list[int]] = []
     for i in range(0, len(order), pool):
         chunk = sorted(order[i : i + pool], key=lambda j: (len(examples[j][0]), len(examples[j][1])))
-        batches += [chunk[k : k + batch_size] for k in range(0, len(chunk), batch_size)]
+        if max_tokens:
+            batches += token_batches(chunk, examples, max_tokens)
+        else:
+            batches += [chunk[k : k + batch_size] for k in range(0, len(chunk), batch_size)]
     if seed is not None:
         rng.shuffle(batches)
     if world > 1:  # equal counts per rank, or one rank would wait forever in all-reduce
         batches = batches[: len(batches) // world * world][rank::world]
-    for idx in batches:
-        yield collate([examples[j] for j in idx], config)
+    return batches

@@ -26,6 +26,7 @@ class TrainConfig:
     max_len: int = 64
     epochs: int = 20
     batch_size: int = 128
+    batch_tokens: int = 0  # > 0: batches of at most this many padded tokens per rank (§5.1), not batch_size sentences
     lr_factor: float = 1.0  # lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     warmup: int = 1000
     label_smoothing: float = 0.1
@@ -37,3 +38,8 @@ class TrainConfig:
     bleu_tokenize: str = "13a"
     threads: int = 0  # torch intra-op threads (0 = torch's default)
     resume: bool = False
+    precision: str = "auto"  # auto | fp32 | bf16 (autocast); auto = bf16 only where the hardware runs it fast
+    max_steps: int = 0  # > 0: stop after this many optimizer steps (a time-budgeted run, reproduced exactly)
+    time_budget_min: float = 0  # > 0: stop once training has run this long (then evaluate and save as after an epoch)
+    average_every: int = 0  # > 0: every this many steps keep a copy of the weights for averaging (§6.1)
+    average_last: int = 5  # average this many of the last kept copies into averaged/ at the end

@@ -35,7 +35,8 @@ def teacher_forced(model: Transformer, examples, batch_size: int, device: str) -
 def generate(model: Transformer, codec: TextCodec, sources: Sequence[str], batch_size: int, device: str, max_new_tokens: int) -> list[str]:
     """Greedy outputs for raw source texts, in input order (batches sorted by length for speed)."""
     model.eval()
-    ids = [codec.source_ids(s) for s in sources]
+    # A source longer than the model's positions is cut (the server refuses it; an evaluation scores it).
+    ids = [codec.source_ids(s)[: model.config.max_len] for s in sources]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[str] = [""] * len(ids)
     for k in range(0, len(order), batch_size):

@@ -68,11 +68,18 @@ class MultiHeadAttention(nn.Module):
     def attend(self, x: Tensor, k: Tensor, v: Tensor, keep: Tensor) -> Tensor:
         """x: queries (B, T, d_model); k, v: (B, H, L, Dh); keep: bool, broadcastable to (B, H, T, L)."""
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, T, L)
-        scores = scores.masked_fill(~keep, MASKED)
-        attn = self.dropout(scores.softmax(dim=-1))
-        out = (attn @ v).transpose(1, 2).flatten(2)  # (B, T, d_model)
-        return self.w_o(out)
+        if self.training:
+            # PyTorch's fused kernel (dropout inside) trains 1.35x faster on 2 CPU cores than the
+            # written-out ops below. Inference keeps those: their ONNX graph has 125 decoder nodes,
+            # the fused call's decomposition 173, and the engine pays for every node each step.
+            # The mask is an additive bias, not a boolean one, so a fully masked row stays finite.
+            bias = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill(~keep, MASKED)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout.p, scale=self.d_k**-0.5)
+        else:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, T, L)
+            attn = scores.masked_fill(~keep, MASKED).softmax(dim=-1)
+            out = attn @ v  # (B, H, T, Dh)
+        return self.w_o(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
 
 
 class FeedForward(nn.Module):

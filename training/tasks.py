@@ -102,11 +102,14 @@ def split_of(source: str, valid_per_mille: int = 25, test_per_mille: int = 25) -
     return "train"
 
 
-def translation(path: Path) -> Splits:
-    """A parallel TSV `source<TAB>target[<TAB>ignored...]` (Tatoeba/ManyThings format), split by hash."""
+def translation(*paths: Path) -> Splits:
+    """Parallel TSVs `source<TAB>target[<TAB>ignored...]` (Tatoeba/ManyThings format), split by hash.
+
+    Several files (a corpus kept in one file per licence) are read in the order given."""
     out: dict[str, list[Pair]] = {"train": [], "valid": [], "test": []}
-    for src, tgt in read_tsv(path):
-        out[split_of(src)].append((src, tgt))
+    for path in paths:
+        for src, tgt in read_tsv(path):
+            out[split_of(src)].append((src, tgt))
     return Splits(out["train"], out["valid"], out["test"])
 
 

@@ -18,12 +18,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from contract.config import ModelConfig, TaskConfig, write_json
 from contract.text import TextCodec
 from training import checkpoint, tasks
-from training.batching import bucketed_batches, encode_pairs
+from training.batching import batch_indices, collate, encode_pairs
 from training.evaluate import evaluate
 from training.model import Transformer
 from training.config import TrainConfig
@@ -47,7 +48,7 @@ def build_data(cfg: TrainConfig) -> tuple[tasks.Splits, TaskConfig]:
     elif cfg.task == "translation":
         if not cfg.data:
             raise SystemExit("--task translation needs --data FILE.tsv (source<TAB>target per line)")
-        splits = tasks.translation(Path(cfg.data))
+        splits = tasks.translation(*(Path(f) for f in cfg.data.split(",") if f))
         task = TaskConfig("translation", cfg.reverse_source, "unk", max_new_tokens=cfg.max_len - 1)
     else:
         raise SystemExit(f"unknown task {cfg.task!r}; choose one of {', '.join(tasks.TASKS)}")
@@ -58,6 +59,57 @@ def build_tokenizer(cfg: TrainConfig, splits: tasks.Splits):
     if cfg.task == "translation":
         return bpe_tokenizer((t for pair in splits.train for t in pair), cfg.vocab_size)
     return char_tokenizer("".join(s + t for s, t in splits.train + splits.valid + splits.test))
+
+
+def bf16_is_fast(device: str) -> tuple[bool, str]:
+    """Whether bf16 autocast pays here, and why. Detected, not assumed: the machine kind changes.
+
+    On a CPU bf16 matmuls are fast only with AMX or AVX-512 BF16; without them oneDNN emulates
+    bf16 and training gets slower than float32.
+    """
+    if device.startswith("cuda"):
+        ok = torch.cuda.is_bf16_supported()
+        return ok, "CUDA device supports bf16" if ok else "CUDA device without bf16"
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        flags = set()
+    found = sorted(flags & {"amx_bf16", "avx512_bf16"})
+    return bool(found), f"CPU flags {', '.join(found)}" if found else "CPU has neither AMX nor AVX-512 BF16"
+
+
+def resolve_precision(cfg_precision: str, device: str) -> tuple[torch.dtype | None, str]:
+    """The autocast dtype (None = plain float32) and the reason, for the log."""
+    if cfg_precision == "fp32":
+        return None, "float32 (--precision fp32)"
+    if cfg_precision == "bf16":
+        return torch.bfloat16, "bf16 autocast (--precision bf16)"
+    if cfg_precision != "auto":
+        raise SystemExit(f"--precision must be auto, fp32 or bf16, not {cfg_precision!r}")
+    fast, why = bf16_is_fast(device)
+    return (torch.bfloat16, f"bf16 autocast ({why})") if fast else (None, f"float32 ({why})")
+
+
+def keep_copy(model: torch.nn.Module, folder: Path, step: int, keep: int) -> None:
+    """Write the weights as averaging/step-N.safetensors and drop all but the newest ``keep``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_output:  # tied: safetensors refuses shared storage (see checkpoint.save)
+        state.pop("generator.weight", None)
+    if model.config.share_embeddings:
+        state.pop("tgt_embed.weight", None)
+    save_file(state, str(folder / f"step-{step}.safetensors"))
+    for old in sorted(folder.glob("step-*.safetensors"), key=lambda f: int(f.stem.split("-")[1]))[:-keep]:
+        old.unlink()
+
+
+def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """§6.1: "a single model obtained by averaging the last 5 checkpoints". Arithmetic mean per tensor."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        for k, v in load_file(str(path)).items():
+            total[k] = total[k] + v.double() if k in total else v.double()
+    return {k: (v / len(paths)).float() for k, v in total.items()}
 
 
 class DistEnv:
@@ -144,18 +196,30 @@ def train(cfg: TrainConfig) -> dict:
     train_probe = splits.train[: min(len(splits.train), 500)]
     valid = splits.valid[: cfg.eval_max]
     translation = task.name == "translation"
+    autocast_dtype, precision_why = resolve_precision(cfg.precision, env.device)
+    if env.main:
+        print(f"precision: {precision_why}; batches: "
+              f"{f'{cfg.batch_tokens} padded tokens' if cfg.batch_tokens else f'{cfg.batch_size} sentences'} per rank", flush=True)
+    kept = out / "averaging"  # weight copies for §6.1 averaging; in the run folder, never published
     t0 = time.time()
+    elapsed_before = 0.0
+    if cfg.resume and log_path.exists():
+        rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+        elapsed_before = rows[-1]["time_s"] if rows else 0.0
+    budget_s = cfg.time_budget_min * 60 if cfg.time_budget_min > 0 else math.inf
+    out_of_time = False
     row: dict = {}
     for epoch in range(start_epoch, cfg.epochs + 1):
         ddp.train()
-        n_batches = math.ceil(len(train_ex) / cfg.batch_size) // env.world
-        bar = tqdm(bucketed_batches(train_ex, cfg.batch_size, config, cfg.seed + epoch, env.rank, env.world),
-                   total=n_batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not env.main, leave=False)
+        batches = batch_indices(train_ex, cfg.batch_size, cfg.seed + epoch, env.rank, env.world, cfg.batch_tokens)
+        bar = tqdm(batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not env.main, leave=False, unit="batch")
         loss_sum = tok_sum = 0.0
-        for batch in bar:
-            batch = batch.to(env.device)
-            logits = ddp(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=config.special.pad,
+        epoch_t0 = time.time()
+        for i, idx in enumerate(bar):
+            batch = collate([train_ex[j] for j in idx], config).to(env.device)
+            with torch.autocast(env.device.split(":")[0], dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                logits = ddp(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=config.special.pad,
                                    label_smoothing=cfg.label_smoothing)  # §5.4 label smoothing
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -164,20 +228,39 @@ def train(cfg: TrainConfig) -> dict:
             sched.step()
             loss_sum += loss.item() * batch.n_tokens
             tok_sum += batch.n_tokens
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}")
+            tok_s = tok_sum * env.world / max(time.time() - epoch_t0, 1e-9)
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}", tgt_tok_s=f"{tok_s:.0f}")
+            step = sched.last_epoch
+            if cfg.average_every and step % cfg.average_every == 0 and env.main:
+                keep_copy(model, kept, step, cfg.average_last)
+            if cfg.max_steps and step >= cfg.max_steps:  # every rank counts the same steps
+                out_of_time = True
+                break
+            if i % 20 == 19 and budget_s < math.inf:  # every rank must stop at the same step
+                over = torch.tensor([int(elapsed_before + time.time() - t0 >= budget_s)])
+                if env.world > 1:
+                    dist.broadcast(over, 0)
+                if over.item():
+                    out_of_time = True
+                    break
 
         if env.main:
             model.eval()
+            train_s = time.time() - epoch_t0
             tr = evaluate(model, codec, train_probe, device=env.device, translation=translation, bleu_tokenize=cfg.bleu_tokenize)
             va = evaluate(model, codec, valid, device=env.device, translation=translation, bleu_tokenize=cfg.bleu_tokenize)
-            row = {"epoch": epoch, "step": sched.last_epoch, "time_s": round(time.time() - t0, 1),
+            row = {"epoch": epoch, "step": sched.last_epoch, "time_s": round(elapsed_before + time.time() - t0, 1),
                    "train_smoothed_loss": loss_sum / max(tok_sum, 1),
+                   # target tokens (no padding) per second of optimisation, all ranks together
+                   "train_tgt_tokens_per_s": round(tok_sum * env.world / max(train_s, 1e-9), 1),
                    **{f"train_{k}": v for k, v in tr.items() if k != "n"}, **{f"valid_{k}": v for k, v in va.items() if k != "n"}}
+            if out_of_time:
+                row["partial_epoch"] = True
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
             score = va["chrf"] if translation else va["seq_acc"]
             summary = " ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("valid_"))
-            print(f"epoch {epoch} ({row['time_s']}s) {summary}", flush=True)
+            print(f"epoch {epoch} ({row['time_s']}s, {row['train_tgt_tokens_per_s']:.0f} tgt tok/s) {summary}", flush=True)
             train_info = {"config": dataclasses.asdict(cfg), "epoch": epoch, "world": env.world}
             checkpoint.save(out / "last", model, task, tokenizer, row, train_info)
             torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "epoch": epoch, "best": max(best, score),
@@ -186,12 +269,27 @@ def train(cfg: TrainConfig) -> dict:
                 best = score
                 checkpoint.save(out / "best", model, task, tokenizer, row, train_info)
             learning_curves(log_path, out / "learning_curves.png", title=f"{task.name} ({out.name})")
-        stop = torch.tensor([int(env.main and cfg.stop_at is not None and row.get("valid_seq_acc", 0) >= cfg.stop_at)])
+        stop = torch.tensor([int(out_of_time or (env.main and cfg.stop_at is not None and row.get("valid_seq_acc", 0) >= cfg.stop_at))])
         if env.world > 1:
             dist.broadcast(stop, 0)
         env.barrier()
         if stop.item():
             break
+
+    if env.main and cfg.average_every:
+        copies = sorted(kept.glob("step-*.safetensors"), key=lambda f: int(f.stem.split("-")[1]))[-cfg.average_last :]
+        if len(copies) >= 2:
+            averaged = Transformer(config)
+            averaged.load_state_dict(average_weights(copies), strict=False)
+            averaged.eval()
+            va = evaluate(averaged, codec, valid, device="cpu", translation=translation, bleu_tokenize=cfg.bleu_tokenize)
+            steps = [int(f.stem.split("-")[1]) for f in copies]
+            arow = {"epoch": row.get("epoch"), "step": steps[-1], "time_s": row.get("time_s"), "averaged_steps": steps,
+                    **{f"valid_{k}": v for k, v in va.items() if k != "n"}}
+            checkpoint.save(out / "averaged", averaged, task, tokenizer, arow,
+                            {"config": dataclasses.asdict(cfg), "averaged_steps": steps, "world": env.world})
+            print("averaged " + ",".join(map(str, steps)) + ": " +
+                  " ".join(f"{k}={v:.4f}" for k, v in arow.items() if k.startswith("valid_")), flush=True)
 
     in_sync = replicas_in_sync(model, env)
     if env.main:

@@ -1,0 +1,100 @@
+"""Score en->ja bundles on the two test sets of docs/experiments.md: the hash split and the unseen projects.
+
+    .venv/bin/python scripts/eval_en_ja.py                       # the served bundle, greedy and beam 4
+    .venv/bin/python scripts/eval_en_ja.py --bundle old=/tmp/old/1 --bundle new=models/translate-en-ja/1
+
+* **hash split**: 2,000 pairs of the corpus's test split (``training.tasks.split_of``: a hash of the
+  English string, so no model trained on this corpus, old or new, saw them), the 2,000 with the
+  smallest sha256 of the English (the file is sorted by code point; its head is all "A...").
+* **unseen projects** (leave-projects-out): ``data/en-ja/heldout-projects.tsv``, strings of whole
+  projects that no training file draws on (``training.corpus_en_ja.HELDOUT_PROJECTS``), none of
+  whose English strings occurs in a training file. This is the realistic measure: users send
+  strings of software the model has never seen.
+
+Each bundle is decoded by the ONNX engine (what is served), greedy and beam 4 (α 0.6), and scored
+with sacrebleu's chrF and character BLEU, next to copying the source. Results accumulate in
+``docs/eval_en_ja.json`` (one entry per label), so a bundle that no longer exists (the previous
+default model) keeps its row; the table in docs/experiments.md is rebuilt from that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import sacrebleu
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.markdown import write_section  # noqa: E402
+
+CORPUS = (ROOT / "data/en-ja/ui-strings.tsv", ROOT / "data/en-ja/ui-strings-copyleft.tsv")
+HELDOUT = ROOT / "data/en-ja/heldout-projects.tsv"
+RESULTS = ROOT / "docs/eval_en_ja.json"
+N_HASH = 2000
+
+
+def test_sets() -> dict[str, list[tuple[str, str]]]:
+    from training import tasks
+
+    test = tasks.translation(*CORPUS).test
+    test = sorted(test, key=lambda p: hashlib.sha256(p[0].encode()).digest())[:N_HASH]
+    return {"hash split": test, "unseen projects": tasks.read_tsv(HELDOUT)}
+
+
+def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
+    return {"chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+            "bleu_char": round(sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score, 2),
+            "exact": round(sum(h == r for h, r in zip(hyps, refs)) / len(refs), 4)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", action="append", default=[], metavar="LABEL=DIR",
+                    help="a bundle to score under LABEL (default: served=models/translate-en-ja/1); repeatable")
+    ap.add_argument("--beams", default="1,4", help="beam sizes to decode with (1 = greedy)")
+    args = ap.parse_args()
+    import engine
+
+    sets = test_sets()
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results["copy the source"] = {name: {"1": scores([s for s, _ in pairs], [t for _, t in pairs])} for name, pairs in sets.items()}
+    for spec in args.bundle or ["served=models/translate-en-ja/1"]:
+        label, _, path = spec.partition("=")
+        eng = engine.load(ROOT / path if not Path(path).is_absolute() else path, threads=1, device="cpu")
+        entry = results.setdefault(label, {})
+        entry["bundle"] = str(path)
+        for name, pairs in sets.items():
+            srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
+            for beam in (int(b) for b in args.beams.split(",")):
+                t0 = time.perf_counter()
+                hyps = [r.text for r in eng.generate(srcs, beam_size=beam, max_batch_size=64 * beam)]
+                entry.setdefault(name, {})[str(beam)] = {**scores(hyps, refs), "seconds": round(time.perf_counter() - t0, 1)}
+                print(f"{label:>16} {name:>16} beam {beam}: {entry[name][str(beam)]}", flush=True)
+    RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+
+    rows = ["| model | decoding | hash split chrF | hash split BLEU (char) | unseen projects chrF | unseen projects BLEU (char) |",
+            "|---|---|---:|---:|---:|---:|"]
+    for label, entry in results.items():
+        for beam in ("1", "4"):
+            if beam not in entry.get("hash split", {}):
+                continue
+            h, u = entry["hash split"][beam], entry["unseen projects"][beam]
+            decoding = "–" if label == "copy the source" else ("greedy" if beam == "1" else "beam 4, α 0.6")
+            rows.append(f"| {label} | {decoding} | {h['chrf']:.1f} | {h['bleu_char']:.1f} | {u['chrf']:.1f} | {u['bleu_char']:.1f} |")
+    n = {name: len(p) for name, p in sets.items()}
+    table = (f"Hash split: {n['hash split']:,} pairs of the corpus's test split; unseen projects: {n['unseen projects']:,} "
+             "pairs of `data/en-ja/heldout-projects.tsv`. Decoded by the ONNX engine; `python scripts/eval_en_ja.py`.\n\n"
+             + "\n".join(rows))
+    write_section(ROOT / "docs" / "experiments.md", "en-ja-eval", table, title="# Experiments")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
