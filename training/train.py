@@ -32,6 +32,9 @@ from training.plots import learning_curves
 from training.vocab import bpe_tokenizer, char_tokenizer
 
 
+LOG_EVERY = 10  # steps between two lines of steps.jsonl
+
+
 def rate(step: int, d_model: int, warmup: int, factor: float) -> float:
     """§5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)."""
     step = max(step, 1)
@@ -190,8 +193,9 @@ def train(cfg: TrainConfig) -> dict:
         start_epoch, best = state["epoch"] + 1, state["best"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["py_rng"])
-    elif env.main and log_path.exists():
-        log_path.unlink()
+    elif env.main:
+        for stale in (log_path, out / "steps.jsonl"):
+            stale.unlink(missing_ok=True)
 
     train_probe = splits.train[: min(len(splits.train), 500)]
     valid = splits.valid[: cfg.eval_max]
@@ -231,6 +235,10 @@ def train(cfg: TrainConfig) -> dict:
             tok_s = tok_sum * env.world / max(time.time() - epoch_t0, 1e-9)
             bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}", tgt_tok_s=f"{tok_s:.0f}")
             step = sched.last_epoch
+            if env.main and step % LOG_EVERY == 0:  # the loss curve between evaluations
+                with open(out / "steps.jsonl", "a") as f:
+                    f.write(json.dumps({"step": step, "time_s": round(elapsed_before + time.time() - t0, 1),
+                                        "train_loss": round(loss.item(), 4), "lr": sched.get_last_lr()[0]}) + "\n")
             if cfg.average_every and step % cfg.average_every == 0 and env.main:
                 keep_copy(model, kept, step, cfg.average_last)
             if cfg.max_steps and step >= cfg.max_steps:  # every rank counts the same steps
