@@ -214,6 +214,23 @@ def main(argv: list[str] | None = None) -> int:
                    "RESOURCE_EXHAUSTED (queue full) is resent after a backoff")
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = model default")
     p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
+    g = p.add_argument_group("decoding options (CTranslate2's names; docs/DECODING.md has defaults and ranges)")
+    for flag, typ, hlp in (
+        ("--length-penalty", float, "length penalty alpha (default: the type's, gnmt 0.6)"),
+        ("--length-penalty-type", str, "gnmt (the paper's beam) | ctranslate2"),
+        ("--repetition-penalty", float, "CTranslate2's repetition penalty (1 = off)"),
+        ("--no-repeat-ngram-size", int, "forbid repeating any n-gram of this size (0 = off)"),
+        ("--min-new-tokens", int, "generate at least this many tokens (after a prefix)"),
+        ("--disable-unk", None, "never generate <unk>"),
+        ("--sampling-topk", int, "sample from the k most likely tokens (1 = greedy, 0 = the whole vocabulary)"),
+        ("--sampling-topp", float, "sample from the smallest set of tokens with this much probability"),
+        ("--sampling-temperature", float, "divide the logits by this before sampling"),
+        ("--seed", int, "seed of the sampling: the same seed gives the same output, alone or batched"),
+    ):
+        if typ is None:
+            g.add_argument(flag, action="store_true", default=None, help=hlp)
+        else:
+            g.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--timeout", type=float, default=60.0, help="deadline in seconds")
     p.add_argument("--token", default=None, help="bearer token, if the server requires one")
     p.add_argument("--tls-ca", default=None, help="PEM CA to verify a TLS server")

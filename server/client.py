@@ -229,6 +229,11 @@ def _stream_chunk(client: Seq2SeqClient, model: str, chunk: list[str], first: in
         raise err from None
 
 
+#: `s2s client` flags that map 1:1 onto GenerateOptions fields (unset = the server's default).
+DECODING_FLAGS = ("length_penalty", "length_penalty_type", "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens",
+                  "disable_unk", "sampling_topk", "sampling_topp", "sampling_temperature", "seed")
+
+
 def run_cli(args) -> int:
     from_stdin = not args.text
     lines: deque = deque()  # stdin only: line numbers and blank lines of the inputs not yet answered
@@ -251,6 +256,7 @@ def run_cli(args) -> int:
             if from_stdin and not n and sys.stdin.isatty():
                 n = concurrency = 1  # typed by hand: answer each line once it is entered
             kw = dict(max_new_tokens=args.max_new_tokens, beam_size=args.beam_size)
+            kw.update({k: v for k in DECODING_FLAGS if (v := getattr(args, k, None)) is not None})
             if args.stream:
                 it = iter(texts)
                 head = list(itertools.islice(it, 2))

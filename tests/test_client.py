@@ -224,3 +224,16 @@ def test_generate_many_backs_off_while_the_queue_is_full(model_repo):
         assert metric(srv, "s2s_requests_total", model=ADD, method="Generate", code="RESOURCE_EXHAUSTED") > 0
     finally:
         srv.stop()
+
+
+def test_cli_decoding_option_flags_reach_the_server(server):
+    inputs = texts(40, seed=5)
+    # top-k 1 is greedy whatever the seed and temperature
+    p = cli(server, "--sampling-topk", "1", "--sampling-temperature", "0.7", "--seed", "3", stdin="\n".join(inputs) + "\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == direct(server, inputs)
+    seeded = [cli(server, "--sampling-topk", "0", "--sampling-temperature", "2", "--seed", "11", *inputs[:8]).stdout
+              for _ in range(2)]
+    assert seeded[0] == seeded[1] and seeded[0].splitlines() != direct(server, inputs[:8])  # sampled, reproducibly
+    p = cli(server, "--sampling-topp", "1.5", "1+1")
+    assert p.returncode == 1 and "sampling_topp" in p.stderr
