@@ -38,7 +38,7 @@ def main() -> int:
         ck_dir = ROOT / "checkpoints" / name
         ckpt = checkpoint.load(ck_dir)
         pairs = tasks.read_tsv(ck_dir / "test.tsv")
-        if len(pairs) > N_TEST:  # the same 2,000 as scripts/eval_en_ja.py: smallest sha256 of the source
+        if ckpt.task.name == "translation" and len(pairs) > N_TEST:  # the 2,000 of scripts/eval_en_ja.py: smallest sha256
             pairs = sorted(pairs, key=lambda p: hashlib.sha256(p[0].encode()).digest())[:N_TEST]
         srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
         translation = ckpt.task.name == "translation"
