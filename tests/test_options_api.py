@@ -18,10 +18,13 @@ from tritonclient.utils import InferenceServerException
 
 import grpc
 from conftest import MODEL_REPO, english
+from contract.bundle import read_bundle
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from server.client import Seq2SeqClient
 
 JA = "translate-en-ja"
+# The vocabulary bounds sampling_topk; read from the bundle, so a retrained model needs no edit here.
+JA_VOCAB = read_bundle(MODEL_REPO / JA / "1", verify_hashes=False).model.tgt_vocab_size
 TEXTS = english(6)
 PREFIXES = ["", "「", "", "この", "", ""]
 # One case per option family; each row's output must equal the engine's in process.
@@ -85,7 +88,7 @@ def test_list_models_advertises_option_limits(server):
         info = next(m for m in c.models() if m.name == JA)
     limits = {o.name: o for o in info.option_limits}
     assert limits["beam_size"].max == info.max_beam_size == limits["num_hypotheses"].max
-    assert limits["sampling_topk"].max == 4000 and limits["sampling_topk"].default == 1
+    assert limits["sampling_topk"].max == JA_VOCAB and limits["sampling_topk"].default == 1
     assert limits["min_new_tokens"].max == info.max_new_tokens
     assert {"length_penalty", "repetition_penalty", "sampling_topp", "sampling_temperature", "seed",
             "no_repeat_ngram_size", "target_prefix_tokens", "max_new_tokens"} <= set(limits)
@@ -93,7 +96,7 @@ def test_list_models_advertises_option_limits(server):
 
 BAD = [  # (options, target prefixes, the limit the message must name)
     (dict(beam_size=2, num_hypotheses=3), None, "num_hypotheses=3 is out of range: 1 to beam_size (2)"),
-    (dict(sampling_topk=5000), None, "sampling_topk=5000 is out of range: 0 (whole vocabulary) to 4000"),
+    (dict(sampling_topk=JA_VOCAB + 1), None, f"sampling_topk={JA_VOCAB + 1} is out of range: 0 (whole vocabulary) to {JA_VOCAB}"),
     (dict(sampling_topk=0, sampling_topp=1.5), None, "sampling_topp=1.5 is out of range"),
     (dict(repetition_penalty=0.0), None, "repetition_penalty=0.0 is out of range: above 0"),
     (dict(sampling_temperature=50.0), None, "sampling_temperature=50.0 is out of range: 0 (greedy) to 10"),
