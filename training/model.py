@@ -69,9 +69,11 @@ class MultiHeadAttention(nn.Module):
         """x: queries (B, T, d_model); k, v: (B, H, L, Dh); keep: bool, broadcastable to (B, H, T, L)."""
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
         if self.training:
-            # PyTorch's fused kernel (dropout inside) trains 1.35x faster on 2 CPU cores than the
-            # written-out ops below. Inference keeps those: their ONNX graph has 125 decoder nodes,
-            # the fused call's decomposition 173, and the engine pays for every node each step.
+            # PyTorch's fused kernel, dropout inside. Its gain is not settled on 2 CPU cores:
+            # 1.36x in an ad-hoc probe on a loaded machine, 0.89x in one idle pass of
+            # bench/train_speed.py (docs/experiments.md). Inference keeps the written-out ops below:
+            # their ONNX graph has 125 decoder nodes, the fused call's decomposition 173, and the
+            # engine pays for every node each step.
             # The mask is an additive bias, not a boolean one, so a fully masked row stays finite.
             bias = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill(~keep, MASKED)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout.p, scale=self.d_k**-0.5)
