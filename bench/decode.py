@@ -246,14 +246,11 @@ def make_runners(args, ck, engine, engine_int8, ct2, ct2_int8) -> dict[str, Runn
 
 # ----------------------------------------------------------------------------- measuring
 
-@dataclass
-class Cell:
-    engine: str
-    batch: int
-    new_tokens: int
+class Timed:
+    """What a cell of timings reports; the dataclasses below hold ``sequences`` and ``times``."""
+
     sequences: int
-    times: list[float] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
+    times: list[float]
 
     @property
     def median(self) -> float:
@@ -264,12 +261,22 @@ class Cell:
         return self.sequences / self.median
 
     @property
-    def tok_s(self) -> float:
-        return self.sequences * self.new_tokens / self.median
-
-    @property
     def spread(self) -> float:
         return (max(self.times) - min(self.times)) / self.median
+
+
+@dataclass
+class Cell(Timed):
+    engine: str
+    batch: int
+    new_tokens: int
+    sequences: int
+    times: list[float] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    @property
+    def tok_s(self) -> float:
+        return self.sequences * self.new_tokens / self.median
 
 
 def time_cells(runners: list[Runner], texts: list[str], batch: int, n: int, repeats: int, tick=lambda: None) -> list[Cell]:
@@ -391,7 +398,7 @@ class RealSystem:
 
 
 @dataclass
-class RealCell:
+class RealCell(Timed):
     system: str
     precision: str
     beam: int
@@ -400,18 +407,6 @@ class RealCell:
     times: list[float] = field(default_factory=list)
     raw: list = field(default_factory=list)
     ids: list[list[int]] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times)
-
-    @property
-    def seq_s(self) -> float:
-        return self.sequences / self.median
-
-    @property
-    def spread(self) -> float:
-        return (max(self.times) - min(self.times)) / self.median
 
     @property
     def mean_len(self) -> float:
