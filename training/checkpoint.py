@@ -39,15 +39,19 @@ class Checkpoint:
         return self.model.config
 
 
-def save(folder: Path, model: Transformer, task: TaskConfig, tokenizer: Tokenizer, metrics: dict, train: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    # Tied weights share storage; safetensors stores each tensor once, so drop the alias.
+def weights(model: Transformer) -> dict:
+    """The tensors to write. Tied weights share storage; safetensors stores each tensor once, so drop the alias."""
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_output:
         state.pop("generator.weight", None)
     if model.config.share_embeddings:
         state.pop("tgt_embed.weight", None)
-    save_file(state, str(folder / WEIGHTS))
+    return state
+
+
+def save(folder: Path, model: Transformer, task: TaskConfig, tokenizer: Tokenizer, metrics: dict, train: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights(model), str(folder / WEIGHTS))
     write_json(folder / CONFIG, {"model": model.config.to_dict(), "task": task.to_dict(), "train": train})
     tokenizer.save(str(folder / TOKENIZER))
     write_json(folder / METRICS, metrics)

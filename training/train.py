@@ -96,12 +96,7 @@ def resolve_precision(cfg_precision: str, device: str) -> tuple[torch.dtype | No
 def keep_copy(model: torch.nn.Module, folder: Path, step: int, keep: int) -> None:
     """Write the weights as averaging/step-N.safetensors and drop all but the newest ``keep``."""
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    if model.config.tie_output:  # tied: safetensors refuses shared storage (see checkpoint.save)
-        state.pop("generator.weight", None)
-    if model.config.share_embeddings:
-        state.pop("tgt_embed.weight", None)
-    save_file(state, str(folder / f"step-{step}.safetensors"))
+    save_file(checkpoint.weights(model), str(folder / f"step-{step}.safetensors"))
     for old in sorted(folder.glob("step-*.safetensors"), key=lambda f: int(f.stem.split("-")[1]))[:-keep]:
         old.unlink()
 
