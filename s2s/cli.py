@@ -31,7 +31,7 @@ TRAIN_HELP = {
     "threads": "torch intra-op threads (0 = default)", "resume": "continue the run in --out from last/",
     "batch_tokens": "padded tokens per batch and rank (0 = use --batch-size sentences); the paper's batching (§5.1)",
     "precision": "auto | fp32 | bf16: bf16 autocast; auto picks bf16 only on CUDA with bf16 or a CPU with AMX / AVX-512 BF16",
-    "time_budget_min": "stop after this many minutes of training (0 = run all --epochs); the last partial epoch is evaluated and saved",
+    "time_budget_min": "stop after this many minutes of training, resumed runs counted from their start (0 = run all --epochs); the last partial epoch is evaluated and saved",
     "max_steps": "stop after this many optimizer steps (0 = no limit); reproduces a --time-budget-min run exactly",
     "average_every": "keep the weights every N steps for checkpoint averaging (0 = off); §6.1 averaged the last 5, 10 min apart",
     "average_last": "how many kept copies averaged/ averages",
