@@ -55,7 +55,7 @@ class CoreSpec:
 class Submit:
     request: int
     sequences: list[tuple[list[int], list[int]]]  # (source ids, target prefix ids) per input
-    options: DecodingOptions  # max_new_tokens resolved, the seed drawn when sampling
+    options: tuple  # DecodingOptions.to_tuple(): max_new_tokens resolved, the seed drawn when sampling
     stream: bool
     deadline: float | None  # time.monotonic(): one clock for all processes of the machine
     arrival: float
@@ -163,7 +163,7 @@ def main(conn: Connection, spec: CoreSpec) -> None:
 def _handle(msg, sched: Scheduler, send, start_drain) -> None:
     """One front-end message."""
     if isinstance(msg, Submit):
-        o = msg.options
+        o = DecodingOptions.from_tuple(msg.options)
         seqs = [Sequence(ids, o.max_new_tokens, stream=msg.stream, options=o, prefix=prefix) for ids, prefix in msg.sequences]
         try:
             sched.submit(msg.request, seqs, msg.deadline, msg.arrival)

@@ -197,7 +197,7 @@ class CoreHandle:
         req = InFlight(next(_request_ids), len(sequences) * options.beam_size, on_token, on_finished, on_failed)
         self.inflight[req.id] = req
         self.rows += req.rows
-        self._post(Submit(req.id, sequences, options, stream, deadline, arrival))
+        self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival))
         return req
 
     def _post(self, message) -> None:
