@@ -16,7 +16,7 @@ import numpy as np
 from engine.cache import DecodeBatch, pad_axis
 from contract.decoding import DecodingOptions, check
 from engine.logits import RowOptions
-from engine.search import Beam, Greedy, Hypothesis
+from engine.search import Beam, Greedy, Hypothesis, top_logprobs
 from engine.session import Engine
 
 _ids = itertools.count()
@@ -175,8 +175,8 @@ class Generator:
             logp = np.zeros(len(b))
             logp[picks.rows] = picks.logp
         parents = np.arange(len(b))
-        reorder = False
         streamed: list[tuple[Sequence, int]] = []
+        beams: list[Sequence] = []
         for s in self.seqs:
             if isinstance(s.search, Greedy):
                 tok = int(next_tokens[s.row])
@@ -184,12 +184,18 @@ class Generator:
                 if s.stream:
                     streamed.append((s, tok))
             else:
-                rows = slice(s.row, s.row + s.n_rows)
-                next_tokens[rows], par = s.search.advance(logits[rows])
-                parents[rows] = s.row + par
-                reorder = True
+                beams.append(s)
+        if beams:  # every beam's candidates in one vector pass, then each beam picks among its own
+            rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
+            top_lp, top_tok = top_logprobs(logits[rows], 2 * max(s.n_rows for s in beams))
+            at = 0
+            for s in beams:
+                k = s.n_rows
+                next_tokens[s.row : s.row + k], par = s.search.advance_top(top_lp[at : at + k], top_tok[at : at + k])
+                parents[s.row : s.row + k] = s.row + par
+                at += k
         b.advance(present, next_tokens)
-        if reorder:
+        if beams:
             b.reorder(parents)
         finished = [s for s in self.seqs if s.search.done]
         for s in finished:
