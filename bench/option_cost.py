@@ -2,7 +2,7 @@
 path against an earlier commit.
 
 One continuous-batching server (one engine core) of this tree, and with ``--baseline REF`` a second one
-running REF's code (``git archive REF``, its stubs generated; same model repository and flags). Every
+running REF's code (``git archive REF``, its stubs generated; same models (as bundle format 1 where REF reads only that: ``baseline_repo``) and flags). Every
 request of a window sets one family's options (``FAMILIES``); ``--option-concurrency`` closed-loop
 workers, windows as in the main grid (``run_cell``), ``--rounds`` rounds with the order rotated each
 round, pooled. The table gives answers/s and generated tokens/s per family and the ratio to "no
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,26 @@ def baseline_tree(root: Path, ref: str, into: Path) -> Path:
     return out
 
 
+def baseline_repo(repo: Path, model: str, into: Path) -> Path:
+    """``model``'s versions for a server that reads bundle format 1: format 2 only added ``task.beam_size`` (the
+    default beam), which the table never relies on (every request names its beam), so its config.json is
+    written back as format 1 and the payload files are linked, not copied."""
+    out = into / "baseline-models"
+    for version in sorted(p for p in (repo / model).iterdir() if p.is_dir()):
+        dst = out / model / version.name
+        dst.mkdir(parents=True)
+        for f in version.iterdir():
+            if f.name == "config.json":
+                cfg = json.loads(f.read_text(encoding="utf-8"))
+                if cfg.get("format_version") == 2:
+                    cfg["format_version"] = 1
+                    cfg.get("task", {}).pop("beam_size", None)
+                (dst / f.name).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            else:
+                (dst / f.name).symlink_to(f.resolve())
+    return out
+
+
 async def run(serve, args: argparse.Namespace, inputs: list[str], log) -> dict[str, object]:
     """Cells per family (and the baseline's no-option cell), pooled over --rounds."""
     conc = args.option_concurrency
@@ -53,8 +74,9 @@ async def run(serve, args: argparse.Namespace, inputs: list[str], log) -> dict[s
         if args.baseline:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-baseline-")))
             tree = baseline_tree(serve.ROOT, args.baseline, tmp)
+            old = argparse.Namespace(**{**vars(args), "model_repo": baseline_repo(args.model_repo, args.model, tmp)})
             servers["baseline"] = stack.enter_context(
-                serve.ServerProcess(args, "continuous", 1, root=tree, label=f"baseline {args.baseline}"))
+                serve.ServerProcess(old, "continuous", 1, root=tree, label=f"baseline {args.baseline}"))
         only = [f.strip() for f in args.option_families.split(",") if f.strip()]
         plan = [(name, "current", opts) for name, opts in FAMILIES
                 if name == "no option" or not only or any(name.startswith(f) for f in only)]
@@ -80,7 +102,8 @@ def table(cells: dict, args: argparse.Namespace) -> str:
         "### Decoding options under load (`bench/option_cost.py`)",
         "",
         f"One engine core, continuous batching (--max-batch-size {args.max_batch_size}), C={args.option_concurrency} "
-        f"closed-loop workers, one held-out input per request, every request of a window with the family's options; "
+        f"closed-loop workers, one held-out input per request, every request of a window with the family's options "
+        "(and beam_size=1 unless they set it: the model's default may be a beam); "
         f"{args.rounds} round(s) per row, the order rotated each round, pooled. *x no option*: tokens/s over the "
         "no-option row of the same server." + (f" Baseline: the server of commit `{args.baseline}`, same flags, "
                                                "interleaved with the others." if args.baseline else ""),

@@ -299,7 +299,7 @@ def pct(xs: list[float], q: float) -> float:
 
 async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list[str], conc: int,
                    start_index: int, options: dict | None = None) -> Cell:
-    """One window; ``options``: GenerateOptions fields every request sets (none: the default greedy request)."""
+    """One window; ``options``: GenerateOptions fields every request sets (none: greedy, beam_size=1)."""
     cell = Cell(server.mode, conc, server.instances)
     label = server.label
     target = max(args.requests_per_worker * conc, args.min_requests)
@@ -332,7 +332,9 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
                 i = next(counter) % len(inputs)
                 measured = window_open.is_set()
                 req = pb.GenerateRequest(model=args.model, inputs=[inputs[i]],
-                                         options=pb.GenerateOptions(max_new_tokens=args.max_new_tokens, **(options or {})))
+                                         # greedy unless the cell says otherwise: a model's default may be a beam
+                                         options=pb.GenerateOptions(max_new_tokens=args.max_new_tokens,
+                                                                    **{"beam_size": 1, **(options or {})}))
                 t0 = time.perf_counter()
                 try:
                     resp = await stub.Generate(req, timeout=args.request_timeout_s)

@@ -27,7 +27,9 @@ from typing import Any
 from contract.config import ModelConfig, TaskConfig, read_json, write_json
 from contract.names import GraphIO, decoder_io, encoder_io
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default).
+READABLE_FORMATS = (1, 2)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = "config.json", "tokenizer.json", "encoder.onnx", "decoder.onnx"
 PAYLOAD_FILES = (TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE)
 
@@ -110,8 +112,9 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
         raise BundleError(f"{cfg_path}: missing; a bundle folder needs {CONFIG_FILE} (written by `s2s export`)")
     try:
         d = read_json(cfg_path)
-        if d.get("format_version") != FORMAT_VERSION:
-            raise BundleError(f"{cfg_path}: format_version {d.get('format_version')!r}, this server reads {FORMAT_VERSION}")
+        if d.get("format_version") not in READABLE_FORMATS:
+            raise BundleError(f"{cfg_path}: format_version {d.get('format_version')!r}; this version of s2s reads "
+                              f"{', '.join(map(str, READABLE_FORMATS))}: upgrade s2s, or re-export the bundle with it")
         cfg = BundleConfig(
             name=d["name"], version=int(d["version"]), model=ModelConfig.from_dict(d["model"]),
             task=TaskConfig.from_dict(d["task"]), opset=int(d["opset"]), files=dict(d["files"]),

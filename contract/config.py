@@ -62,6 +62,9 @@ class TaskConfig:
     # rejects them; open text (translation) maps them to <unk> as sentencepiece/BPE models do.
     unknown: Literal["reject", "unk"] = "reject"
     max_new_tokens: int = 64  # default decode budget per request
+    # The beam a request gets when it names none (beam_size 0): chosen by measurement per model
+    # (docs/experiments.md); the paper's 4 for translation where it raises chrF, greedy elsewhere.
+    beam_size: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -36,7 +36,7 @@ MAX_SEED = 2**63 - 1
 
 @dataclass(frozen=True)
 class DecodingOptions:
-    beam_size: int = 1
+    beam_size: int = 0  # 0 = the model's default (its bundle's task.beam_size), widened to num_hypotheses
     num_hypotheses: int = 1  # n-best, <= beam_size
     return_scores: bool = False
     length_penalty: float | None = None  # None: the type's default (gnmt 0.6, ctranslate2 1.0)
@@ -68,6 +68,14 @@ class DecodingOptions:
     def replace(self, **changes) -> DecodingOptions:
         return dataclasses.replace(self, **changes)
 
+    def resolved(self, default_beam: int, max_new_tokens: int) -> DecodingOptions:
+        """The options a core decodes with: beam_size 0 becomes the model's default (1 when sampling, at least
+        num_hypotheses otherwise) and max_new_tokens 0 the model's budget."""
+        beam = self.beam_size or (1 if self.sampling else max(default_beam, self.num_hypotheses))
+        if beam == self.beam_size and (self.max_new_tokens or max_new_tokens) == self.max_new_tokens:
+            return self
+        return _resolved(self, beam, self.max_new_tokens or max_new_tokens)
+
     def to_tuple(self) -> tuple:
         """The field values in order: how options cross a process boundary. A tuple pickles in a few
         microseconds, the dataclass in ~30 each way, paid on every request of the front end's hot path."""
@@ -77,6 +85,11 @@ class DecodingOptions:
     @functools.lru_cache(maxsize=1024)  # requests mostly repeat a few option sets; sampled ones differ by seed
     def from_tuple(values: tuple) -> DecodingOptions:
         return DecodingOptions(*values)
+
+
+@functools.lru_cache(maxsize=256)  # requests mostly repeat a few option sets: dataclasses.replace costs ~20 us
+def _resolved(o: DecodingOptions, beam: int, max_new_tokens: int) -> DecodingOptions:
+    return o.replace(beam_size=beam, max_new_tokens=max_new_tokens)
 
 
 def length_penalty(kind: str, alpha: float, length: int) -> float:
@@ -99,9 +112,9 @@ class Range:
     note: str = ""
 
 
-def ranges(max_beam: int, max_new_tokens: int, vocab_size: int, max_prefix_tokens: int) -> list[Range]:
+def ranges(max_beam: int, max_new_tokens: int, vocab_size: int, max_prefix_tokens: int, default_beam: int = 1) -> list[Range]:
     return [
-        Range("beam_size", 1, max_beam, 1, "1 = greedy or sampling"),
+        Range("beam_size", 0, max_beam, default_beam, "0 = the model's default; 1 = greedy or sampling"),
         Range("num_hypotheses", 1, max_beam, 1, "n-best; at most beam_size"),
         Range("length_penalty", 0, MAX_LENGTH_PENALTY, DEFAULT_LENGTH_PENALTY["gnmt"],
               "alpha; default 0.6 (gnmt) or 1.0 (length_penalty_type=ctranslate2)"),
@@ -118,14 +131,15 @@ def ranges(max_beam: int, max_new_tokens: int, vocab_size: int, max_prefix_token
 
 
 def check(o: DecodingOptions, max_beam: int, max_new_tokens: int, vocab_size: int) -> None:
-    """Raise ValueError naming the option and its limit for any out-of-range value."""
+    """Raise ValueError naming the option and its limit for any out-of-range value (beam_size 0, the model's
+    default, passes: ``DecodingOptions.resolved`` replaces it)."""
     def bad(name: str, value, limit: str) -> None:
         raise ValueError(f"{name}={value!r} is out of range: {limit}")
 
-    if not 1 <= o.beam_size <= max_beam:
-        bad("beam_size", o.beam_size, f"1 to {max_beam}")
-    if not 1 <= o.num_hypotheses <= o.beam_size:
-        bad("num_hypotheses", o.num_hypotheses, f"1 to beam_size ({o.beam_size})")
+    if not 0 <= o.beam_size <= max_beam:
+        bad("beam_size", o.beam_size, f"0 (the model's default) to {max_beam}")
+    if not 1 <= o.num_hypotheses <= (o.beam_size or max_beam):  # beam 0 widens to num_hypotheses (resolved)
+        bad("num_hypotheses", o.num_hypotheses, f"1 to beam_size ({o.beam_size})" if o.beam_size else f"1 to {max_beam}")
     if o.length_penalty_type not in LENGTH_PENALTY_TYPES:
         raise ValueError(f"length_penalty_type={o.length_penalty_type!r} is not one of {', '.join(LENGTH_PENALTY_TYPES)}")
     if o.length_penalty is not None and not 0 <= o.length_penalty <= MAX_LENGTH_PENALTY:

@@ -176,10 +176,17 @@ class DecodeBatch:
     def reorder(self, parents: np.ndarray) -> None:
         """Row i takes row parents[i]'s self-attention cache (beam search); cross K/V, masks and positions
         are equal within a beam group, so only the past K/V move."""
+        moved = np.flatnonzero(parents != np.arange(len(parents)))
+        if not moved.size:
+            return
         self._host()
-        self.past = [a[parents] for a in self.past]
+        # Only the rows that continue another row are copied (in place: the right side is gathered first);
+        # a full gather copied every row's cache, greedy neighbours' included, at every step.
+        src = parents[moved]
+        for a in self.past:
+            a[moved] = a[src]
         if self.history is not None:
-            self.history = self.history[parents]
+            self.history[moved] = self.history[src]
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep these rows (in this order), drop the rest (released ones included), then drop columns no row uses."""

@@ -49,6 +49,9 @@ class Sequence:
     def __post_init__(self) -> None:
         if self.options is None:
             self.options = DecodingOptions(beam_size=self.beam)
+        if self.options.beam_size < 1:
+            raise ValueError("Sequence options need a resolved beam_size (0 means the model's default): "
+                             "pass options.resolved(engine.config.task.beam_size, budget)")
         self.beam = self.options.beam_size
         if self.options.sampling and self.rng is None:
             self.rng = np.random.Generator(np.random.PCG64(self.options.seed))
@@ -71,6 +74,18 @@ class StepOutput:
 
     finished: list[Sequence]
     tokens: list[tuple[Sequence, int]]
+
+
+def free_run(free: list[int], n: int) -> int | None:
+    """The first row of n consecutive released rows, if there are; appending a beam instead copies the whole
+    cache, and so does compacting the rows a finished beam left (together a sixth of a beam-4 step's time)."""
+    if len(free) < n:
+        return None
+    rows = sorted(free)
+    for i in range(len(rows) - n + 1):
+        if rows[i + n - 1] - rows[i] == n - 1:
+            return rows[i]
+    return None
 
 
 def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +149,10 @@ class Generator:
             if s.n_rows == 1 and b.free:
                 s.row = b.free[-1]
                 b.fill(s.row, *s.encoded, sp.bos)
+            elif s.n_rows > 1 and (start := free_run(b.free, s.n_rows)) is not None:
+                s.row = start  # a beam takes consecutive released rows (a finished beam's) in place
+                for r in range(start, start + s.n_rows):
+                    b.fill(r, *s.encoded, sp.bos)
             else:
                 appended.append(s)
         if appended:
@@ -267,12 +286,12 @@ class Result:
 def results(engine: Engine, texts: list[str], *, target_prefixes: list[str | None] | None = None,
             max_batch_size: int = 64, options: DecodingOptions | None = None) -> list[Result]:
     """``Engine.generate``: decode texts to completion, refilling the batch as rows finish."""
-    o = options or DecodingOptions()
-    m = engine.config.model
+    task, m = engine.config.task, engine.config.model
+    o = (options or DecodingOptions()).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens)
     check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
     if target_prefixes is not None and len(target_prefixes) != len(texts):
         raise ValueError(f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text")
-    budget = o.max_new_tokens or engine.config.task.max_new_tokens
+    budget = o.max_new_tokens
     prefixes = [engine.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
     seqs = [Sequence(engine.codec.source_ids(t), budget, options=o, prefix=p) for t, p in zip(texts, prefixes)]
     run(engine, seqs, max_batch_size)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import shutil
 import tempfile
@@ -34,6 +36,7 @@ class ExportOptions:
     # ISO 639-1 codes written to config.json (translation bundles; the LibreTranslate API routes by them).
     source_language: str | None = None
     target_language: str | None = None
+    beam_size: int | None = None  # the served default beam (task.beam_size); None = the checkpoint's
 
 
 def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
@@ -92,7 +95,8 @@ def export(opts: ExportOptions) -> Path:
             quantize_int8(out)
         shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
         cfg = BundleConfig(
-            name=opts.name, version=version, model=c, task=ckpt.task, opset=OPSET,
+            name=opts.name, version=version, model=c, opset=OPSET,
+            task=ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size),
             files={f: bundle.sha256_file(out / f) for f in bundle.PAYLOAD_FILES},
             source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=opts.quantize,
             source_language=opts.source_language, target_language=opts.target_language,

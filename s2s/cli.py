@@ -86,6 +86,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return n
+
+
 def _language(code: str) -> str:
     from contract.bundle import check_language
 
@@ -103,7 +113,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = export(ExportOptions(Path(args.checkpoint), Path(args.repo), args.name, args.version, args.quantize, args.atol,
-                               source_language=args.source_lang, target_language=args.target_lang))
+                               source_language=args.source_lang, target_language=args.target_lang,
+                               beam_size=args.beam_size))
     print(out)
     return 0
 
@@ -179,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
                    "LibreTranslate API (/translate, /languages) offers only models that declare both languages")
     p.add_argument("--target-lang", type=_language, default=None, metavar="CODE",
                    help="ISO 639-1 code of the target language (translation), written to config.json")
+    p.add_argument("--beam-size", type=_positive, default=None, metavar="N",
+                   help="the beam a request gets when it names none (beam_size 0), written to config.json; "
+                   "default: the checkpoint's (1 = greedy). The paper's is 4: choose it where it raises quality "
+                   "enough for its cost (docs/experiments.md, bench/serve.py's option table)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("serve", help="serve a model repository over gRPC (seq2seq.v1, KServe v2) with /metrics",
@@ -213,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                    "max_rows_per_request rows (memory stays bounded: K x N inputs). A request refused with "
                    "RESOURCE_EXHAUSTED (queue full) is resent after a backoff")
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = model default")
-    p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
+    p.add_argument("--beam-size", type=int, default=0, help="0 = the model's default (ListModels shows it); 1 = greedy")
     g = p.add_argument_group("decoding options (CTranslate2's names; docs/DECODING.md has defaults and ranges)")
     for flag, typ, hlp in (
         ("--length-penalty", float, "length penalty alpha (default: the type's, gnmt 0.6)"),

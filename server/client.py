@@ -105,19 +105,28 @@ class Seq2SeqClient:
     def models(self) -> list[pb.ModelInfo]:
         return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata).models)
 
-    def limits(self, model: str) -> tuple[int, int]:
-        """(max_inputs_per_request, max_rows_per_request) as ListModels advertises them for ``model``;
-        (DEFAULT_INPUTS_PER_REQUEST, 0) if it is not listed (0: no row limit advertised)."""
+    def info(self, model: str) -> pb.ModelInfo | None:
+        """What ListModels says about ``model``; None if it is not listed (or the server has no ListModels)."""
         try:
             models = self.models()
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
             models = []
-        info = next((m for m in models if m.name == model), None)
+        return next((m for m in models if m.name == model), None)
+
+    def limits(self, model: str, info: pb.ModelInfo | None = None) -> tuple[int, int]:
+        """(max_inputs_per_request, max_rows_per_request) as ListModels advertises them for ``model``;
+        (DEFAULT_INPUTS_PER_REQUEST, 0) if it is not listed (0: no row limit advertised)."""
+        info = info or self.info(model)
         if info is None:
             return DEFAULT_INPUTS_PER_REQUEST, 0
         return info.max_inputs_per_request or DEFAULT_INPUTS_PER_REQUEST, info.max_rows_per_request
+
+    def default_beam(self, model: str, info: pb.ModelInfo | None = None) -> int:
+        """The beam ``model`` decodes with when a request names none (beam_size 0); 1 if not advertised."""
+        info = info or self.info(model)
+        return next((int(r.default) for r in (info.option_limits if info else ()) if r.name == "beam_size"), 1) or 1
 
     def max_inputs_per_request(self, model: str, beam_size: int = 1) -> int:
         """The most inputs one request for ``model`` may have: its max_inputs_per_request and, as each input
@@ -136,8 +145,9 @@ class Seq2SeqClient:
         outputs before its failed input were yielded (those of its own request are asked again, without
         it); the requests still in flight are then cancelled. ``kw``: as ``generate`` (max_new_tokens, ...).
         """
-        beam = max(1, kw.get("beam_size") or 1)
-        max_inputs, rows = self.limits(model)
+        info = self.info(model)  # one ListModels call for both
+        beam = kw.get("beam_size") or self.default_beam(model, info)
+        max_inputs, rows = self.limits(model, info)
         limit = _per_request(max_inputs, rows, beam)
         n = min(inputs_per_request, limit) if inputs_per_request else limit
         if n < 1 or concurrency < 1:
@@ -261,7 +271,7 @@ def run_cli(args) -> int:
                 it = iter(texts)
                 head = list(itertools.islice(it, 2))
                 deltas = len(head) == 1  # one input in all: print its text as it is generated
-                limit = client.max_inputs_per_request(args.model, args.beam_size)
+                limit = client.max_inputs_per_request(args.model, args.beam_size or client.default_beam(args.model))
                 n = min(n, limit) if n else limit
                 outputs = _streamed(client, args.model, itertools.chain(head, it), n, deltas, **kw)
             else:

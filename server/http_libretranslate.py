@@ -304,7 +304,7 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             if n > model.limits.max_beam:
                 raise InvalidInput(f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
                                    f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)")
-            options = DecodingOptions(beam_size=n, num_hypotheses=n) if n > 1 else DecodingOptions()
+            options = DecodingOptions(num_hypotheses=n)  # the model's default beam, at least n wide
             nbest: list[list[str]] = []  # per input, best first
             if texts:  # html with no text in it is answered as it came
                 try:

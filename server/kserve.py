@@ -319,9 +319,8 @@ def _decoding_options(request, given: dict, name: str, lim: Limits) -> DecodingO
             top = lim.max_new_tokens if key == "max_tokens" else lim.max_beam
             if not 0 <= value <= top:  # named as the client sent it
                 raise InvalidInput(f"{key}={value} is out of range for model {name!r}: "
-                                   + (f"0 (model default) to {top}" if key == "max_tokens" else f"1 to {top} (0 = greedy)"))
+                                   + (f"0 (model default) to {top}" if key == "max_tokens" else f"0 (model default) to {top}; 1 = greedy"))
             kw[ours] = value
-    kw["beam_size"] = max(1, kw.get("beam_size", 1))  # 0 = greedy, as ever
     kw["num_hypotheses"] = max(1, kw.get("num_hypotheses", 1))
     if kw.get("length_penalty_type") == "":
         del kw["length_penalty_type"]
@@ -347,7 +346,8 @@ def model_config(model: ModelAPI):
     params = {
         "version": model.version, "task": info.task, "provider": info.provider, "quantization": info.quantization,
         "max_input_tokens": lim.max_input_tokens, "max_tokens": lim.max_new_tokens,
-        "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam, "batching": model.sched.mode,
+        "max_inputs_per_request": lim.max_inputs, "max_beam_width": lim.max_beam,
+        "default_beam_width": lim.default_beam, "batching": model.sched.mode,
         "max_input_chars": lim.max_input_chars, "max_rows_per_request": lim.max_rows, "max_id_chars": MAX_ID_CHARS,
         "scheduler_max_batch_size": model.sched.max_batch_size, "engine_cores": info.cores,
         # Each decoding parameter's accepted range: "min..max (default D)".

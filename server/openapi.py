@@ -160,7 +160,7 @@ def document() -> dict[str, Any]:
                     "id": {"type": "string", "maxLength": 256},
                     "parameters": {"type": "object", "properties": {
                         "max_tokens": {"type": "integer", "minimum": 0, "description": "0 = the model's default"},
-                        "beam_width": {"type": "integer", "minimum": 0, "description": "0 or 1 = greedy"},
+                        "beam_width": {"type": "integer", "minimum": 0, "description": "0 = the model's default (its default_beam_width parameter); 1 = greedy"},
                         # The decoding options as seq2seq.v1 and CTranslate2 name them (docs/DECODING.md); ranges:
                         # GET /v2/models/{model}/config, parameters <name>_range.
                         **{name: {"type": kind, "description": "see docs/DECODING.md"}

@@ -7,7 +7,6 @@ Cheap checks (counts, lengths, option ranges) come before any tokenization.
 
 from __future__ import annotations
 
-import functools
 import secrets
 from dataclasses import dataclass, field
 
@@ -33,6 +32,7 @@ class Limits:
     max_rows: int
     vocab_size: int = 0  # sampling_topk's bound
     max_prefix_tokens: int = 0  # a target prefix leaves room for at least one new token
+    default_beam: int = 1  # a request's beam when it names none (the bundle's task.beam_size, within max_beam)
     options: list[decoding.Range] = field(default_factory=list)  # every option's range, as ListModels shows them
 
     @property
@@ -43,7 +43,8 @@ class Limits:
 @dataclass(frozen=True)
 class Prepared:
     """A validated request: per input its source ids (EOS included) and target prefix ids, and the options
-    (max_new_tokens resolved to the budget; a sampled request's seed drawn when none was given)."""
+ (beam_size and max_new_tokens resolved to the model's defaults when 0; a sampled request's seed drawn when
+    none was given)."""
 
     src_ids: list[list[int]]
     options: DecodingOptions
@@ -66,11 +67,12 @@ def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Li
     m = config.model
     max_beam = min(sched.max_beam_size, sched.max_batch_size)
     max_prefix = max(0, m.max_len - 2)
+    default_beam = max(1, min(config.task.beam_size, max_beam))
     return Limits(max_input_tokens=m.max_len, max_input_chars=codec.max_chars(m.max_len),
                   max_new_tokens=m.max_len - 1, max_inputs=sched.max_inputs_per_request, max_beam=max_beam,
                   max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam),
-                  vocab_size=m.tgt_vocab_size, max_prefix_tokens=max_prefix,
-                  options=decoding.ranges(max_beam, m.max_len - 1, m.tgt_vocab_size, max_prefix))
+                  vocab_size=m.tgt_vocab_size, max_prefix_tokens=max_prefix, default_beam=default_beam,
+                  options=decoding.ranges(max_beam, m.max_len - 1, m.tgt_vocab_size, max_prefix, default_beam))
 
 
 def check_options(options: DecodingOptions, lim: Limits) -> None:
@@ -86,7 +88,9 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
         raise InvalidInput(f"model {name!r}: the request has no inputs; send at least one text")
     if len(texts) > lim.max_inputs:
         raise InvalidInput(f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}")
-    check_options(options, lim)
+    check_options(options, lim)  # the request's own values, as the client sent them, in any message
+    # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
+    options = options.resolved(lim.default_beam, config.task.max_new_tokens)
     beam = options.beam_size
     if target_prefixes and len(target_prefixes) != len(texts):
         raise InvalidInput(f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "
@@ -106,7 +110,6 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
         if len(p) > lim.max_input_chars:
             raise InvalidInput(f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
                                f"{lim.max_input_chars}")
-    budget = options.max_new_tokens or config.task.max_new_tokens
     out = []
     for i, text in enumerate(texts):
         try:
@@ -118,17 +121,8 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
         out.append(ids)
     prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(texts))]
     if options.sampling and options.seed is None:  # drawn here, so the core (and a retry of the same request) has one
-        resolved = options.replace(max_new_tokens=budget, seed=secrets.randbits(63))
-    else:
-        resolved = _with_budget(options, budget)
-    return Prepared(out, resolved, prefixes)
-
-
-@functools.lru_cache(maxsize=256)
-def _with_budget(options: DecodingOptions, budget: int) -> DecodingOptions:
-    """Options with max_new_tokens resolved; cached, since most requests repeat a few option sets and
-    ``dataclasses.replace`` (~20 us) was a visible share of the front end's per-request time."""
-    return options.replace(max_new_tokens=budget)
+        options = options.replace(seed=secrets.randbits(63))
+    return Prepared(out, options, prefixes)
 
 
 def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> list[int]:

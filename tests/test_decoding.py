@@ -65,6 +65,7 @@ def ct2_translate(ct2, ja, texts, prefixes=None, max_new=MAX_NEW, min_new=0, **o
 
 
 def ours(ja, texts, prefixes=None, max_new=MAX_NEW, min_new=0, **options):
+    options.setdefault("beam_size", 1)  # as ct2_translate: the model's own default is beam 4
     res = ja.generate(texts, target_prefixes=prefixes, max_new_tokens=max_new, min_new_tokens=min_new,
                       length_penalty_type="ctranslate2", **options)
     return [[(c.tokens, c.score) for c in r.hypotheses] for r in res]
@@ -162,7 +163,7 @@ def test_topk_and_topp_restrict_the_draw(ja):
     """With top-p tiny only the most likely token survives: sampling is greedy again; top-k 2 draws only from the
     two best (checked against the logits pass on the same rows)."""
     texts = english(16)
-    greedy = [r.tokens for r in ja.generate(texts)]
+    greedy = [r.tokens for r in ja.generate(texts, beam_size=1)]
     assert [r.tokens for r in ja.generate(texts, sampling_topk=0, sampling_topp=1e-6, seed=9)] == greedy
     wide = [r.tokens for r in ja.generate(texts, sampling_topk=0, sampling_temperature=2.0, seed=9)]
     narrow = [r.tokens for r in ja.generate(texts, sampling_topk=2, sampling_temperature=2.0, seed=9)]
@@ -170,7 +171,8 @@ def test_topk_and_topp_restrict_the_draw(ja):
 
 
 MIXED = [
-    dict(),
+    dict(beam_size=1),
+    dict(),  # the model's default: beam 4
     dict(beam_size=4),
     dict(beam_size=4, num_hypotheses=3, return_scores=True, length_penalty_type="ctranslate2"),
     dict(sampling_topk=0, sampling_temperature=0.8, seed=1),
@@ -192,7 +194,7 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
     prefixes = [None if i % 3 else ref[:2] for i, ref in enumerate(references(len(texts)))]
 
     def seq(i: int) -> Sequence:
-        o = DecodingOptions(**MIXED[i % len(MIXED)])
+        o = DecodingOptions(**MIXED[i % len(MIXED)]).resolved(ja.config.task.beam_size, 30)
         p = ja.codec.target_ids(prefixes[i]) if prefixes[i] else []
         return Sequence(ja.codec.source_ids(texts[i]), 30, options=o, prefix=p)
 

@@ -125,12 +125,17 @@
     if (el.model.value !== name) return; // changed again meanwhile
     const task = param(config, "task") || "";
     const maxBeam = parseInt(param(config, "max_beam_width"), 10);
+    const defaultBeam = parseInt(param(config, "default_beam_width"), 10);
     const maxTokens = parseInt(param(config, "max_tokens"), 10);
     const maxInputs = param(config, "max_inputs_per_request");
     const maxChars = param(config, "max_input_chars");
     if (maxBeam > 0) {
       el.beam.max = String(maxBeam);
       el.beam.nextElementSibling.textContent = "1 = greedy (max " + maxBeam + ")";
+    }
+    if (defaultBeam > 0) {
+      el.beam.value = String(defaultBeam); // the model's own default: what a request that names none gets
+      el.beam.nextElementSibling.textContent += "; model default " + defaultBeam;
     }
     if (maxTokens > 0) {
       el.maxTokens.max = String(maxTokens);
