@@ -302,3 +302,53 @@ def test_sequences_encoded_ahead_join_like_the_others(engine: Engine):
         return [s.result for s in first + later]
 
     assert decode(pre_encode=True) == decode(pre_encode=False)
+
+
+def test_beams_reusing_a_finished_beams_rows_decode_as_they_would_alone(engine: Engine):
+    """Beam churn: with 8 rows two beams of 4 run at once, and each newcomer takes the rows a finished beam
+    released, in place (the batch never grows past 8 rows); greedy rows between them are reordered around.
+    Each result must equal decoding that input alone."""
+    from engine.generator import run
+
+    texts = sample_inputs(engine, 16)
+    alone = [run(engine, [Sequence(engine.codec.source_ids(t), 20, 4)])[0].result for t in texts]
+    seqs = [Sequence(engine.codec.source_ids(t), 20, 4 if i % 3 else 1) for i, t in enumerate(texts)]
+    greedy = [run(engine, [Sequence(engine.codec.source_ids(t), 20, 1)])[0].result for t in texts]
+    run(engine, seqs, batch_size=9)
+    assert [s.result for s in seqs] == [alone[i] if i % 3 else greedy[i] for i in range(len(texts))]
+
+
+def test_free_run_finds_consecutive_released_rows():
+    from engine.generator import free_run
+
+    assert free_run([7, 2, 3, 5, 4], 3) == 2
+    assert free_run([0, 2, 4], 2) is None
+    assert free_run([1], 2) is None
+    assert free_run([9, 8], 2) == 8
+
+
+def test_unresolved_default_beam_is_refused_by_sequence_and_resolved_by_generate(engine: Engine):
+    """beam_size 0 means the model's default: Engine.generate resolves it from the bundle (task.beam_size), a bare
+    Sequence cannot know the model and says how to resolve it."""
+    from contract.decoding import DecodingOptions
+
+    with pytest.raises(ValueError, match="resolved beam_size"):
+        Sequence([5, 2], 10, options=DecodingOptions())
+    texts = sample_inputs(engine, 6)
+    default = engine.config.task.beam_size
+    assert [r.tokens for r in engine.generate(texts)] == [r.tokens for r in engine.generate(texts, beam_size=default)]
+
+
+def test_bundle_formats_read_and_refused(tmp_path: Path):
+    """Format 1 (no task.beam_size) still loads, decoding greedy by default; an unknown format is refused with
+    what to do about it."""
+    b = _copy(tmp_path)
+    cfg = json.loads((b / "config.json").read_text())
+    cfg["format_version"] = 1
+    cfg["task"].pop("beam_size", None)
+    (b / "config.json").write_text(json.dumps(cfg))
+    assert Engine(b).config.task.beam_size == 1
+    cfg["format_version"] = 99
+    (b / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2: upgrade s2s"):
+        Engine(b)

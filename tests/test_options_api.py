@@ -29,7 +29,8 @@ TEXTS = english(6)
 PREFIXES = ["", "「", "", "この", "", ""]
 # One case per option family; each row's output must equal the engine's in process.
 CASES = {
-    "greedy": dict(),
+    "model_default": dict(),  # beam_size 0: the bundle's task.beam_size (4)
+    "greedy": dict(beam_size=1),
     "nbest": dict(beam_size=4, num_hypotheses=3, return_scores=True),
     "ctranslate2_penalty": dict(beam_size=3, num_hypotheses=2, return_scores=True, length_penalty=1.0,
                                 length_penalty_type="ctranslate2"),
@@ -81,6 +82,19 @@ def test_seq2seq_v1_target_prefixes(server, local, beam):
     got = v1(server, options, PREFIXES)
     assert close(got, expected(local, options, PREFIXES))
     assert all(h[0].startswith(p) for hyps, p in zip(got, PREFIXES) for h in hyps)
+
+
+def test_the_models_default_beam_is_advertised_and_used(server, local):
+    """beam_size 0 (absent) is the bundle's task.beam_size: 4 for translate-en-ja (it raised chrF on unseen projects,
+    docs/experiments.md), 1 for addition. ListModels and the KServe model config say so, and a request naming no
+    beam gets exactly the explicit beam's output."""
+    with Seq2SeqClient(server.address) as c:
+        defaults = {m.name: next(o.default for o in m.option_limits if o.name == "beam_size") for m in c.models()}
+    assert (defaults[JA], defaults["addition"], local.config.task.beam_size) == (4, 1, 4)
+    with triton.InferenceServerClient(server.address) as c:
+        assert c.get_model_config(JA).config.parameters["default_beam_width"].string_value == "4"
+    assert close(v1(server, {}), expected(local, dict(beam_size=4)))
+    assert close(kserve_grpc(server, {}), expected(local, dict(beam_size=4)))
 
 
 def test_list_models_advertises_option_limits(server):
