@@ -24,6 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 NO = -np.inf
+SAMPLE_HEAD = 64  # tokens sorted per sampled row before the whole vocabulary is (see RowOptions._sample)
 
 
 @dataclass
@@ -128,25 +129,55 @@ class RowOptions:
         return Picks(self.rows[self.single], tok, logp)
 
     def _sample(self, x: np.ndarray) -> np.ndarray:
-        """One draw per row from top-k / temperature / top-p, each row with its own generator."""
+        """One draw per row from top-k / temperature / top-p, each row with its own generator.
+
+        Only the ``SAMPLE_HEAD`` best tokens (or the largest top-k) are sorted. A row that may draw from the whole
+        vocabulary (top-k 0) is normalised over all of it, and only when its top-p mass reaches past that head are
+        all its tokens sorted: sorting 8,000 logits per row per step had made top-p sampling cost 0.42x greedy."""
         n, vocab = x.shape
         k = np.where(self.topk == 0, vocab, self.topk)
-        kmax = int(k.max())
-        if kmax < vocab:  # only the kmax best can be drawn: sort those, not the vocabulary
-            cand = np.argpartition(-x, kmax - 1, axis=1)[:, :kmax]
-            vals = np.take_along_axis(x, cand, 1)
-            order = np.argsort(-vals, axis=1, kind="stable")
-            cand, vals = np.take_along_axis(cand, order, 1), np.take_along_axis(vals, order, 1)
-        else:
-            cand = np.argsort(-x, axis=1, kind="stable")
-            vals = np.take_along_axis(x, cand, 1)
-        z = vals.astype(np.float64) / self.temp[:, None]
-        z[np.arange(z.shape[1])[None, :] >= k[:, None]] = NO
-        probs = np.exp(z - z[:, :1])  # sorted: column 0 is the largest
-        probs /= probs.sum(-1, keepdims=True)
+        head = min(vocab, max(SAMPLE_HEAD, int(k[k < vocab].max(initial=0))))
+        wide = (k > head) & (self.topp < 1)  # any token may be drawn, but top-p may stop within the head
+        full = np.flatnonzero((k > head) & (self.topp >= 1))  # every token kept: sort them all
+        rows = np.flatnonzero((k <= head) | wide)  # drawn from their head (unless top-p reaches past it)
+        out = np.empty(n, np.int64)
+        if rows.size:
+            cand, vals = _top_sorted(x[rows], head)
+            z = vals.astype(np.float64) / self.temp[rows, None]
+            z[np.arange(head)[None, :] >= k[rows, None]] = NO
+            e = np.exp(z - z[:, :1])  # sorted: column 0 is the largest
+            total = e.sum(-1)
+            w = np.flatnonzero(wide[rows])  # their normaliser is the whole vocabulary's
+            total[w] = np.exp(x[rows[w]].astype(np.float64) / self.temp[rows[w], None] - z[w, :1]).sum(-1)
+            probs = e / total[:, None]
+            past = w[probs[w].sum(-1) < self.topp[rows[w]]]  # top-p keeps tokens past the head: sort them all
+            ok = np.setdiff1d(np.arange(len(rows)), past)
+            out[rows[ok]] = self._draw(cand[ok], probs[ok], rows[ok])
+            full = np.union1d(full, rows[past])
+        if full.size:
+            fc, fv = _top_sorted(x[full], vocab)
+            fz = fv.astype(np.float64) / self.temp[full, None]
+            fe = np.exp(fz - fz[:, :1])
+            out[full] = self._draw(fc, fe / fe.sum(-1, keepdims=True), full)
+        return out
+
+    def _draw(self, cand: np.ndarray, probs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Top-p over each row's sorted probabilities (a token is kept while the mass before it is below p), then
+        one draw from what is kept; ``rows``: positions in ``self.sampled`` (their top-p and generators)."""
         before = np.cumsum(probs, -1) - probs
-        probs[before >= self.topp[:, None]] = 0.0
+        probs = np.where(before >= self.topp[rows, None], 0.0, probs)
         cdf = np.cumsum(probs, -1)
-        u = np.array([g.random() for g in self.rngs]) * cdf[:, -1]
-        choice = np.minimum((cdf <= u[:, None]).sum(-1), z.shape[1] - 1)
-        return cand[np.arange(n), choice]
+        u = np.array([self.rngs[i].random() for i in rows]) * cdf[:, -1]
+        choice = np.minimum((cdf <= u[:, None]).sum(-1), cdf.shape[1] - 1)
+        return cand[np.arange(len(rows)), choice]
+
+
+def _top_sorted(x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's m largest logits, largest first, and their token ids."""
+    if m < x.shape[1]:
+        cand = np.argpartition(-x, m - 1, axis=1)[:, :m]
+        vals = np.take_along_axis(x, cand, 1)
+        order = np.argsort(-vals, axis=1, kind="stable")
+        return np.take_along_axis(cand, order, 1), np.take_along_axis(vals, order, 1)
+    cand = np.argsort(-x, axis=1, kind="stable")
+    return cand, np.take_along_axis(x, cand, 1)
