@@ -90,7 +90,10 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
         raise InvalidInput(f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}")
     check_options(options, lim)  # the request's own values, as the client sent them, in any message
     # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
-    options = options.resolved(lim.default_beam, config.task.max_new_tokens)
+    resolved = options.resolved(lim.default_beam, config.task.max_new_tokens)
+    if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
+        check_options(resolved, lim)
+    options = resolved
     beam = options.beam_size
     if target_prefixes and len(target_prefixes) != len(texts):
         raise InvalidInput(f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "

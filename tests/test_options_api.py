@@ -110,6 +110,8 @@ def test_list_models_advertises_option_limits(server):
 
 BAD = [  # (options, target prefixes, the limit the message must name)
     (dict(beam_size=2, num_hypotheses=3), None, "num_hypotheses=3 is out of range: 1 to beam_size (2)"),
+    # no beam named: sampling resolves it to 1, too narrow for 2 hypotheses
+    (dict(sampling_topk=3, num_hypotheses=2), None, "num_hypotheses=2 is out of range: 1 to beam_size (1)"),
     (dict(sampling_topk=JA_VOCAB + 1), None, f"sampling_topk={JA_VOCAB + 1} is out of range: 0 (whole vocabulary) to {JA_VOCAB}"),
     (dict(sampling_topk=0, sampling_topp=1.5), None, "sampling_topp=1.5 is out of range"),
     (dict(repetition_penalty=0.0), None, "repetition_penalty=0.0 is out of range: above 0"),
