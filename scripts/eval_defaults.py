@@ -32,7 +32,7 @@ def main() -> int:
     from training.evaluate import evaluate
 
     torch.set_num_threads(2)
-    rows = ["| model | test set | metric | PyTorch checkpoint | ONNX engine (served) | copy-the-source baseline | epochs | training time |",
+    rows = ["| model | test set | metric | PyTorch checkpoint | ONNX engine, greedy (served bundle) | copy-the-source baseline | epochs | training time |",
             "|---|---|---|---:|---:|---:|---:|---:|"]
     for name in ("addition", "translate-en-ja"):
         ck_dir = ROOT / "checkpoints" / name
