@@ -78,8 +78,8 @@ async def run(serve, args: argparse.Namespace, inputs: list[str], log) -> dict[s
             servers["baseline"] = stack.enter_context(
                 serve.ServerProcess(old, "continuous", 1, root=tree, label=f"baseline {args.baseline}"))
         only = [f.strip() for f in args.option_families.split(",") if f.strip()]
-        plan = [(name, "current", opts) for name, opts in FAMILIES
-                if name == "no option" or not only or any(name.startswith(f) for f in only)]
+        plan = [(name, "current", opts) for name, opts in FAMILIES  # "none": the no-option row (and baseline) only
+                if name == "no option" or not only or any(name.startswith(f) for f in only if f != "none")]
         if "baseline" in servers:
             plan.append((BASELINE, "baseline", {}))
         for key in servers:  # warm each server (ONNX Runtime's first runs) outside every window

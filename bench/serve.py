@@ -1097,7 +1097,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--options-only", action="store_true", help="only the decoding-option table")
     p.add_argument("--option-concurrency", type=int, default=16, help="closed-loop workers of the option table")
     p.add_argument("--option-families", default="",
-                   help="only these rows of the option table (comma-separated name prefixes; 'no option' always runs)")
+                   help="only these rows of the option table (comma-separated name prefixes; 'no option' always runs; "
+                        "'none': only it, e.g. for a longer A/B against --baseline)")
     p.add_argument("--baseline", default="",
                    help="git commit whose server the option table's no-option row is compared with (A/B, interleaved)")
     p.add_argument("--quick", action="store_true",

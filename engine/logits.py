@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from engine.search import top_sorted
+
 NO = -np.inf
 SAMPLE_HEAD = 64  # tokens sorted per sampled row before the whole vocabulary is (see RowOptions._sample)
 
@@ -142,7 +144,7 @@ class RowOptions:
         rows = np.flatnonzero((k <= head) | wide)  # drawn from their head (unless top-p reaches past it)
         out = np.empty(n, np.int64)
         if rows.size:
-            cand, vals = _top_sorted(x[rows], head)
+            cand, vals = top_sorted(x[rows], head)
             z = vals.astype(np.float64) / self.temp[rows, None]
             z[np.arange(head)[None, :] >= k[rows, None]] = NO
             e = np.exp(z - z[:, :1])  # sorted: column 0 is the largest
@@ -155,7 +157,7 @@ class RowOptions:
             out[rows[ok]] = self._draw(cand[ok], probs[ok], rows[ok])
             full = np.union1d(full, rows[past])
         if full.size:
-            fc, fv = _top_sorted(x[full], vocab)
+            fc, fv = top_sorted(x[full], vocab)
             fz = fv.astype(np.float64) / self.temp[full, None]
             fe = np.exp(fz - fz[:, :1])
             out[full] = self._draw(fc, fe / fe.sum(-1, keepdims=True), full)
@@ -171,13 +173,3 @@ class RowOptions:
         choice = np.minimum((cdf <= u[:, None]).sum(-1), cdf.shape[1] - 1)
         return cand[np.arange(len(rows)), choice]
 
-
-def _top_sorted(x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's m largest logits, largest first, and their token ids."""
-    if m < x.shape[1]:
-        cand = np.argpartition(-x, m - 1, axis=1)[:, :m]
-        vals = np.take_along_axis(x, cand, 1)
-        order = np.argsort(-vals, axis=1, kind="stable")
-        return np.take_along_axis(cand, order, 1), np.take_along_axis(vals, order, 1)
-    cand = np.argsort(-x, axis=1, kind="stable")
-    return cand, np.take_along_axis(x, cand, 1)

@@ -31,15 +31,21 @@ def top_logprobs(logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     does), and the full log-softmax never materialised, only its normaliser (log-sum-exp) and n picks.
     A per-beam float64 log-softmax was a quarter of a beam-4 step's time."""
     x = logits if logits.dtype == np.float32 else logits.astype(np.float32)
-    v = x.shape[-1]
-    n = min(n, v)
     m = x.max(axis=-1, keepdims=True)
     lse = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))  # (R, 1)
+    idx, val = top_sorted(x, n)
+    return val.astype(np.float64) - lse.astype(np.float64), idx
+
+
+def top_sorted(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's n largest values (all of them if n >= the row's length), largest first, ties to the lower
+    index as argmax breaks them: (indices, values), each (R, n). Only those n are sorted."""
+    v = x.shape[-1]
+    n = min(n, v)
     idx = np.argpartition(x, v - n, axis=-1)[:, v - n :] if n < v else np.broadcast_to(np.arange(v), x.shape)
     val = np.take_along_axis(x, idx, axis=-1)
-    order = np.lexsort((idx, -val), axis=-1)  # best first; ties to the lower token id, as argmax
-    idx = np.take_along_axis(idx, order, axis=-1)
-    return np.take_along_axis(val, order, axis=-1).astype(np.float64) - lse.astype(np.float64), idx
+    order = np.lexsort((idx, -val), axis=-1)
+    return np.take_along_axis(idx, order, axis=-1), np.take_along_axis(val, order, axis=-1)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,9 @@ def _chunks(items: Iterable[str], n: int) -> Iterator[list[str]]:
         yield chunk
 
 
+_ASK = object()  # limits() / default_beam(): call ListModels themselves
+
+
 class Seq2SeqClient:
     """Example: ``Seq2SeqClient("localhost:8001").generate("addition", ["12+30"])`` -> ["42"]."""
 
@@ -115,17 +118,18 @@ class Seq2SeqClient:
             models = []
         return next((m for m in models if m.name == model), None)
 
-    def limits(self, model: str, info: pb.ModelInfo | None = None) -> tuple[int, int]:
+    def limits(self, model: str, info: pb.ModelInfo | None | object = _ASK) -> tuple[int, int]:
         """(max_inputs_per_request, max_rows_per_request) as ListModels advertises them for ``model``;
-        (DEFAULT_INPUTS_PER_REQUEST, 0) if it is not listed (0: no row limit advertised)."""
-        info = info or self.info(model)
+        (DEFAULT_INPUTS_PER_REQUEST, 0) if it is not listed (0: no row limit advertised). ``info``: what
+        ``info(model)`` already returned (None included), to save the call."""
+        info = self.info(model) if info is _ASK else info
         if info is None:
             return DEFAULT_INPUTS_PER_REQUEST, 0
         return info.max_inputs_per_request or DEFAULT_INPUTS_PER_REQUEST, info.max_rows_per_request
 
-    def default_beam(self, model: str, info: pb.ModelInfo | None = None) -> int:
+    def default_beam(self, model: str, info: pb.ModelInfo | None | object = _ASK) -> int:
         """The beam ``model`` decodes with when a request names none (beam_size 0); 1 if not advertised."""
-        info = info or self.info(model)
+        info = self.info(model) if info is _ASK else info
         return next((int(r.default) for r in (info.option_limits if info else ()) if r.name == "beam_size"), 1) or 1
 
     def max_inputs_per_request(self, model: str, beam_size: int = 1) -> int:

@@ -43,8 +43,8 @@ class Limits:
 @dataclass(frozen=True)
 class Prepared:
     """A validated request: per input its source ids (EOS included) and target prefix ids, and the options
- (beam_size and max_new_tokens resolved to the model's defaults when 0; a sampled request's seed drawn when
-    none was given)."""
+    (beam_size and max_new_tokens resolved to the model's defaults when 0; a sampled request's seed drawn
+    when none was given)."""
 
     src_ids: list[list[int]]
     options: DecodingOptions
