@@ -29,6 +29,9 @@ TRAIN_HELP = {
     "stop_at": "stop once validation exact match reaches this fraction",
     "eval_max": "validation examples decoded per epoch", "bleu_tokenize": "sacrebleu tokenizer (char for Japanese)",
     "threads": "torch intra-op threads (0 = default)", "resume": "continue the run in --out from last/",
+    "init_from": "start from this checkpoint folder's weights and tokenizer when its trainer state is gone: fresh Adam "
+                 "moments, the schedule continues at the checkpoint's step and epoch, minutes counted on from its time",
+    "init_warmup": "with --init-from: steps over which the learning rate ramps back up to the schedule (fresh Adam moments)",
     "batch_tokens": "padded tokens per batch and rank (0 = use --batch-size sentences); the paper's batching (§5.1)",
     "precision": "auto | fp32 | bf16: bf16 autocast; auto picks bf16 only on CUDA with bf16 or a CPU with AMX / AVX-512 BF16",
     "time_budget_min": "stop after this many minutes of training, resumed runs counted from their start (0 = run all --epochs); the last partial epoch is evaluated and saved",
@@ -183,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repo", default="models", help="model repository root")
     p.add_argument("--name", required=True, help="model name (the folder under --repo)")
     p.add_argument("--version", type=int, default=None, help="version number (default: next free)")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: dynamic quantization of MatMul weights")
+    p.add_argument("--quantize", choices=["none", "int8", "int8-dynamic", "int8-nbits"], default="none",
+                   help="int8 weights for CPUs: int8-dynamic (quantize_dynamic of the MatMuls), int8-nbits (MatMulNBits, "
+                        "8-bit blocks, int8 compute); int8 = the faster of the two on docs/BENCHMARKS.md's measurement")
     p.add_argument("--atol", type=float, default=1e-4, help="largest |ORT - PyTorch| accepted on logits and K/V")
     p.add_argument("--source-lang", type=_language, default=None, metavar="CODE",
                    help="ISO 639-1 code of the source language (translation), written to config.json; the "

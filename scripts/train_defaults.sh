@@ -18,11 +18,12 @@ if [[ $what == all || $what == translate-en-ja ]]; then
   # single-threaded data-parallel ranks beat one process with two threads on 2 cores
   # (docs/experiments.md). Batches of ~2500 padded tokens per rank (§5.1); the last 5 weight
   # copies, 100 steps apart, are averaged into averaged/ (§6.1). STEPS fixes the run's length;
-  # BUDGET_MIN its minutes (all sessions together); RESUME=1 continues runs/translate-en-ja/last.
+  # BUDGET_MIN its minutes (all sessions together); RESUME=1 continues runs/translate-en-ja/last;
+  # INIT_FROM=checkpoints/translate-en-ja continues from committed weights when the run folder is gone.
   $TORCHRUN --nproc_per_node 2 -m s2s.cli train --task translation \
     --data data/en-ja/ui-strings.tsv,data/en-ja/ui-strings-copyleft.tsv --vocab-size 8000 \
     --d-model 256 --n-heads 4 --n-layers 2 --d-ff 1024 --dropout 0.1 --max-len 64 \
     --epochs 20 --batch-tokens 2500 --warmup 300 --lr-factor 0.5 --average-every 100 --average-last 5 \
-    --bleu-tokenize char --eval-max 400 --threads 1 ${STEPS:+--max-steps $STEPS} ${BUDGET_MIN:+--time-budget-min $BUDGET_MIN} ${RESUME:+--resume} \
+    --bleu-tokenize char --eval-max 400 --threads 1 ${STEPS:+--max-steps $STEPS} ${BUDGET_MIN:+--time-budget-min $BUDGET_MIN} ${RESUME:+--resume} ${INIT_FROM:+--init-from $INIT_FROM} \
     --out runs/translate-en-ja
 fi

@@ -38,6 +38,8 @@ class TrainConfig:
     bleu_tokenize: str = "13a"
     threads: int = 0  # torch intra-op threads (0 = torch's default)
     resume: bool = False
+    init_from: str | None = None  # a checkpoint folder: continue from its weights with a fresh optimizer (no trainer state)
+    init_warmup: int = 100  # --init-from: steps over which the learning rate ramps back up to the schedule
     precision: str = "auto"  # auto | fp32 | bf16 (autocast); auto = bf16 only where the hardware runs it fast
     max_steps: int = 0  # > 0: stop after this many optimizer steps (a time-budgeted run, reproduced exactly)
     time_budget_min: float = 0  # > 0: stop once training has run this long (then evaluate and save as after an epoch)

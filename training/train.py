@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from contract.config import ModelConfig, TaskConfig, write_json
+from contract.config import ModelConfig, TaskConfig, read_json, write_json
 from contract.text import TextCodec
 from training import checkpoint, tasks
 from training.batching import batch_indices, collate, encode_pairs
@@ -152,9 +152,14 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
 
     splits, task = build_data(cfg)
-    if cfg.resume:
-        ckpt = checkpoint.load(out / "last")
+    if cfg.resume and cfg.init_from:
+        raise ValueError("--resume and --init-from exclude each other: --resume continues --out, --init-from starts --out anew")
+    start: dict = {}  # --init-from: where the checkpoint's run stopped (step, epoch, minutes)
+    if cfg.resume or cfg.init_from:
+        ckpt = checkpoint.load(out / "last" if cfg.resume else Path(cfg.init_from))
         tokenizer, model = ckpt.codec.tokenizer, ckpt.model.train()
+        if cfg.init_from:
+            start = read_json(Path(cfg.init_from) / checkpoint.METRICS)
     else:
         tokenizer = build_tokenizer(cfg, splits)
         vocab = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -178,8 +183,16 @@ def train(cfg: TrainConfig) -> dict:
 
     ddp = torch.nn.parallel.DistributedDataParallel(model) if env.world > 1 else model
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)  # §5.3
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: rate(s + 1, config.d_model, cfg.warmup, cfg.lr_factor))
-    start_epoch, best = 1, -math.inf
+    step0 = int(start.get("step", 0))
+    start_epoch, best = int(start.get("epoch", 0)) + 1, -math.inf
+    if step0:
+        # Fresh Adam moments make the first updates ~lr * sign(g) in every coordinate: ramp the rate
+        # back up over init_warmup steps, then follow the schedule from the checkpoint's step on.
+        for g in opt.param_groups:
+            g["initial_lr"] = g["lr"]
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: rate(s + 1, config.d_model, cfg.warmup, cfg.lr_factor) * (min(1.0, (s + 1 - step0) / max(cfg.init_warmup, 1)) if step0 else 1.0),
+        last_epoch=step0 - 1)
     log_path = out / "metrics.jsonl"
     if cfg.resume:
         state = torch.load(out / "last" / checkpoint.STATE, weights_only=False)
@@ -191,6 +204,9 @@ def train(cfg: TrainConfig) -> dict:
     elif env.main:
         for stale in (log_path, out / "steps.jsonl"):
             stale.unlink(missing_ok=True)
+        if start:  # the curve goes on from the checkpoint's own row (its earlier rows left with its run folder)
+            out.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(json.dumps({**start, "init_from": str(cfg.init_from)}) + "\n")
 
     train_probe = splits.train[: min(len(splits.train), 500)]
     valid = splits.valid[: cfg.eval_max]
@@ -202,7 +218,7 @@ def train(cfg: TrainConfig) -> dict:
     kept = out / "averaging"  # weight copies for §6.1 averaging; in the run folder, never published
     t0 = time.time()
     elapsed_before = 0.0
-    if cfg.resume and log_path.exists():
+    if (cfg.resume or start) and log_path.exists():
         rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
         elapsed_before = rows[-1]["time_s"] if rows else 0.0
     budget_s = cfg.time_budget_min * 60 if cfg.time_budget_min > 0 else math.inf
