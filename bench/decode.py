@@ -11,7 +11,7 @@ work), single-threaded, one engine at a time:
   ct2         CTranslate2 on the same weights, converted by bench/ct2_convert.py
               (translate_batch, beam 1, min = max decoding length = N)
   and with --int8 (the default except with --quick):
-  ort-int8+kv the engine on an int8 (dynamic, MatMul) bundle exported to .cache/bench/models/
+  ort-int8+kv the engine on an int8 bundle (s2s export --quantize int8, or --int8-variant) exported to .cache/bench/models/
   ct2-int8    CTranslate2 with compute_type="int8"
 
 Each cell of the grid (batch size x new tokens) runs a warm-up of every engine, then R timed
@@ -91,7 +91,7 @@ NOTES = {
     "ort-nocache": "the same ONNX graphs, whole prefix recomputed each step",
     "torch+kv": "PyTorch eager with the KV cache",
     "ct2": "CTranslate2 float32 (same weights, bench/ct2_convert.py)",
-    "ort-int8+kv": "the engine on an int8 bundle (dynamic quantization of the MatMul weights)",
+    "ort-int8+kv": "the engine on an int8 bundle (s2s export --quantize int8; export/quantize.py)",
     "ct2-int8": "CTranslate2 compute_type=int8",
 }
 BASELINE = {"ort+kv": "ct2", "ort-nocache": "ct2", "torch+kv": "ct2", "ct2": "ct2",
@@ -125,6 +125,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also time {', '.join(INT8_ENGINES)} and measure int8's accuracy change (the first run exports an "
                         "int8 bundle, ~30 s; default: on, off with --quick)")
+    p.add_argument("--int8-variant", default="int8", choices=["int8", "int8-dynamic", "int8-nbits"],
+                   help="which int8 export the engine's int8 rows use (export/quantize.py; int8 = the default variant; "
+                        "bench/int8_variants.py compares them all)")
     p.add_argument("--accuracy-sentences", type=int, default=200, help="test sentences for the int8 accuracy check (default: %(default)s)")
     p.add_argument("--verify-sentences", type=int, default=64,
                    help="held-out inputs on which CTranslate2 greedy must equal PyTorch greedy (default: %(default)s)")
@@ -298,18 +301,21 @@ def time_cells(runners: list[Runner], texts: list[str], batch: int, n: int, repe
 
 # ----------------------------------------------------------------------------- artifacts
 
-def int8_bundle(checkpoint_dir: Path, name: str) -> Path:
-    """An int8 bundle of the checkpoint under .cache/bench/models/, exported once per weights."""
+def int8_bundle(checkpoint_dir: Path, name: str, variant: str = "int8") -> Path:
+    """An int8 bundle of the checkpoint under .cache/bench/models/, exported once per weights and variant
+    (export/quantize.py; "int8" = the default variant)."""
     from contract import bundle
+    from export.quantize import resolve
     from training import checkpoint as ckpt_io
 
-    repo, bname = CACHE / "models", f"{name}-int8"
+    variant = resolve(variant)
+    repo, bname = CACHE / "models", f"{name}-{variant}"
     folder = repo / bname / "1"
     sha = ckpt_io.weights_sha256(checkpoint_dir)
     if (folder / "config.json").is_file():
         try:
             cfg = bundle.read_bundle(folder, verify_hashes=False)
-            if cfg.source_checkpoint_sha256 == sha and cfg.quantization == "int8":
+            if cfg.source_checkpoint_sha256 == sha and cfg.quantization == variant:
                 return folder
         except Exception:  # stale or partial: re-export
             pass
@@ -321,10 +327,10 @@ def int8_bundle(checkpoint_dir: Path, name: str) -> Path:
 
     logging.getLogger("s2s").setLevel(logging.WARNING)
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's "consider pre-processing" advice
-    print(f"exporting an int8 bundle of {checkpoint_dir} to {folder} ...", file=sys.stderr)
+    print(f"exporting an {variant} bundle of {checkpoint_dir} to {folder} ...", file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.onnx's dynamic-axis naming notes
-        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize="int8"))
+        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize=variant))
 
 
 def machine() -> dict:
@@ -691,7 +697,7 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
                         speed.append((f32, b, n, by[(i8, b, n)].tok_s / by[(f32, b, n)].tok_s))
         lines += [
             "",
-            f"**int8** (ORT: dynamic quantization of the MatMul weights, `s2s export --quantize int8`; CTranslate2: "
+            f"**int8** (ORT: `{info.get('bundle_int8', '?')}`, `s2s export --quantize {args.int8_variant}`; CTranslate2: "
             f"`compute_type=\"int8\"`). Accuracy on {acc[0]['n']} test sentences, greedy with EOS, batch 64 "
             f"(BLEU tokenize `{acc[0]['bleu_tokenize']}`); *same as fp32* = outputs identical to the same engine in float32:",
             "",
@@ -779,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engine_int8 = ct2_int8 = None
     if args.int8:
-        folder_int8 = int8_bundle(args.checkpoint, args.model)
+        folder_int8 = int8_bundle(args.checkpoint, args.model, args.int8_variant)
         info["bundle_int8"] = _rel(folder_int8)
         engine_int8 = Engine(folder_int8, EngineOptions(device="cpu", intra_op_threads=args.threads))
         ct2_int8 = CT2Translator(ct2_dir, tokens, "int8", args.threads)

@@ -92,10 +92,26 @@ async def run(serve, args: argparse.Namespace, inputs: list[str], log) -> dict[s
                 rounds[name].append(cell)
                 log(f"  options {name:44s} round {r + 1}: {cell.answers:4d} answers {cell.rps:7.1f} req/s "
                     f"({time.perf_counter() - t:.1f}s)")
-        return {name: serve.Cell.pooled(cells) for name, cells in rounds.items()}
+        pooled = {name: serve.Cell.pooled(cells) for name, cells in rounds.items()}
+        pooled["_rounds"] = rounds  # per-round windows, for the paired baseline ratio
+        return pooled
+
+
+def cpu_ms_per_token(c) -> float:
+    """Server CPU per generated token: what a family costs, steadier than throughput on a shared machine."""
+    return 1000 * c.server_cpu_s / c.tokens if c.tokens else float("nan")
+
+
+def paired(rounds: dict, a: str, b: str, metric) -> list[float]:
+    """metric(a) / metric(b) of each round: both windows ran minutes apart at most, so the machine's drift
+    between rounds cancels out of each ratio."""
+    return [metric(x) / metric(y) for x, y in zip(rounds[a], rounds[b]) if metric(y)]
 
 
 def table(cells: dict, args: argparse.Namespace) -> str:
+    import statistics
+
+    rounds = cells.pop("_rounds", {})
     base = cells["no option"]
     opts = dict(FAMILIES)
     lines = [
@@ -108,20 +124,27 @@ def table(cells: dict, args: argparse.Namespace) -> str:
         "no-option row of the same server." + (f" Baseline: the server of commit `{args.baseline}`, same flags, "
                                                "interleaved with the others." if args.baseline else ""),
         "",
-        "| family | options | answers/s | tokens/s | x no option | p50 ms | rows/step | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| family | options | answers/s | tokens/s | x no option | server CPU ms / token | p50 ms | rows/step | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, c in cells.items():
         o = opts.get(name, {})
         shown = ", ".join(f"{k}={v}" for k, v in o.items()) or "—"
         rows = f"{c.rows_per_step:.1f}" if c.rows_per_step else "—"
         ratio = c.tps / base.tps if base.tps else float("nan")
-        lines.append(f"| {name} | {shown} | {c.rps:.1f} | {c.tps:.0f} | {ratio:.2f} | {1000 * c.lat(50):.1f} | {rows} | "
-                     f"{sum(c.errors.values())} |")
+        lines.append(f"| {name} | {shown} | {c.rps:.1f} | {c.tps:.0f} | {ratio:.2f} | {cpu_ms_per_token(c):.2f} | "
+                     f"{1000 * c.lat(50):.1f} | {rows} | {sum(c.errors.values())} |")
     if BASELINE in cells and cells[BASELINE].tps:
         b = cells[BASELINE]
         ratio = base.tps / b.tps
-        lines += ["", f"No-option throughput, this tree / baseline `{args.baseline}`: **{ratio:.3f}** "
+        per_round = paired(rounds, "no option", BASELINE, lambda c: c.tps) if rounds else []
+        cpu = paired(rounds, BASELINE, "no option", cpu_ms_per_token) if rounds else []  # baseline's CPU / ours: > 1 = cheaper
+        lines += ["", f"No-option throughput, this tree / baseline `{args.baseline}`: **{ratio:.3f}** pooled "
                       f"({base.tps:.0f} vs {b.tps:.0f} tokens/s; target: within 3%, i.e. >= 0.97: "
                       f"{'met' if ratio >= 0.97 else 'NOT met'})."]
+        if len(per_round) >= 2:
+            lines += ["", f"Paired by round ({len(per_round)} rounds; each ratio from two windows of one round): tokens/s "
+                          f"median **{statistics.median(per_round):.3f}** (min {min(per_round):.3f}, max {max(per_round):.3f}); "
+                          f"server CPU per token, baseline / this tree, median **{statistics.median(cpu):.3f}** "
+                          f"(min {min(cpu):.3f}, max {max(cpu):.3f}; > 1 = this tree spends less CPU per token)."]
     return "\n".join(lines)

@@ -56,13 +56,11 @@ def setup(n_pairs: int):
     return cfg, encode_pairs(train, codec, cfg.max_len)
 
 
-def written_out_attend(self, x, k, v, keep):
+def written_out_attend(self, x, k, v, bias):
     """The attention of the loop before: scores, mask, softmax, dropout, weighted sum, as separate ops."""
-    from training.model import MASKED
-
     q = self.split_heads(self.w_q(x))
     scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
-    attn = self.dropout(scores.masked_fill(~keep, MASKED).softmax(dim=-1))
+    attn = self.dropout((scores + bias.to(scores.dtype)).softmax(dim=-1))
     return self.w_o((attn @ v).transpose(1, 2).flatten(2))
 
 

@@ -28,8 +28,11 @@ from contract.config import ModelConfig, TaskConfig, read_json, write_json
 from contract.names import GraphIO, decoder_io, encoder_io
 
 FORMAT_VERSION = 2
+# A bundle whose graphs use ONNX Runtime's contrib operators (com.microsoft, e.g. the fused
+# MultiHeadAttention of `s2s export --fused-attention`) is format 3: a reader must run ONNX Runtime.
+FORMAT_CONTRIB_OPS = 3
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default).
-READABLE_FORMATS = (1, 2)
+READABLE_FORMATS = (1, 2, 3)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = "config.json", "tokenizer.json", "encoder.onnx", "decoder.onnx"
 PAYLOAD_FILES = (TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE)
 
@@ -58,7 +61,7 @@ class BundleConfig:
     opset: int
     files: dict[str, str]  # file name -> sha256
     source_checkpoint_sha256: str
-    quantization: str = "none"  # none | int8 (dynamic, onnxruntime.quantization)
+    quantization: str = "none"  # none | int8-dynamic | int8-nbits (export/quantize.py); "int8" in bundles before them
     validation: dict[str, Any] = field(default_factory=dict)  # what the export checked, with figures
     format_version: int = FORMAT_VERSION
     source_language: str | None = None  # ISO 639-1 code of what the model reads (translation); None: not said
@@ -119,7 +122,7 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
             name=d["name"], version=int(d["version"]), model=ModelConfig.from_dict(d["model"]),
             task=TaskConfig.from_dict(d["task"]), opset=int(d["opset"]), files=dict(d["files"]),
             source_checkpoint_sha256=d["source_checkpoint_sha256"], quantization=d.get("quantization", "none"),
-            validation=d.get("validation", {}),
+            validation=d.get("validation", {}), format_version=int(d["format_version"]),
             source_language=d.get("source_language"), target_language=d.get("target_language"),
         )
     except BundleError:

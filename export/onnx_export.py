@@ -15,6 +15,8 @@ from torch.export import Dim
 
 from contract import bundle, names
 from contract.bundle import BundleConfig
+from export.fused import translation_table
+from export.quantize import resolve as resolve_quantization
 from export.validate import validate_bundle
 from export.wrappers import DecoderGraph, EncoderGraph
 from training import checkpoint
@@ -30,12 +32,15 @@ class ExportOptions:
     repo: Path
     name: str
     version: int | None = None  # None = next free version
-    quantize: str = "none"  # none | int8
+    quantize: str = "none"  # none | int8 (= export.quantize.INT8) | int8-dynamic | int8-nbits
     atol: float = 1e-4
     # ISO 639-1 codes written to config.json (translation bundles; the LibreTranslate API routes by them).
     source_language: str | None = None
     target_language: str | None = None
     beam_size: int | None = None  # the served default beam (task.beam_size); None = the checkpoint's
+    # Attention as ONNX Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py; format 3 bundles)
+    # rather than standard ONNX nodes (format 2, any ONNX runtime).
+    fused: bool = False
 
 
 def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
@@ -56,7 +61,7 @@ def _dims(io: names.GraphIO) -> dict[str, dict[int, Dim]]:
     return {name: {k: axis[v] for k, v in axes.items()} for name, axes in io.inputs.items()}
 
 
-def _export(module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int) -> None:
+def _export(module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int, fused: bool) -> None:
     """n_named: how many leading forward() parameters are named; the rest arrive as *rest."""
     module.eval()
     dims = [d for d in _dims(io).values()]
@@ -64,7 +69,7 @@ def _export(module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path,
     torch.onnx.export(
         module, args, str(path), dynamo=True, opset_version=OPSET, external_data=False,
         input_names=list(io.inputs), output_names=list(io.outputs),
-        dynamic_shapes=shapes, optimize=True, verbose=False,
+        dynamic_shapes=shapes, optimize=True, verbose=False, custom_translation_table=translation_table(fused),
     )
     onnx.checker.check_model(str(path), full_check=True)
 
@@ -77,6 +82,7 @@ def next_version(model_dir: Path) -> int:
 def export(opts: ExportOptions) -> Path:
     bundle.check_language(opts.source_language, "--source-lang")  # before minutes of export, not after
     bundle.check_language(opts.target_language, "--target-lang")
+    quantization = resolve_quantization(opts.quantize)  # "int8" -> the measured variant, recorded as such
     ckpt = checkpoint.load(opts.checkpoint)
     model = ckpt.model.eval()
     c = model.config
@@ -86,23 +92,24 @@ def export(opts: ExportOptions) -> Path:
         out = Path(tmp)
         enc_args, dec_args = _example_inputs(model)
         with torch.no_grad():
-            _export(EncoderGraph(model), enc_args, names.encoder_io(c.n_decoder_layers), out / bundle.ENCODER_FILE, 2)
-            _export(DecoderGraph(model), dec_args, names.decoder_io(c.n_decoder_layers), out / bundle.DECODER_FILE, 3)
-        if opts.quantize == "int8":
-            from export.quantize import quantize_int8
+            _export(EncoderGraph(model), enc_args, names.encoder_io(c.n_decoder_layers), out / bundle.ENCODER_FILE, 2, opts.fused)
+            _export(DecoderGraph(model), dec_args, names.decoder_io(c.n_decoder_layers), out / bundle.DECODER_FILE, 3, opts.fused)
+        if quantization != "none":
+            from export.quantize import quantize
 
-            quantize_int8(out)
+            quantize(out, quantization)
         shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
         cfg = BundleConfig(
             name=opts.name, version=version, model=c, opset=OPSET,
             task=ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size),
             files={f: bundle.sha256_file(out / f) for f in bundle.PAYLOAD_FILES},
-            source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=opts.quantize,
+            source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=quantization,
             source_language=opts.source_language, target_language=opts.target_language,
+            format_version=bundle.FORMAT_CONTRIB_OPS if opts.fused else bundle.FORMAT_VERSION,
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.
-        report = validate_bundle(model, out, atol=opts.atol if opts.quantize == "none" else None)
+        report = validate_bundle(model, out, atol=opts.atol if quantization == "none" else None)
         cfg = BundleConfig(**{**cfg.__dict__, "validation": report})
         cfg.write(out)
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -1,22 +1,64 @@
-"""int8 dynamic quantization of both graphs (weights int8, activations quantized on the fly).
+"""int8 variants of both graphs; `s2s export --quantize int8` picks the measured winner.
 
-Dynamic quantization suits this CPU-bound, small-batch decoder: no calibration data, and the
-MatMul weights (most of the bytes) shrink 4x. Its accuracy change is measured by bench/decode.py.
+* ``int8-dynamic``: ``quantize_dynamic`` of the MatMul weights (int8), activations quantized on
+  the fly per call (``DynamicQuantizeLinear`` + ``MatMulInteger``); no calibration data.
+* ``int8-nbits``: ``MatMulNBits`` with 8-bit blockwise weights and ``accuracy_level=4``, so ONNX
+  Runtime's MLAS quantizes the activations to int8 inside the kernel and multiplies with the CPU's
+  int8 dot-product instructions (AVX-512 VNNI / AVX-VNNI / AMX where present) in one node, instead of
+  the three nodes and the float round trip of the dynamic path.
+
+Both leave Gather (embeddings), LayerNorm and the attention internals in float32: they are a small
+share of the time and most of the accuracy risk. bench/decode.py measures each variant's speed and
+its chrF / exact-match change against float32 (docs/BENCHMARKS.md); ``INT8`` names the variant
+``int8`` resolves to.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-
-from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from contract import bundle
 
+VARIANTS = ("int8-dynamic", "int8-nbits")
+INT8 = "int8-dynamic"  # what `--quantize int8` means: the faster within the accuracy bar in docs/BENCHMARKS.md#int8-variants
+CHOICES = ("none", "int8", *VARIANTS)
+NBITS_BLOCK = 32  # weights per scale: 32 keeps the 8-bit error well below the float32 export tolerance's scale
 
-def quantize_int8(folder: Path) -> None:
+
+def resolve(name: str) -> str:
+    """The concrete variant a --quantize value stands for ("int8" = the measured default)."""
+    if name not in CHOICES:
+        raise ValueError(f"--quantize {name!r}: choose one of {', '.join(CHOICES)}")
+    return INT8 if name == "int8" else name
+
+
+def quantize(folder: Path, variant: str) -> None:
+    """Rewrite encoder.onnx and decoder.onnx in `folder` in place."""
+    variant = resolve(variant)
+    if variant == "none":
+        return
+    # onnxruntime.quantization logs "consider pre-processing" advice per graph; it does not apply to these graphs.
+    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))
     for name in (bundle.ENCODER_FILE, bundle.DECODER_FILE):
         src = folder / name
-        tmp = folder / f"{name}.int8"
-        # MatMul only: Gather (embeddings) and attention internals stay float for accuracy.
-        quantize_dynamic(src, tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        tmp = folder / f"{name}.{variant}"
+        if variant == "int8-dynamic":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            # MatMul only: Gather (embeddings) and attention internals stay float for accuracy.
+            quantize_dynamic(src, tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        else:
+            import onnx
+            from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+            cfg = DefaultWeightOnlyQuantConfig(block_size=NBITS_BLOCK, is_symmetric=True, accuracy_level=4, bits=8)
+            q = MatMulNBitsQuantizer(onnx.load(str(src)), algo_config=cfg)
+            q.process()
+            q.model.save_model_to_file(str(tmp), use_external_data_format=False)
         tmp.replace(src)
+
+
+def quantize_int8(folder: Path) -> None:
+    """The default int8 (kept for callers of the earlier API)."""
+    quantize(folder, INT8)

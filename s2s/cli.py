@@ -117,7 +117,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = export(ExportOptions(Path(args.checkpoint), Path(args.repo), args.name, args.version, args.quantize, args.atol,
                                source_language=args.source_lang, target_language=args.target_lang,
-                               beam_size=args.beam_size))
+                               beam_size=args.beam_size, fused=args.fused_attention))
     print(out)
     return 0
 
@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="int8 weights for CPUs: int8-dynamic (quantize_dynamic of the MatMuls), int8-nbits (MatMulNBits, "
                         "8-bit blocks, int8 compute); int8 = the faster of the two on docs/BENCHMARKS.md's measurement")
     p.add_argument("--atol", type=float, default=1e-4, help="largest |ORT - PyTorch| accepted on logits and K/V")
+    p.add_argument("--fused-attention", action="store_true",
+                   help="attention as ONNX Runtime's fused com.microsoft.MultiHeadAttention (bundle format 3, ONNX Runtime "
+                        "only); default: standard ONNX nodes, which were as fast on CPU (docs/BENCHMARKS.md)")
     p.add_argument("--source-lang", type=_language, default=None, metavar="CODE",
                    help="ISO 639-1 code of the source language (translation), written to config.json; the "
                    "LibreTranslate API (/translate, /languages) offers only models that declare both languages")

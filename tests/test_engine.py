@@ -223,15 +223,21 @@ def test_addition_exact_match_on_10000_held_out_problems_matches_pytorch():
 
 
 @pytest.mark.slow
-def test_int8_export_loads_and_stays_close(tmp_path: Path):
+@pytest.mark.parametrize("variant", ["int8", "int8-dynamic", "int8-nbits"])
+def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
+    """Each int8 variant: the bundle records the concrete variant ("int8" resolves to the measured
+    default) and addition's exact match stays that of float32 (the issue's accuracy bar)."""
     from export.onnx_export import ExportOptions, export
+    from export.quantize import INT8
 
-    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, quantize="int8"))
+    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, quantize=variant))
     e = Engine(out)
-    assert e.config.quantization == "int8"
+    assert e.config.quantization == (INT8 if variant == "int8" else variant)
     pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]]
-    acc = np.mean([o == r for o, (_, r) in zip(generate(e, [s for s, _ in pairs]), pairs)])
-    assert acc >= 0.9, acc
+    srcs = [s for s, _ in pairs]
+    acc = np.mean([o == r for o, (_, r) in zip(generate(e, srcs), pairs)])
+    acc32 = np.mean([o == r for o, (_, r) in zip(generate(Engine(MODEL_REPO / "addition" / "1"), srcs), pairs)])
+    assert acc >= acc32 - 1 / 300, (acc, acc32)
 
 
 def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Engine):
@@ -350,5 +356,32 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
     assert Engine(b).config.task.beam_size == 1
     cfg["format_version"] = 99
     (b / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2: upgrade s2s"):
+    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3: upgrade s2s"):
         Engine(b)
+
+
+@pytest.mark.slow
+def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path):
+    """--fused-attention: ONNX Runtime's MultiHeadAttention replaces the written-out attention (format 3); the
+    export validated it against PyTorch (ragged past, empty past, greedy), and decoding held-out inputs, with
+    rows joining a running batch, gives the tokens of the committed standard-ONNX bundle."""
+    import onnx
+
+    from engine.generator import run
+    from export.onnx_export import ExportOptions, export
+
+    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, fused=True))
+    fused = Engine(out)
+    assert fused.config.format_version == 3 and fused.config.validation["greedy_identical"] == "16/16"
+    ops = {(n.domain, n.op_type) for n in onnx.load(str(out / "decoder.onnx")).graph.node}
+    assert ("com.microsoft", "MultiHeadAttention") in ops
+    standard = Engine(MODEL_REPO / "addition" / "1")
+    assert standard.config.format_version in (1, 2)
+    assert {n.domain for n in onnx.load(str(standard.folder / "decoder.onnx")).graph.node} <= {"", "ai.onnx"}
+    texts = sample_inputs(standard, 64)
+    results = {}
+    for name, e in (("fused", fused), ("standard", standard)):
+        seqs = [Sequence(e.codec.source_ids(t), 12) for t in texts]
+        run(e, seqs, 4)  # 4 rows: every finished row is taken over by the next input (churn)
+        results[name] = [s.result for s in seqs]
+    assert results["fused"] == results["standard"]

@@ -40,6 +40,30 @@ def test_resume_continues_from_the_same_state(tmp_path: Path):
     assert {"valid_seq_acc", "valid_token_acc", "valid_loss", "train_seq_acc"} <= set(log[-1])
 
 
+def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path: Path):
+    """--init-from: a run folder that lost its trainer state goes on from the weights alone — the step,
+    epoch and minutes count on from the checkpoint's, and the rate ramps back up to the schedule."""
+    s2s("train", *TINY, "--epochs", "1", "--out", str(tmp_path / "first"))
+    first = json.loads((tmp_path / "first/last/metrics.json").read_text())
+    s2s("train", *TINY, "--epochs", "3", "--init-from", str(tmp_path / "first/last"), "--init-warmup", "10",
+        "--out", str(tmp_path / "second"))
+    log = [json.loads(x) for x in (tmp_path / "second/metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2, 3] and log[0]["step"] == first["step"]
+    assert log[-1]["step"] == 3 * first["step"] and log[-1]["time_s"] > first["time_s"]
+    steps = [json.loads(x) for x in (tmp_path / "second/steps.jsonl").read_text().splitlines()]
+    assert steps[0]["step"] > first["step"]
+    # Ramped: the first logged rate (the one for step + 1) is below the schedule's, later ones follow it again.
+    from training.train import rate
+
+    cfg = dict(d_model=32, warmup=50, factor=1.0)
+    assert steps[0]["lr"] < 0.9 * rate(steps[0]["step"] + 1, **cfg)
+    assert steps[-1]["lr"] == pytest.approx(rate(steps[-1]["step"] + 1, **cfg))
+    a, b = load_file(str(tmp_path / "first/last/model.safetensors")), load_file(str(tmp_path / "second/last/model.safetensors"))
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # it trained on
+    with pytest.raises(subprocess.CalledProcessError):
+        s2s("train", *TINY, "--resume", "--init-from", str(tmp_path / "first/last"), "--out", str(tmp_path / "second"))
+
+
 def test_eval_cli_prints_metrics_json(tmp_path: Path):
     s2s("train", *TINY, "--epochs", "1", "--out", str(tmp_path / "run"))
     out = s2s("eval", str(tmp_path / "run/best"), "--data", str(tmp_path / "run/data/test.tsv"))

@@ -45,6 +45,27 @@ class PositionalEncoding(nn.Module):
         return self.pe[positions]  # (B, T, d_model)
 
 
+@torch.library.custom_op("s2s::attention", mutates_args=())
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
+    """§3.2.1 for all heads at once: softmax(Q K^T / sqrt(d_k) + bias) V with the heads merged again.
+
+    q: (B, T, d_model) projected queries; k, v: (B, H, L, Dh); bias: additive, broadcastable to
+    (B, 1, T, L), 0 where a position is seen and MASKED where not. One operator so that the export can map it to ONNX
+    Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py) instead of ~10 nodes per
+    attention; this eager body is the reference the exported graphs are validated against.
+    """
+    b, t, d = q.shape
+    d_k = d // n_heads
+    qh = q.view(b, t, n_heads, d_k).transpose(1, 2)  # (B, H, T, Dh)
+    attn = (qh @ k.transpose(-2, -1) / math.sqrt(d_k) + bias).softmax(dim=-1)  # (B, H, T, L)
+    return (attn @ v).transpose(1, 2).reshape(b, t, d)  # (B, T, d_model)
+
+
+@attention.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
+    return torch.empty_like(q)
+
+
 class MultiHeadAttention(nn.Module):
     """§3.2.2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
     with §3.2.1 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V."""
@@ -65,23 +86,23 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, x: Tensor) -> KV:
         return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))  # 2 x (B, H, L, Dh)
 
-    def attend(self, x: Tensor, k: Tensor, v: Tensor, keep: Tensor) -> Tensor:
-        """x: queries (B, T, d_model); k, v: (B, H, L, Dh); keep: bool, broadcastable to (B, H, T, L)."""
+    def attend(self, x: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+        """x: queries (B, T, d_model); k, v: (B, H, L, Dh); bias: from mask_bias, broadcastable to (B, 1, T, L)."""
+        if not self.training:
+            # One operator: the export maps it to ONNX Runtime's fused MultiHeadAttention, which takes
+            # the queries before the head split and returns them merged (export/fused.py).
+            return self.w_o(attention(self.w_q(x), k, v, bias, self.h))  # (B, T, d_model)
+        # Training: PyTorch's fused kernel, dropout inside (0.96x of the written-out ops in
+        # bench/train_speed.py on 2 cores, kept for the memory it saves on longer batches).
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
-        if self.training:
-            # PyTorch's fused kernel, dropout inside. Its gain is not settled on 2 CPU cores:
-            # 1.36x in an ad-hoc probe on a loaded machine, 0.89x in one idle pass of
-            # bench/train_speed.py (docs/experiments.md). Inference keeps the written-out ops below:
-            # their ONNX graph has 125 decoder nodes, the fused call's decomposition 173, and the
-            # engine pays for every node each step.
-            # The mask is an additive bias, not a boolean one, so a fully masked row stays finite.
-            bias = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill(~keep, MASKED)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout.p, scale=self.d_k**-0.5)
-        else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, T, L)
-            attn = scores.masked_fill(~keep, MASKED).softmax(dim=-1)
-            out = attn @ v  # (B, H, T, Dh)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropout.p, scale=self.d_k**-0.5)
         return self.w_o(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
+
+
+def mask_bias(keep: Tensor) -> Tensor:
+    """A boolean mask as the additive bias attention takes: 0 where seen, MASKED where not. Additive, not
+    boolean, so that a fully masked row (a padding row of a batch) stays finite; built once per pass."""
+    return torch.where(keep, 0.0, MASKED)  # one Where node in the exported graphs
 
 
 class FeedForward(nn.Module):
@@ -106,9 +127,9 @@ class EncoderLayer(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
         self.dropout = nn.Dropout(c.dropout)
 
-    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+    def forward(self, x: Tensor, bias: Tensor) -> Tensor:
         k, v = self.self_attn.project_kv(x)
-        x = self.norm1(x + self.dropout(self.self_attn.attend(x, k, v, keep)))
+        x = self.norm1(x + self.dropout(self.self_attn.attend(x, k, v, bias)))
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 
@@ -123,12 +144,12 @@ class DecoderLayer(nn.Module):
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(c.d_model) for _ in range(3))
         self.dropout = nn.Dropout(c.dropout)
 
-    def forward(self, y: Tensor, past: KV, self_keep: Tensor, cross: KV, cross_keep: Tensor) -> tuple[Tensor, KV]:
+    def forward(self, y: Tensor, past: KV, self_bias: Tensor, cross: KV, cross_bias: Tensor) -> tuple[Tensor, KV]:
         k_new, v_new = self.self_attn.project_kv(y)  # (B, H, T, Dh)
         k = torch.cat([past[0], k_new], dim=2)  # (B, H, P+T, Dh)
         v = torch.cat([past[1], v_new], dim=2)
-        y = self.norm1(y + self.dropout(self.self_attn.attend(y, k, v, self_keep)))
-        y = self.norm2(y + self.dropout(self.cross_attn.attend(y, cross[0], cross[1], cross_keep)))
+        y = self.norm1(y + self.dropout(self.self_attn.attend(y, k, v, self_bias)))
+        y = self.norm2(y + self.dropout(self.cross_attn.attend(y, cross[0], cross[1], cross_bias)))
         y = self.norm3(y + self.dropout(self.ffn(y)))
         return y, (k, v)
 
@@ -167,10 +188,10 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src, src_mask: (B, S) ids and 1/0 mask -> memory (B, S, d_model)."""
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
-        keep = src_mask.bool()[:, None, None, :]  # (B, 1, 1, S): queries may look at real tokens only
+        bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S): queries may look at real tokens only
         x = self.embed(self.src_embed, src, positions)
         for layer in self.encoder:
-            x = layer(x, keep)
+            x = layer(x, bias)
         return x
 
     def cross_kv(self, memory: Tensor) -> list[KV]:
@@ -202,11 +223,12 @@ class Transformer(nn.Module):
         self_keep = torch.cat(
             [past_mask.bool()[:, None, :].expand(-1, t, -1), causal.expand(tgt.shape[0], -1, -1)], dim=2
         )[:, None]  # (B, 1, T, P+T)
-        cross_keep = src_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+        self_bias = mask_bias(self_keep)
+        cross_bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
         y = self.embed(self.tgt_embed, tgt, positions)
         present: list[KV] = []
         for layer, layer_past, layer_cross in zip(self.decoder, past, cross):
-            y, kv = layer(y, layer_past, self_keep, layer_cross, cross_keep)
+            y, kv = layer(y, layer_past, self_bias, layer_cross, cross_bias)
             present.append(kv)
         return self.generator(y), present
 
