@@ -52,8 +52,9 @@ models: install  ## retrain and re-export the default model repository (about 1 
 experiments: install  ## the heads x reversed-input grid of docs/experiments.md
 	$(PY) scripts/heads_experiment.py
 
-bench: install  ## the benchmarks behind docs/BENCHMARKS.md (about 15 min; keep the machine otherwise idle)
+bench: install  ## the benchmarks behind docs/BENCHMARKS.md (about 20 min; keep the machine otherwise idle)
 	$(PY) bench/decode.py
+	$(PY) bench/int8_variants.py
 	$(PY) bench/serve.py
 	$(PY) bench/threads.py
 	$(PY) bench/profile_step.py
