@@ -20,6 +20,8 @@ if [[ $what == all || $what == translate-en-ja ]]; then
   # copies, 100 steps apart, are averaged into averaged/ (§6.1). STEPS fixes the run's length;
   # BUDGET_MIN its minutes (all sessions together); RESUME=1 continues runs/translate-en-ja/last;
   # INIT_FROM=checkpoints/translate-en-ja continues from committed weights when the run folder is gone.
+  # The published model has 5,200 steps (three sessions, docs/experiments.md); STEPS defaults to that.
+  STEPS=${STEPS:-5200}
   $TORCHRUN --nproc_per_node 2 -m s2s.cli train --task translation \
     --data data/en-ja/ui-strings.tsv,data/en-ja/ui-strings-copyleft.tsv --vocab-size 8000 \
     --d-model 256 --n-heads 4 --n-layers 2 --d-ff 1024 --dropout 0.1 --max-len 64 \
