@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""int8 variants side by side: which export `s2s export --quantize int8` should mean on a CPU.
+"""Export variants side by side: which int8 export `s2s export --quantize int8` should mean on a CPU, and
+whether the fused attention of `s2s export --fused-attention` pays.
 
     .venv/bin/python bench/int8_variants.py            # ~6 min on 2 idle cores; writes docs/BENCHMARKS.md#int8-variants
     .venv/bin/python bench/int8_variants.py --quick    # 32 inputs, 1 pass; prints only
@@ -18,7 +19,9 @@ float32 bundle and CTranslate2 int8 on the same weights, in one run:
   turns ABBA-style, as bench/decode.py's real-inputs table does.
 
 The verdict names the fastest variant (geometric mean of its speed over the batch sizes) that
-meets the accuracy bar; export/quantize.py's ``INT8`` should name it.
+meets the accuracy bar; export/quantize.py's ``INT8`` should name it. The float32 bundle exported with
+``--fused-attention`` (ONNX Runtime's MultiHeadAttention) is timed in the same passes, against the standard
+float32 bundle, with CTranslate2 float32 alongside.
 """
 
 from __future__ import annotations
@@ -37,6 +40,28 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.decode import CACHE, RealSystem, int8_bundle, machine, time_real  # noqa: E402
+
+
+def fused_bundle(checkpoint_dir: Path, name: str) -> Path:
+    """A float32 bundle with fused attention under .cache/bench/models/, exported once per weights."""
+    import warnings
+
+    from contract import bundle
+    from export.onnx_export import ExportOptions, export
+    from training import checkpoint as ckpt_io
+
+    repo, bname = CACHE / "models", f"{name}-fused"
+    folder = repo / bname / "1"
+    if (folder / "config.json").is_file():
+        try:
+            if bundle.read_bundle(folder, verify_hashes=False).source_checkpoint_sha256 == ckpt_io.weights_sha256(checkpoint_dir):
+                return folder
+        except Exception:  # stale or partial: re-export
+            pass
+    print(f"exporting a fused-attention bundle of {checkpoint_dir} to {folder} ...", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, fused=True))
 from bench.markdown import write_section  # noqa: E402
 
 SECTION = "int8-variants"
@@ -85,6 +110,7 @@ def main(argv=None) -> int:
     opts = EngineOptions(device="cpu", intra_op_threads=1)
     f32 = Engine(ROOT / "models" / args.model / "1", opts)
     engines = {"float32": f32, **{v: Engine(int8_bundle(ck_dir, args.model, v), opts) for v in VARIANTS}}
+    fused = Engine(fused_bundle(ck_dir, args.model), opts)
 
     # Accuracy: translation chrF on held-out pairs, and addition's exact match (its own bar).
     acc: dict[str, dict] = {}
@@ -105,18 +131,22 @@ def main(argv=None) -> int:
     ct2_dir = convert(ck_dir, CACHE / f"ct2-{args.model}")
     tokens_vocab = vocabulary(codec.tokenizer)
     ct2 = CT2Translator(ct2_dir, tokens_vocab, "int8", 1)
+    ct2_f32 = CT2Translator(ct2_dir, tokens_vocab, "float32", 1)
     texts = [pairs[i % len(pairs)][0] for i in range(args.real_inputs)]
     tokens = [[ct2.tokens[i] for i in codec.source_ids(t)] for t in texts]
 
     def eng(e):
         return lambda t, _tok, beam, batch: e.generate(t, beam_size=beam, max_new_tokens=budget, max_batch_size=batch * beam)
 
-    def ct2_run(_t, tok, beam, batch):
-        return ct2.translator.translate_batch(tok, max_batch_size=batch, batch_type="examples", beam_size=beam,
-                                              max_decoding_length=budget, min_decoding_length=0, return_scores=False)
+    def ct2_run(tr):
+        return lambda _t, tok, beam, batch: tr.translator.translate_batch(
+            tok, max_batch_size=batch, batch_type="examples", beam_size=beam, max_decoding_length=budget,
+            min_decoding_length=0, return_scores=False)
 
     systems = [RealSystem(name, name, eng(e), lambda r: r) for name, e in engines.items()]
-    systems.append(RealSystem("ct2-int8", "int8", ct2_run, lambda r: r))
+    systems.append(RealSystem("float32-fused", "float32", eng(fused), lambda r: r))
+    systems.append(RealSystem("ct2-int8", "int8", ct2_run(ct2), lambda r: r))
+    systems.append(RealSystem("ct2-float32", "float32", ct2_run(ct2_f32), lambda r: r))
     cells = time_real(systems, texts, tokens, [1], args.batch_sizes, args.repeats)
     speed = {(c.system, c.batch): c.seq_s for c in cells}
 
@@ -131,7 +161,7 @@ def main(argv=None) -> int:
 
     la = info["machine"]["loadavg"]
     lines = [
-        "## int8 variants",
+        "## Export variants: int8 and fused attention",
         "",
         f"- date: {info['date']}; CPU: {info['machine']['cpu']} ({info['machine']['nproc']} cores), load average at start "
         f"{la[0]:.2f}; took {time.perf_counter() - started:.0f} s",
@@ -154,7 +184,21 @@ def main(argv=None) -> int:
         lines.append(f"| {name} | {a['chrf']:.2f} | {100 * a['exact']:.1f}% | {100 * a['same']:.1f}% | {100 * a['addition_exact']:.2f}% | "
                      + " | ".join(f"{speed[(name, b)]:.1f}" for b in args.batch_sizes) + f" | {rel} | {vs} | {bar} |")
     lines.append("| CTranslate2 int8 | | | | | " + " | ".join(f"{speed[('ct2-int8', b)]:.1f}" for b in args.batch_sizes) + " | | | |")
-    lines += ["", verdict]
+    fused_same = sum(list(a.tokens) == list(b.tokens) for a, b in zip(fused.generate(srcs[:200], max_new_tokens=budget, beam_size=1),
+                                                                       f32.generate(srcs[:200], max_new_tokens=budget, beam_size=1)))
+    fgeo = math.exp(sum(math.log(speed[("float32-fused", b)] / speed[("float32", b)]) for b in args.batch_sizes) / len(args.batch_sizes))
+    lines += ["", verdict, "",
+              "Fused attention (`s2s export --fused-attention`: com.microsoft.MultiHeadAttention, bundle format 3) in the same "
+              "passes, float32, greedy; CTranslate2 float32 alongside:", "",
+              "| bundle | " + " | ".join(f"seq/s B={b}" for b in args.batch_sizes) + " | vs standard (geo. mean) | vs CT2 float32 ("
+              + " / ".join(f"B={b}" for b in args.batch_sizes) + ") |",
+              "|---|" + "---:|" * len(args.batch_sizes) + "---:|---:|"]
+    for name, label in (("float32", "standard ONNX attention (served)"), ("float32-fused", "fused MultiHeadAttention")):
+        rel = 1.0 if name == "float32" else fgeo
+        lines.append(f"| {label} | " + " | ".join(f"{speed[(name, b)]:.1f}" for b in args.batch_sizes) + f" | {rel:.2f}x | "
+                     + " / ".join(f"{speed[(name, b)] / speed[('ct2-float32', b)]:.2f}" for b in args.batch_sizes) + " |")
+    lines.append("| CTranslate2 float32 | " + " | ".join(f"{speed[('ct2-float32', b)]:.1f}" for b in args.batch_sizes) + " | | |")
+    lines += ["", f"Fused and standard outputs identical on {fused_same}/200 inputs (greedy)."]
     report = "\n".join(lines) + "\n"
     print(report)
     if not args.no_write:
