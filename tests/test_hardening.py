@@ -368,14 +368,16 @@ def test_auth_covers_streaming_reflection_and_unknown_methods(tmp_path, model_re
 
 # ---- signals ------------------------------------------------------------------------------------------
 def test_a_second_sigterm_ends_the_grace_period_at_once(tmp_path, model_repo):
-    srv = Served(tmp_path, "--grace-s", "120", "--batching", "none")
+    srv = Served(tmp_path, "--grace-s", "120", "--batching", "none", "--max-queue-size", "4096")
     try:
         with grpc.insecure_channel(srv.address) as ch:
             stub = pb_grpc.Seq2SeqStub(ch)
-            # 4 x 16 inputs x beam 4 = the whole queue (256 rows), decoded one sequence at a time: seconds of work.
+            # 64 x 16 inputs (1,024 queued sequences, x beam 4 rows), decoded one sequence at a time: far more work
+            # than the second signal leaves time for on any machine (4 such requests were done within the second
+            # on an AVX-512 one).
             texts = ["Open the file in a new window and save all the changes you have made"] * 16
             futures = [stub.Generate.future(pb.GenerateRequest(model=JA, inputs=texts, options=pb.GenerateOptions(beam_size=4)),
-                                            timeout=120) for _ in range(4)]
+                                            timeout=120) for _ in range(64)]
             time.sleep(0.5)
             srv.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
