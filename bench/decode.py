@@ -82,6 +82,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.markdown import markers, write_section  # noqa: E402
+from export.quantize import CHOICES as QUANTIZE_CHOICES  # noqa: E402  (torch-free: names only)
 
 CACHE = ROOT / ".cache" / "bench"
 ENGINES = ("ort+kv", "ort-nocache", "torch+kv", "ct2")
@@ -125,7 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also time {', '.join(INT8_ENGINES)} and measure int8's accuracy change (the first run exports an "
                         "int8 bundle, ~30 s; default: on, off with --quick)")
-    p.add_argument("--int8-variant", default="int8", choices=["int8", "int8-dynamic", "int8-nbits"],
+    p.add_argument("--int8-variant", default="int8", choices=[c for c in QUANTIZE_CHOICES if c != "none"],
                    help="which int8 export the engine's int8 rows use (export/quantize.py; int8 = the default variant; "
                         "bench/int8_variants.py compares them all)")
     p.add_argument("--accuracy-sentences", type=int, default=200, help="test sentences for the int8 accuracy check (default: %(default)s)")
@@ -301,36 +302,36 @@ def time_cells(runners: list[Runner], texts: list[str], batch: int, n: int, repe
 
 # ----------------------------------------------------------------------------- artifacts
 
-def int8_bundle(checkpoint_dir: Path, name: str, variant: str = "int8") -> Path:
-    """An int8 bundle of the checkpoint under .cache/bench/models/, exported once per weights and variant
-    (export/quantize.py; "int8" = the default variant)."""
+def cached_bundle(checkpoint_dir: Path, name: str, quantize: str = "none", fused: bool = False) -> Path:
+    """A bundle of the checkpoint under .cache/bench/models/, exported once per weights and variant:
+    ``quantize`` as `s2s export --quantize` ("int8" = the default variant), ``fused`` as --fused-attention."""
     from contract import bundle
     from export.quantize import resolve
     from training import checkpoint as ckpt_io
 
-    variant = resolve(variant)
-    repo, bname = CACHE / "models", f"{name}-{variant}"
+    quantize = resolve(quantize)
+    repo = CACHE / "models"
+    bname = "-".join([name] + ([quantize] if quantize != "none" else []) + (["fused"] if fused else []))
     folder = repo / bname / "1"
-    sha = ckpt_io.weights_sha256(checkpoint_dir)
+    want = bundle.FORMAT_CONTRIB_OPS if fused else bundle.FORMAT_VERSION
     if (folder / "config.json").is_file():
         try:
             cfg = bundle.read_bundle(folder, verify_hashes=False)
-            if cfg.source_checkpoint_sha256 == sha and cfg.quantization == variant:
+            if (cfg.source_checkpoint_sha256 == ckpt_io.weights_sha256(checkpoint_dir) and cfg.quantization == quantize
+                    and cfg.format_version == want):
                 return folder
         except Exception:  # stale or partial: re-export
             pass
     import logging
+    import warnings
 
     from export.onnx_export import ExportOptions, export
 
-    import warnings
-
     logging.getLogger("s2s").setLevel(logging.WARNING)
-    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's "consider pre-processing" advice
-    print(f"exporting an {variant} bundle of {checkpoint_dir} to {folder} ...", file=sys.stderr)
+    print(f"exporting {bname} from {checkpoint_dir} to {folder} ...", file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.onnx's dynamic-axis naming notes
-        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize=variant))
+        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize=quantize, fused=fused))
 
 
 def machine() -> dict:
@@ -785,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engine_int8 = ct2_int8 = None
     if args.int8:
-        folder_int8 = int8_bundle(args.checkpoint, args.model, args.int8_variant)
+        folder_int8 = cached_bundle(args.checkpoint, args.model, args.int8_variant)
         info["bundle_int8"] = _rel(folder_int8)
         engine_int8 = Engine(folder_int8, EngineOptions(device="cpu", intra_op_threads=args.threads))
         ct2_int8 = CT2Translator(ct2_dir, tokens, "int8", args.threads)

@@ -39,31 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.decode import CACHE, RealSystem, int8_bundle, machine, time_real  # noqa: E402
-
-
-def fused_bundle(checkpoint_dir: Path, name: str) -> Path:
-    """A float32 bundle with fused attention under .cache/bench/models/, exported once per weights."""
-    import warnings
-
-    from contract import bundle
-    from export.onnx_export import ExportOptions, export
-    from training import checkpoint as ckpt_io
-
-    repo, bname = CACHE / "models", f"{name}-fused"
-    folder = repo / bname / "1"
-    if (folder / "config.json").is_file():
-        try:
-            if bundle.read_bundle(folder, verify_hashes=False).source_checkpoint_sha256 == ckpt_io.weights_sha256(checkpoint_dir):
-                return folder
-        except Exception:  # stale or partial: re-export
-            pass
-    print(f"exporting a fused-attention bundle of {checkpoint_dir} to {folder} ...", file=sys.stderr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, fused=True))
-from bench.markdown import write_section  # noqa: E402
-
+from bench.decode import CACHE, RealSystem, cached_bundle, machine, time_real  # noqa: E402
 SECTION = "int8-variants"
 
 
@@ -109,8 +85,8 @@ def main(argv=None) -> int:
     random.Random(args.seed).shuffle(pairs)
     opts = EngineOptions(device="cpu", intra_op_threads=1)
     f32 = Engine(ROOT / "models" / args.model / "1", opts)
-    engines = {"float32": f32, **{v: Engine(int8_bundle(ck_dir, args.model, v), opts) for v in VARIANTS}}
-    fused = Engine(fused_bundle(ck_dir, args.model), opts)
+    engines = {"float32": f32, **{v: Engine(cached_bundle(ck_dir, args.model, v), opts) for v in VARIANTS}}
+    fused = Engine(cached_bundle(ck_dir, args.model, fused=True), opts)
 
     # Accuracy: translation chrF on held-out pairs, and addition's exact match (its own bar).
     acc: dict[str, dict] = {}
@@ -118,7 +94,7 @@ def main(argv=None) -> int:
     add_dir = ROOT / "checkpoints" / "addition"
     add_pairs = read_tsv(add_dir / "test.tsv")[: args.accuracy_sentences]
     add_engines = {"float32": Engine(ROOT / "models" / "addition" / "1", opts),
-                   **{v: Engine(int8_bundle(add_dir, "addition", v), opts) for v in VARIANTS}}
+                   **{v: Engine(cached_bundle(add_dir, "addition", v), opts) for v in VARIANTS}}
     for name, e in engines.items():
         hyps = generate(e, srcs, budget, batch_size=64)
         add = generate(add_engines[name], [s for s, _ in add_pairs], batch_size=64)

@@ -50,22 +50,12 @@ def encoder_padding(folder: Path, data: Path, batch: int, repeats: int = 9) -> d
             "padding": ids.size / lengths.sum(), "padded_ms": float(np.median(padded)), "grouped_ms": float(np.median(grouped))}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="translate-en-ja")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--past", type=int, default=32, help="cached positions P")
-    ap.add_argument("--src", type=int, default=16, help="source length S")
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--encoder-batch", type=int, default=64, help="held-out sentences in the encoder timing")
-    ap.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
-    args = ap.parse_args()
+def profile(folder: Path, args) -> tuple[float, collections.Counter]:
+    """Mean ms per decoder step of folder/decoder.onnx at the given shape, and kernel microseconds per operator."""
     from contract import names
     from contract.bundle import read_bundle
 
-    folder = ROOT / "models" / args.model / "1"
-    cfg = read_bundle(folder)
-    m = cfg.model
+    m = read_bundle(folder).model
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -90,7 +80,37 @@ def main() -> int:
     per_op: collections.Counter = collections.Counter()
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            per_op[e["args"]["op_name"]] += e["dur"]
+            per_op[e["args"]["op_name"]] += e["dur"] / args.steps
+    return step_ms, per_op
+
+
+# The standard graph's attention: Q K^T and its scale fused by ONNX Runtime (FusedMatMul), the bias, the
+# softmax and @ V (the two attention MatMuls are counted under MatMul with the projections, so not here).
+ATTENTION_OPS = ("FusedMatMul", "Softmax")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="translate-en-ja")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--past", type=int, default=32, help="cached positions P")
+    ap.add_argument("--src", type=int, default=16, help="source length S")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--encoder-batch", type=int, default=64, help="held-out sentences in the encoder timing")
+    ap.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True,
+                    help="also profile the same step of a --fused-attention export of the checkpoint (cached under "
+                         ".cache/bench/models/; the first run exports it, ~1 min)")
+    ap.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
+    args = ap.parse_args()
+
+    b, p, s = args.batch, args.past, args.src
+    folder = ROOT / "models" / args.model / "1"
+    step_ms, per_op = profile(folder, args)
+    fused = None
+    if args.fused:  # the same step with attention as ONNX Runtime's fused operator (s2s export --fused-attention)
+        from bench.decode import cached_bundle
+
+        fused = profile(cached_bundle(ROOT / "checkpoints" / args.model, args.model, fused=True), args)
     enc = encoder_padding(folder, ROOT / "checkpoints" / args.model / "test.tsv", args.encoder_batch)
     total = sum(per_op.values())
     rows = [f"| {op} | {us / total:.1%} |" for op, us in per_op.most_common(10)]
@@ -104,6 +124,12 @@ def main() -> int:
         "`MatMul` is the projections and the tied output layer; `FusedMatMul` the attention products; `Concat`",
         "mostly the self-attention cache growing by one position (past + new -> present) each step.",
         "",
+        *([] if fused is None else [
+            f"Fused attention (`s2s export --fused-attention`, same weights and shape): **{fused[0]:.2f} ms per step**; "
+            f"`MultiHeadAttention` {fused[1]['MultiHeadAttention']:.0f} us per step, where the standard graph spends "
+            f"{sum(per_op[o] for o in ATTENTION_OPS):.0f} us in `{'` + `'.join(ATTENTION_OPS)}` plus its attention-weights "
+            f"@ V products (counted under `MatMul`, {per_op['MatMul'] / total:.0%} of the standard step with the "
+            "projections).", ""]),
         f"Encoder, {enc['n']} held-out sources (`checkpoints/{args.model}/test.tsv`; mean {enc['mean_len']:.1f} tokens, "
         f"longest {enc['max_len']}: {enc['padding']:.1f}x padding), median of 9 taking turns: one run over the padded "
         f"batch **{enc['padded_ms']:.1f} ms**, rows in equal-length groups (`Engine.encode`, no padding computed) "

@@ -8,9 +8,9 @@
   the three nodes and the float round trip of the dynamic path.
 
 Both leave Gather (embeddings), LayerNorm and the attention internals in float32: they are a small
-share of the time and most of the accuracy risk. bench/decode.py measures each variant's speed and
-its chrF / exact-match change against float32 (docs/BENCHMARKS.md); ``INT8`` names the variant
-``int8`` resolves to.
+share of the time and most of the accuracy risk. bench/int8_variants.py measures each variant's speed
+and its chrF / exact-match change against float32 (docs/BENCHMARKS.md#int8-variants); ``INT8`` names
+the variant ``int8`` resolves to.
 """
 
 from __future__ import annotations
@@ -38,8 +38,18 @@ def quantize(folder: Path, variant: str) -> None:
     variant = resolve(variant)
     if variant == "none":
         return
-    # onnxruntime.quantization logs "consider pre-processing" advice per graph; it does not apply to these graphs.
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))
+    # onnxruntime.quantization logs "consider pre-processing" advice per graph on the root logger; it does not
+    # apply to these graphs. Quietened for the call only: the caller's own logging stays as it was.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        _quantize(folder, variant)
+    finally:
+        root.setLevel(level)
+
+
+def _quantize(folder: Path, variant: str) -> None:
     for name in (bundle.ENCODER_FILE, bundle.DECODER_FILE):
         src = folder / name
         tmp = folder / f"{name}.{variant}"
@@ -57,8 +67,3 @@ def quantize(folder: Path, variant: str) -> None:
             q.process()
             q.model.save_model_to_file(str(tmp), use_external_data_format=False)
         tmp.replace(src)
-
-
-def quantize_int8(folder: Path) -> None:
-    """The default int8 (kept for callers of the earlier API)."""
-    quantize(folder, INT8)

@@ -55,9 +55,14 @@ def _add_dataclass_args(p: argparse.ArgumentParser, cls: type, helps: dict[str, 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from training.config import TrainConfig
-    from training.train import train
+    from training.train import check, train
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
+    try:
+        check(cfg)
+    except ValueError as e:
+        print(f"s2s train: {e}", file=sys.stderr)
+        return 2
     train(cfg)
     return 0
 
@@ -186,13 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repo", default="models", help="model repository root")
     p.add_argument("--name", required=True, help="model name (the folder under --repo)")
     p.add_argument("--version", type=int, default=None, help="version number (default: next free)")
-    p.add_argument("--quantize", choices=["none", "int8", "int8-dynamic", "int8-nbits"], default="none",
+    from export.quantize import CHOICES as QUANTIZE_CHOICES  # torch-free: names only
+
+    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
                    help="int8 weights for CPUs: int8-dynamic (quantize_dynamic of the MatMuls), int8-nbits (MatMulNBits, "
                         "8-bit blocks, int8 compute); int8 = the faster of the two on docs/BENCHMARKS.md's measurement")
     p.add_argument("--atol", type=float, default=1e-4, help="largest |ORT - PyTorch| accepted on logits and K/V")
     p.add_argument("--fused-attention", action="store_true",
                    help="attention as ONNX Runtime's fused com.microsoft.MultiHeadAttention (bundle format 3, ONNX Runtime "
-                        "only); default: standard ONNX nodes, which were as fast on CPU (docs/BENCHMARKS.md)")
+                        "only); default: standard ONNX nodes, 1.05x faster on CPU here (docs/BENCHMARKS.md#int8-variants)")
     p.add_argument("--source-lang", type=_language, default=None, metavar="CODE",
                    help="ISO 639-1 code of the source language (translation), written to config.json; the "
                    "LibreTranslate API (/translate, /languages) offers only models that declare both languages")

@@ -60,8 +60,14 @@ def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path:
     assert steps[-1]["lr"] == pytest.approx(rate(steps[-1]["step"] + 1, **cfg))
     a, b = load_file(str(tmp_path / "first/last/model.safetensors")), load_file(str(tmp_path / "second/last/model.safetensors"))
     assert any(not torch.equal(a[k], b[k]) for k in a)  # it trained on
-    with pytest.raises(subprocess.CalledProcessError):
+    with pytest.raises(subprocess.CalledProcessError) as refused:
         s2s("train", *TINY, "--resume", "--init-from", str(tmp_path / "first/last"), "--out", str(tmp_path / "second"))
+    assert refused.value.returncode == 2 and "exclude each other" in refused.value.stderr
+    assert "Traceback" not in refused.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as refused:  # not a checkpoint: named before any data is read
+        s2s("train", *TINY, "--init-from", str(tmp_path), "--out", str(tmp_path / "third"))
+    assert refused.value.returncode == 2 and "metrics.json missing" in refused.value.stderr
+    assert "Traceback" not in refused.value.stderr
 
 
 def test_eval_cli_prints_metrics_json(tmp_path: Path):

@@ -45,3 +45,9 @@ class TrainConfig:
     time_budget_min: float = 0  # > 0: stop once training has run this long (then evaluate and save as after an epoch)
     average_every: int = 0  # > 0: every this many steps keep a copy of the weights for averaging (§6.1)
     average_last: int = 5  # average this many of the last kept copies into averaged/ at the end
+
+    def check(self) -> None:
+        """Flag combinations that cannot work, refused before any data is read."""
+        if self.resume and self.init_from:
+            raise ValueError("--resume and --init-from exclude each other: --resume continues the run in --out from "
+                             "last/, --init-from starts --out anew from another checkpoint's weights")

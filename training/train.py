@@ -143,7 +143,19 @@ def replicas_in_sync(model: torch.nn.Module, env: DistEnv) -> bool:
     return all(torch.equal(g, gathered[0]) for g in gathered)
 
 
+def check(cfg: TrainConfig) -> None:
+    """What can be refused before any data is read: flag conflicts, and an --init-from folder that is not a checkpoint."""
+    cfg.check()
+    if cfg.init_from:
+        need = (checkpoint.WEIGHTS, checkpoint.CONFIG, checkpoint.TOKENIZER, checkpoint.METRICS)
+        missing = [f for f in need if not (Path(cfg.init_from) / f).is_file()]
+        if missing:
+            raise ValueError(f"--init-from {cfg.init_from}: {', '.join(missing)} missing; give a checkpoint folder "
+                             "written by `s2s train` (e.g. runs/NAME/last or checkpoints/NAME)")
+
+
 def train(cfg: TrainConfig) -> dict:
+    check(cfg)
     env = DistEnv(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -152,8 +164,6 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
 
     splits, task = build_data(cfg)
-    if cfg.resume and cfg.init_from:
-        raise ValueError("--resume and --init-from exclude each other: --resume continues --out, --init-from starts --out anew")
     start: dict = {}  # --init-from: where the checkpoint's run stopped (step, epoch, minutes)
     if cfg.resume or cfg.init_from:
         ckpt = checkpoint.load(out / "last" if cfg.resume else Path(cfg.init_from))
