@@ -16,7 +16,7 @@ import numpy as np
 from engine.cache import DecodeBatch, pad_axis
 from contract.decoding import DecodingOptions, check
 from engine.logits import RowOptions
-from engine.search import Beam, Greedy, Hypothesis, top_logprobs
+from engine.search import Beam, Greedy, Hypothesis
 from engine.session import Engine
 
 _ids = itertools.count()
@@ -206,7 +206,8 @@ class Generator:
                 beams.append(s)
         if beams:  # every beam's candidates in one vector pass, then each beam picks among its own
             rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
-            top_lp, top_tok = top_logprobs(logits[rows], 2 * max(s.n_rows for s in beams))
+            beam_logits = logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
+            top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))
             at = 0
             for s in beams:
                 k = s.n_rows

@@ -44,6 +44,11 @@ def top_sorted(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     n = min(n, v)
     idx = np.argpartition(x, v - n, axis=-1)[:, v - n :] if n < v else np.broadcast_to(np.arange(v), x.shape)
     val = np.take_along_axis(x, idx, axis=-1)
+    if n < v:  # argpartition keeps any of the values tied at the n-th: where a tie straddles it, take the lowest ids
+        thr = val.min(axis=-1, keepdims=True)
+        for r in np.flatnonzero((x == thr).sum(-1) > (val == thr).sum(-1)):
+            idx[r] = np.argsort(-x[r], kind="stable")[:n]
+            val[r] = x[r, idx[r]]
     order = np.lexsort((idx, -val), axis=-1)
     return np.take_along_axis(idx, order, axis=-1), np.take_along_axis(val, order, axis=-1)
 

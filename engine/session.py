@@ -15,6 +15,7 @@ import onnxruntime as ort
 from contract import bundle, names
 from contract.bundle import BundleConfig, BundleError
 from contract.text import TextCodec
+from engine.topk import TopLogprobs
 
 log = logging.getLogger("s2s.engine")
 
@@ -105,6 +106,8 @@ class Engine:
         self.io_binding = options.io_binding == "on" or (options.io_binding == "auto" and self.device_type == "cuda")
         log.info("loaded %s v%s from %s on %s%s", self.config.name, self.config.version, self.folder, self.provider,
                  " (KV cache in device memory via IOBinding)" if self.io_binding else "")
+        self._threads = options.intra_op_threads
+        self._top: TopLogprobs | None = None  # built when the first beam runs
         self._past_names = [n for i in range(self.n_layers) for n in (names.past_key(i), names.past_value(i))]
         self._cross_names = [n for i in range(self.n_layers) for n in (names.cross_key(i), names.cross_value(i))]
         self._present_names = [n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))]
@@ -135,6 +138,12 @@ class Engine:
             options.pop("max_new_tokens", None)
         return results(self, texts, target_prefixes=target_prefixes, max_batch_size=max_batch_size,
                        options=DecodingOptions(**options))
+
+    def top_logprobs(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's n best tokens by log-probability (float64), best first: ``engine.topk``."""
+        if self._top is None:
+            self._top = TopLogprobs(self._threads)
+        return self._top(logits, n)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
         """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh).

@@ -102,6 +102,23 @@ def test_beam_of_one_equals_greedy(engine: Engine):
     assert [s.result for s in greedy] == [s.result for s in beams]
 
 
+def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Engine):
+    """engine.topk (LogSoftmax + TopK in ONNX Runtime, what beams use) against engine.search.top_logprobs: the
+    same tokens in the same order, ties to the lower id, log-probabilities to float32 rounding."""
+    from engine.search import top_logprobs
+
+    rng = np.random.default_rng(0)
+    x = (3 * rng.standard_normal((37, 8000))).astype(np.float32)
+    x[5, [7, 700, 7000]] = x[5].max() + 1  # a three-way tie at the top
+    x[6] = 0.0  # all tied
+    lp, ids = engine.top_logprobs(x, 8)
+    ref_lp, ref_ids = top_logprobs(x, 8)
+    assert ids.tolist() == ref_ids.tolist()
+    assert ids[5, :3].tolist() == [7, 700, 7000] and ids[6].tolist() == list(range(8))
+    np.testing.assert_allclose(lp, ref_lp, rtol=0, atol=1e-5)
+    assert engine.top_logprobs(x[:2, :5], 8)[1].shape == (2, 5)  # n above the vocabulary: all of it
+
+
 def _normalised_score(engine: Engine, src: list[int], out: list[int]) -> float:
     """log P(out + EOS | src) / lp(|out| + 1), by one uncached decoder pass over the whole target."""
     from engine.generator import pad_batch
@@ -233,6 +250,13 @@ def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
     out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, quantize=variant))
     e = Engine(out)
     assert e.config.quantization == (INT8 if variant == "int8" else variant)
+    import onnx
+
+    # Every weight MatMul quantized, the tied output projection included (it reads the embedding through a Transpose).
+    dec = onnx.load(str(out / "decoder.onnx")).graph
+    inits = {i.name for i in dec.initializer}
+    assert not [n.name for n in dec.node if n.op_type == "MatMul" and n.input[1] in inits]
+    assert not [n.name for n in dec.node if n.op_type == "Transpose" and n.input[0] in inits]
     pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]]
     srcs = [s for s, _ in pairs]
     acc = np.mean([o == r for o, (_, r) in zip(generate(e, srcs), pairs)])
