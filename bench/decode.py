@@ -314,7 +314,9 @@ def cached_bundle(checkpoint_dir: Path, name: str, quantize: str = "none", fused
     bname = "-".join([name] + ([quantize] if quantize != "none" else []) + (["fused"] if fused else []))
     folder = repo / bname / "1"
     want = bundle.FORMAT_CONTRIB_OPS if fused else bundle.FORMAT_VERSION
-    if (folder / "config.json").is_file():
+    # Exported again when the weights, the variant or the export code (export/*.py) changed since.
+    recipe = max(p.stat().st_mtime for p in (ROOT / "export").glob("*.py"))
+    if (folder / "config.json").is_file() and (folder / "config.json").stat().st_mtime > recipe:
         try:
             cfg = bundle.read_bundle(folder, verify_hashes=False)
             if (cfg.source_checkpoint_sha256 == ckpt_io.weights_sha256(checkpoint_dir) and cfg.quantization == quantize
