@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.decode import CACHE, RealSystem, cached_bundle, machine, time_real  # noqa: E402
+from bench.markdown import write_section  # noqa: E402
 SECTION = "int8-variants"
 
 
