@@ -61,7 +61,11 @@ def profile(folder: Path, args) -> tuple[float, collections.Counter]:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.enable_profiling = True
     so.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "step")
-    sess = ort.InferenceSession(str(folder / "decoder.onnx"), so, providers=["CPUExecutionProvider"])
+    from engine.session import CPU_DISABLED_OPTIMIZERS
+
+    # As the engine runs it: the same fusions turned off (engine/session.py).
+    sess = ort.InferenceSession(str(folder / "decoder.onnx"), so, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=list(CPU_DISABLED_OPTIMIZERS))
     b, p, s, rng = args.batch, args.past, args.src, np.random.default_rng(0)
     feed = {names.TGT_IDS: np.full((b, 1), 5, np.int64), names.POSITIONS: np.full((b, 1), p, np.int64),
             names.PAST_MASK: np.ones((b, p), np.int64), names.SRC_MASK: np.ones((b, s), np.int64)}
