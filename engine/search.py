@@ -12,6 +12,7 @@ the output but not of the score, as CTranslate2 does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,10 +112,18 @@ class Beam:
         beam of the batch and calls ``advance_top``."""
         return self.advance_top(*top_logprobs(logits, 2 * self.width))
 
-    def advance_top(self, logp: np.ndarray, toks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def regular(self) -> bool:
+        """This step is neither a forced prefix token nor the first step after a prefix: ``advance_beams`` takes it."""
+        return self.step > len(self.prefix) or self.step == len(self.prefix) == 0
+
+    def advance_top(self, logp: np.ndarray, toks: np.ndarray, vector: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """One step from each row's best tokens by log-probability, best first: ``logp``, ``toks`` (width, >= 2 width).
         The 2k best of all k x V extensions are among them (a row's extensions share its score). Returns each row's
-        next token and which row it continues (its parent)."""
+        next token and which row it continues (its parent). A regular step goes through ``advance_beams`` unless
+        ``vector`` is False: the loop below is the definition it is tested against."""
+        if self.regular and vector:
+            return advance_beams([self], logp, toks)
         k, step = self.width, self.step
         self.step += 1
         if step < len(self.prefix):  # forced: every row follows row 0, whose score stays 0 (not counted)
@@ -161,7 +170,29 @@ class Beam:
         while len(parents) < k:  # too few live candidates (or an empty slot): pad with dead rows
             parents.append(0), tokens.append(self.eos), scores.append(-np.inf), hyps.append([])
         self.scores, self.hyps = np.array(scores), hyps
-        best_live = self.scores.max()
+        self._stop(ranked, last)
+        return np.array(tokens), np.array(parents)
+
+    def _commit(self, parents: list[int], tokens: list[int], alive: list[bool], scores: np.ndarray, ranked: list[bool],
+                ends: list[tuple[float, int]], top_ended: bool, best_live: float) -> None:
+        """A regular step chosen by ``advance_beams``: the k rows (parent, token, alive, score; ``ranked``: among the
+        k best candidates) and the ends among the k best (raw score, parent), best first."""
+        self.step += 1
+        old = self.hyps
+        for raw, parent in ends:
+            self._end(raw, old[parent], len(old[parent]) + 1)
+        self.top_ended |= top_ended
+        self.hyps = [old[p] + [t] if a else [] for p, t, a in zip(parents, tokens, alive)]
+        self.scores = scores
+        last = self.step >= self.budget
+        ranked_live = [(s, h) for s, h, a, r in zip(scores.tolist(), self.hyps, alive, ranked) if a and r] if last else []
+        self._stop(ranked_live, last, best_live)
+
+    def _stop(self, ranked: list[tuple[float, list[int]]], last: bool, best_live: float | None = None) -> None:
+        """The stopping rule of ``kind`` after a step; ``ranked``: its live candidates among the k best (only read
+        at the last step)."""
+        k = self.width
+        best_live = float(self.scores.max()) if best_live is None else best_live
         if self.kind == "ctranslate2":
             if last:  # CTranslate2 takes the k best candidates of the last step as they are, ended or not
                 for s, h in ranked:
@@ -170,7 +201,7 @@ class Beam:
                 enough = self.top_ended and len(self.finished) >= self.n_best
             else:
                 enough = len(self.finished) >= k
-            self.done = last or enough or not np.isfinite(best_live)
+            self.done = last or enough or not math.isfinite(best_live)
         else:
             if len(self.finished) >= self.n_best:
                 nth = sorted((s for s, _ in self.finished), reverse=True)[self.n_best - 1]
@@ -179,8 +210,7 @@ class Beam:
                 # does, returned "258" for 864+394: three weak ends filled the list while the best beam was one step
                 # from EOS.)
                 self.done = nth >= best_live / self.lp(self.budget)
-            self.done = self.done or last or not np.isfinite(best_live)
-        return np.array(tokens), np.array(parents)
+            self.done = self.done or last or not math.isfinite(best_live)
 
     def hypotheses(self) -> list[Hypothesis]:
         """The n_best best, best first: ended ones, then (gnmt, when too few ended) the best live ones."""
@@ -193,3 +223,40 @@ class Beam:
     def result(self) -> list[int]:
         hyps = self.hypotheses()
         return hyps[0].tokens if hyps else []
+
+
+def advance_beams(beams: list[Beam], logp: np.ndarray, toks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One regular step (``Beam.regular``) of several beams of one width k, their candidates ranked in one vector
+    pass instead of a Python loop per beam (which cost 2.3 ms a step for 64 beams of 4, a tenth of the step).
+
+    ``logp``, ``toks``: each beam's k rows of best tokens by log-probability, best first, beams one after another
+    (G x k, >= 2k). Same choices as ``Beam.advance_top``'s loop: the 2k best of each beam's k x 2k extensions, ties
+    to the lower (parent, token); an end among the k best is a finished hypothesis, the first k live candidates
+    are the next rows, too few live ones leave dead rows (parent 0, EOS, score -inf). Returns every row's next
+    token and its parent within its beam (0..k-1), (G x k,) each."""
+    g, k, eos = len(beams), beams[0].width, beams[0].eos
+    n = min(2 * k, logp.shape[1])
+    scores = np.stack([b.scores for b in beams])  # (G, k)
+    cand = (scores[:, :, None] + logp[:, :n].reshape(g, k, n)).reshape(g, k * n)
+    tok = toks[:, :n].reshape(g, k * n)
+    parent = np.broadcast_to(np.repeat(np.arange(k), n), (g, k * n))
+    order = np.lexsort((tok, parent, -cand), axis=-1)[:, : min(2 * k, k * n)]  # best first
+    c, t, p = (np.take_along_axis(a, order, axis=1) for a in (cand, tok, parent))
+    finite, is_eos = np.isfinite(c), t == eos
+    rank = np.arange(c.shape[1])
+    live = finite & ~is_eos
+    ends = finite & is_eos & (rank < k)  # only an end among the k best counts (fairseq, CTranslate2)
+    pick = live & (np.cumsum(live, axis=1) <= k)
+    at = np.argsort(~pick, axis=1, kind="stable")[:, :k]  # the picked, in rank order, then (dead) fillers
+    alive = np.take_along_axis(pick, at, axis=1)
+    new_p = np.where(alive, np.take_along_axis(p, at, axis=1), 0)
+    new_t = np.where(alive, np.take_along_axis(t, at, axis=1), eos)
+    new_c = np.where(alive, np.take_along_axis(c, at, axis=1), -np.inf)
+    end_by: list[list[tuple[float, int]]] = [[] for _ in range(g)]
+    for b, r in zip(*(x.tolist() for x in np.nonzero(ends))):
+        end_by[b].append((float(c[b, r]), int(p[b, r])))
+    ps, ts, al, rk, top = new_p.tolist(), new_t.tolist(), alive.tolist(), (at < k).tolist(), ends[:, 0].tolist()
+    best = new_c.max(axis=1).tolist()
+    for i, beam in enumerate(beams):
+        beam._commit(ps[i], ts[i], al[i], new_c[i], rk[i], end_by[i], top[i], best[i])
+    return new_t.ravel(), new_p.ravel()

@@ -119,6 +119,36 @@ def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Engine):
     assert engine.top_logprobs(x[:2, :5], 8)[1].shape == (2, 5)  # n above the vocabulary: all of it
 
 
+@pytest.mark.parametrize("kind,alpha", [("gnmt", 0.6), ("ctranslate2", 0.6), ("ctranslate2", 0.0)])
+def test_beams_advanced_together_choose_as_the_loop_does_alone(kind: str, alpha: float):
+    """advance_beams (every beam of a width in one vector pass) against Beam.advance_top's loop, one beam at a time:
+    the same tokens, parents, scores, finished hypotheses and stopping, over random steps where ends (EOS), ties and
+    dead candidates (-inf) are common."""
+    from engine.search import advance_beams
+
+    rng = np.random.default_rng(1)
+    k, eos, n_beams = 4, 2, 6
+    together = [Beam(eos, 12, k, alpha, kind, n_best=2) for _ in range(n_beams)]
+    alone = [Beam(eos, 12, k, alpha, kind, n_best=2) for _ in range(n_beams)]
+    for _ in range(12):
+        live = [i for i, b in enumerate(together) if not b.done]
+        if not live:
+            break
+        logp = np.sort(np.round(np.log(rng.dirichlet(np.ones(12), size=(len(live) * k))[:, :2 * k]), 1), axis=1)[:, ::-1]
+        logp[rng.random(logp.shape) < 0.05] = -np.inf
+        logp = np.sort(logp, axis=1)[:, ::-1].copy()
+        toks = np.stack([rng.permutation(np.arange(2, 14))[: 2 * k] for _ in range(len(live) * k)])
+        t1, p1 = advance_beams([together[i] for i in live], logp, toks)
+        for j, i in enumerate(live):
+            t2, p2 = alone[i].advance_top(logp[j * k:(j + 1) * k], toks[j * k:(j + 1) * k], vector=False)
+            assert t1[j * k:(j + 1) * k].tolist() == t2.tolist() and p1[j * k:(j + 1) * k].tolist() == p2.tolist()
+    for a, b in zip(together, alone):
+        assert a.done == b.done and a.hyps == b.hyps and a.finished == b.finished
+        np.testing.assert_array_equal(a.scores, b.scores)
+        assert a.hypotheses() == b.hypotheses()
+    assert sum(len(b.finished) for b in alone) >= n_beams and all(b.done for b in alone)  # ends happened, all stopped
+
+
 def _normalised_score(engine: Engine, src: list[int], out: list[int]) -> float:
     """log P(out + EOS | src) / lp(|out| + 1), by one uncached decoder pass over the whole target."""
     from engine.generator import pad_batch
