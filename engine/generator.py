@@ -16,7 +16,7 @@ import numpy as np
 from engine.cache import DecodeBatch, pad_axis
 from contract.decoding import DecodingOptions, check
 from engine.logits import RowOptions
-from engine.search import Beam, Greedy, Hypothesis, advance_beams
+from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
 from engine.session import Engine
 
 _ids = itertools.count()
@@ -208,15 +208,17 @@ class Generator:
             rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
             beam_logits = logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
             top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))
-            at, groups = 0, {}  # regular steps by width: ranked together (advance_beams)
+            at, groups = 0, {}  # regular steps by width: ranked together when there are many (advance_beams)
             for s in beams:
-                k = s.n_rows
-                if s.search.regular:
-                    groups.setdefault(k, []).append((s, at))
-                else:  # a forced prefix token, or the step right after
-                    next_tokens[s.row : s.row + k], par = s.search.advance_top(top_lp[at : at + k], top_tok[at : at + k])
-                    parents[s.row : s.row + k] = s.row + par
-                at += k
+                groups.setdefault(s.n_rows if s.search.regular else 0, []).append((s, at))
+                at += s.n_rows
+            for k, group in list(groups.items()):
+                if k and len(group) >= VECTOR_MIN_BEAMS:
+                    continue
+                for s, a in groups.pop(k):  # a few beams, or prefix steps: each on its own
+                    n = s.n_rows
+                    next_tokens[s.row : s.row + n], par = s.search.advance_top(top_lp[a : a + n], top_tok[a : a + n])
+                    parents[s.row : s.row + n] = s.row + par
             for k, group in groups.items():
                 src = np.concatenate([np.arange(a, a + k) for _, a in group])
                 dst = np.concatenate([np.arange(s.row, s.row + k) for s, _ in group])

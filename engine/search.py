@@ -117,13 +117,11 @@ class Beam:
         """This step is neither a forced prefix token nor the first step after a prefix: ``advance_beams`` takes it."""
         return self.step > len(self.prefix) or self.step == len(self.prefix) == 0
 
-    def advance_top(self, logp: np.ndarray, toks: np.ndarray, vector: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def advance_top(self, logp: np.ndarray, toks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One step from each row's best tokens by log-probability, best first: ``logp``, ``toks`` (width, >= 2 width).
         The 2k best of all k x V extensions are among them (a row's extensions share its score). Returns each row's
-        next token and which row it continues (its parent). A regular step goes through ``advance_beams`` unless
-        ``vector`` is False: the loop below is the definition it is tested against."""
-        if self.regular and vector:
-            return advance_beams([self], logp, toks)
+        next token and which row it continues (its parent). This loop is the definition ``advance_beams`` (many
+        beams at once) is tested against, and the faster way for a few beams."""
         k, step = self.width, self.step
         self.step += 1
         if step < len(self.prefix):  # forced: every row follows row 0, whose score stays 0 (not counted)
@@ -225,9 +223,14 @@ class Beam:
         return hyps[0].tokens if hyps else []
 
 
+# From this many beams of one width in a step, ranking them in one vector pass beats a loop per beam (beam 4 on 640
+# held-out inputs, paired: 0.82x at 1 beam, 0.96x at 4, even at 16, 1.05x at 64).
+VECTOR_MIN_BEAMS = 16
+
+
 def advance_beams(beams: list[Beam], logp: np.ndarray, toks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One regular step (``Beam.regular``) of several beams of one width k, their candidates ranked in one vector
-    pass instead of a Python loop per beam (which cost 2.3 ms a step for 64 beams of 4, a tenth of the step).
+    pass instead of ``Beam.advance_top``'s Python loop per beam (about 1 ms a step for 64 beams of 4).
 
     ``logp``, ``toks``: each beam's k rows of best tokens by log-probability, best first, beams one after another
     (G x k, >= 2k). Same choices as ``Beam.advance_top``'s loop: the 2k best of each beam's k x 2k extensions, ties

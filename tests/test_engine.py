@@ -140,7 +140,7 @@ def test_beams_advanced_together_choose_as_the_loop_does_alone(kind: str, alpha:
         toks = np.stack([rng.permutation(np.arange(2, 14))[: 2 * k] for _ in range(len(live) * k)])
         t1, p1 = advance_beams([together[i] for i in live], logp, toks)
         for j, i in enumerate(live):
-            t2, p2 = alone[i].advance_top(logp[j * k:(j + 1) * k], toks[j * k:(j + 1) * k], vector=False)
+            t2, p2 = alone[i].advance_top(logp[j * k:(j + 1) * k], toks[j * k:(j + 1) * k])
             assert t1[j * k:(j + 1) * k].tolist() == t2.tolist() and p1[j * k:(j + 1) * k].tolist() == p2.tolist()
     for a, b in zip(together, alone):
         assert a.done == b.done and a.hyps == b.hyps and a.finished == b.finished
