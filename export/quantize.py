@@ -7,6 +7,10 @@
   int8 dot-product instructions (AVX-512 VNNI / AVX-VNNI / AMX where present) in one node, instead of
   the three nodes and the float round trip of the dynamic path.
 
+``int8-dynamic`` quantizes each call's activations with one scale for the whole batch, so a row's int8 output
+can depend on which rows share its batch (the same 640 held-out inputs decoded under two batch-refill
+policies gave different int8 outputs, identical float32 ones); 568-586 of 640 equal CTranslate2 int8's.
+
 Both leave Gather (embeddings), LayerNorm and the attention internals in float32: they are a small
 share of the time and most of the accuracy risk. bench/int8_variants.py measures each variant's speed
 and its chrF / exact-match change against float32 (docs/BENCHMARKS.md#int8-variants); ``INT8`` names
