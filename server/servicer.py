@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 
 import grpc
@@ -26,10 +27,15 @@ def _options(request: pb.GenerateRequest) -> DecodingOptions:
     """GenerateOptions -> DecodingOptions: 0 / absent means the default where proto3 cannot tell them apart,
     and ``optional`` fields (where 0 is a value of its own) are read only when set."""
     o = request.options
-    fields = o.ListFields()
-    if not fields:  # the common request: no option set (building the dataclass costs ~10 us)
+    if not o.ListFields():  # the common request: no option set (building the dataclass costs ~10 us)
         return DEFAULT_OPTIONS
-    given = {f.name: v for f, v in fields}
+    return _options_of(o.SerializeToString(deterministic=True))  # requests repeat a few option sets
+
+
+@functools.lru_cache(maxsize=1024)
+def _options_of(raw: bytes) -> DecodingOptions:
+    o = pb.GenerateOptions.FromString(raw)
+    given = {f.name: v for f, v in o.ListFields()}
     kw = {name: given[name] for name in ("length_penalty", "repetition_penalty", "sampling_topk", "sampling_topp",
                                          "sampling_temperature", "seed") if name in given}
     return DecodingOptions(
