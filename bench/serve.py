@@ -1217,12 +1217,18 @@ def options_section(args: argparse.Namespace, inputs: list[str], started, load_b
     log(f"decoding options: C={args.option_concurrency}, baseline {args.baseline or '(none)'}")
     cells = asyncio.run(option_cost.run(sys.modules[__name__], args, inputs, log))
     cmd = "python bench/serve.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = (option_cost.table(cells, args) + "\n\n"
+    # `--option-families none` (only the no-option windows, on both servers: the focused A/B against --baseline)
+    # keeps its own section, next to the full table's.
+    focused = args.option_families.strip() == "none"
+    section = "bench-serve-options-ab" if focused else "bench-serve-options"
+    text = (("Focused A/B (`--option-families none`): only the no-option windows, on both servers, so that neither serves anything else between them (in the "
+             "full table above only this tree's server also runs the other families' windows).\n\n" if focused else "")
+            + option_cost.table(cells, args) + "\n\n"
             f"- date: {started:%Y-%m-%d %H:%M} UTC; load average at start {load_before}; command: `{cmd}`; "
             f"{time.perf_counter() - t_all:.0f} s\n")
     print(text)
     if args.write:
-        write_section(args.output, "bench-serve-options", text)
+        write_section(args.output, section, text)
         log(f"wrote {args.output}")
     return 0
 
