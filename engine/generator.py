@@ -208,22 +208,21 @@ class Generator:
             rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
             beam_logits = logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
             top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))
-            at, groups = 0, {}  # regular steps by width: ranked together when there are many (advance_beams)
+            at, groups = 0, {}  # regular steps by width (0: prefix steps), each group ranked together when large
             for s in beams:
                 groups.setdefault(s.n_rows if s.search.regular else 0, []).append((s, at))
                 at += s.n_rows
-            for k, group in list(groups.items()):
+            for k, group in groups.items():
                 if k and len(group) >= VECTOR_MIN_BEAMS:
+                    src = np.concatenate([np.arange(a, a + k) for _, a in group])
+                    dst = np.concatenate([np.arange(s.row, s.row + k) for s, _ in group])
+                    next_tokens[dst], par = advance_beams([s.search for s, _ in group], top_lp[src], top_tok[src])
+                    parents[dst] = np.repeat([s.row for s, _ in group], k) + par
                     continue
-                for s, a in groups.pop(k):  # a few beams, or prefix steps: each on its own
+                for s, a in group:  # a few beams, or prefix steps: each on its own
                     n = s.n_rows
                     next_tokens[s.row : s.row + n], par = s.search.advance_top(top_lp[a : a + n], top_tok[a : a + n])
                     parents[s.row : s.row + n] = s.row + par
-            for k, group in groups.items():
-                src = np.concatenate([np.arange(a, a + k) for _, a in group])
-                dst = np.concatenate([np.arange(s.row, s.row + k) for s, _ in group])
-                next_tokens[dst], par = advance_beams([s.search for s, _ in group], top_lp[src], top_tok[src])
-                parents[dst] = np.repeat([s.row for s, _ in group], k) + par
         b.advance(present, next_tokens)
         if beams:
             b.reorder(parents)

@@ -123,7 +123,7 @@ class RowOptions:
         tok[forced] = self.prefix[forced, p[forced]]
         logp = np.zeros(len(tok))
         if self.scored.size:
-            z = xs[self.scored]  # float32, as the beams' top_logprobs and CTranslate2: float64 cost 2x the time
+            z = xs[self.scored]  # float32, as the beams' log-softmax (engine/topk.py) and CTranslate2: float64 cost 2x the time
             m = z.max(-1, keepdims=True)
             lse = (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))[:, 0]
             logp[self.scored] = z[np.arange(len(z)), tok[self.scored]].astype(np.float64) - lse

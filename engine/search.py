@@ -2,8 +2,9 @@
 
 A ``Greedy`` search owns one row of the running batch and is pushed the row's token after each step
 (chosen for the whole batch at once: argmax, or ``engine.logits`` for rows with options). A ``Beam``
-owns ``width`` consecutive rows: it reads their (already processed) logits and returns each row's next
-token and which row it continues (its parent), so the batch can reorder the cache.
+owns ``width`` consecutive rows: it reads each row's best tokens by log-probability (``engine.topk``, for
+every beam of the batch at once) and returns each row's next token and which row it continues (its parent),
+so the batch can reorder the cache; ``advance_beams`` does the same for many beams in one vector pass.
 
 Scores and stopping follow ``contract.decoding`` (``gnmt``: the paper's beam, 4 and alpha 0.6 by
 default; ``ctranslate2``: CTranslate2's). A target prefix is forced token by token, its tokens part of
@@ -23,19 +24,6 @@ from contract.decoding import length_penalty
 def log_softmax(x: np.ndarray) -> np.ndarray:
     x = x - x.max(axis=-1, keepdims=True)
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def top_logprobs(logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's n best tokens and their log-probabilities (float64 for the running sums), best first.
-
-    One vector pass over all the beam rows of a batch: float32 as the graph computes (and CTranslate2
-    does), and the full log-softmax never materialised, only its normaliser (log-sum-exp) and n picks.
-    A per-beam float64 log-softmax was a quarter of a beam-4 step's time."""
-    x = logits if logits.dtype == np.float32 else logits.astype(np.float32)
-    m = x.max(axis=-1, keepdims=True)
-    lse = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))  # (R, 1)
-    idx, val = top_sorted(x, n)
-    return val.astype(np.float64) - lse.astype(np.float64), idx
 
 
 def top_sorted(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,11 +94,6 @@ class Beam:
 
     def _end(self, raw: float, tokens: list[int], length: int) -> None:
         self.finished.append((raw / self.lp(length), tokens))
-
-    def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One step from this beam's (width, V) logits alone; the step loop batches ``top_logprobs`` over every
-        beam of the batch and calls ``advance_top``."""
-        return self.advance_top(*top_logprobs(logits, 2 * self.width))
 
     @property
     def regular(self) -> bool:

@@ -7,7 +7,6 @@ Cheap checks (counts, lengths, option ranges) come before any tokenization.
 
 from __future__ import annotations
 
-import functools
 import secrets
 from dataclasses import dataclass, field
 
@@ -83,33 +82,18 @@ def check_options(options: DecodingOptions, lim: Limits) -> None:
         raise InvalidInput(str(e)) from None
 
 
-@functools.lru_cache(maxsize=1024)  # requests repeat a few option sets; checking them costs ~8 us a request
-def _checked(options: DecodingOptions, max_beam: int, max_new_tokens: int, vocab_size: int, default_beam: int,
-             budget: int) -> DecodingOptions | str:
-    """The options a core decodes with, or why they are refused. The request's own values are checked as the client
-    sent them (in any message); then beam_size 0 becomes the model's default (never wider than this server allows)
-    and max_new_tokens 0 its budget, and that is checked again (sampling resolves beam 0 to 1, narrower than
-    num_hypotheses=2)."""
-    try:
-        decoding.check(options, max_beam, max_new_tokens, vocab_size)
-        resolved = options.resolved(default_beam, budget)
-        if resolved is not options:
-            decoding.check(resolved, max_beam, max_new_tokens, vocab_size)
-    except ValueError as e:
-        return str(e)
-    return resolved
-
-
 def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str], options: DecodingOptions,
             lim: Limits, target_prefixes: list[str] | None = None) -> Prepared:
     if not texts:
         raise InvalidInput(f"model {name!r}: the request has no inputs; send at least one text")
     if len(texts) > lim.max_inputs:
         raise InvalidInput(f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}")
-    options = _checked(options, lim.max_beam, lim.max_new_tokens, lim.vocab_size, lim.default_beam,
-                       config.task.max_new_tokens)
-    if isinstance(options, str):
-        raise InvalidInput(options)
+    check_options(options, lim)  # the request's own values, as the client sent them, in any message
+    # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
+    resolved = options.resolved(lim.default_beam, config.task.max_new_tokens)
+    if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
+        check_options(resolved, lim)
+    options = resolved
     beam = options.beam_size
     if target_prefixes and len(target_prefixes) != len(texts):
         raise InvalidInput(f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "

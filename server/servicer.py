@@ -29,7 +29,8 @@ def _options(request: pb.GenerateRequest) -> DecodingOptions:
     o = request.options
     if not o.ListFields():  # the common request: no option set (building the dataclass costs ~10 us)
         return DEFAULT_OPTIONS
-    return _options_of(o.SerializeToString(deterministic=True))  # requests repeat a few option sets
+    # Requests repeat a few option sets: building the dataclass from the message costs ~7 us, a cache hit ~2.
+    return _options_of(o.SerializeToString(deterministic=True))
 
 
 @functools.lru_cache(maxsize=1024)

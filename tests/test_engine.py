@@ -103,9 +103,14 @@ def test_beam_of_one_equals_greedy(engine: Engine):
 
 
 def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Engine):
-    """engine.topk (LogSoftmax + TopK in ONNX Runtime, what beams use) against engine.search.top_logprobs: the
-    same tokens in the same order, ties to the lower id, log-probabilities to float32 rounding."""
-    from engine.search import top_logprobs
+    """engine.topk (LogSoftmax + TopK in ONNX Runtime, what beams use) against numpy: the same tokens in the same
+    order, ties to the lower id, log-probabilities to float32 rounding."""
+    from engine.search import top_sorted
+
+    def top_logprobs(x: np.ndarray, n: int):
+        idx, val = top_sorted(x, n)
+        m = x.max(-1, keepdims=True)
+        return val.astype(np.float64) - (m + np.log(np.exp(x - m).sum(-1, keepdims=True))), idx
 
     rng = np.random.default_rng(0)
     x = (3 * rng.standard_normal((37, 8000))).astype(np.float32)
