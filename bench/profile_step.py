@@ -50,9 +50,23 @@ def encoder_padding(folder: Path, data: Path, batch: int, repeats: int = 9) -> d
             "padding": ids.size / lengths.sum(), "padded_ms": float(np.median(padded)), "grouped_ms": float(np.median(grouped))}
 
 
+def decoder_feed(m, b: int, p: int, s: int) -> dict:
+    """One decoder step's inputs at batch b, p cached positions, source length s (random K/V, seeded)."""
+    from contract import names
+
+    rng = np.random.default_rng(0)
+    feed = {names.TGT_IDS: np.full((b, 1), 5, np.int64), names.POSITIONS: np.full((b, 1), p, np.int64),
+            names.PAST_MASK: np.ones((b, p), np.int64), names.SRC_MASK: np.ones((b, s), np.int64)}
+    for i in range(m.n_decoder_layers):
+        for name in (names.past_key(i), names.past_value(i)):
+            feed[name] = rng.standard_normal((b, m.n_heads, p, m.d_head), dtype=np.float32)
+        for name in (names.cross_key(i), names.cross_value(i)):
+            feed[name] = rng.standard_normal((b, m.n_heads, s, m.d_head), dtype=np.float32)
+    return feed
+
+
 def profile(folder: Path, args) -> tuple[float, collections.Counter]:
     """Mean ms per decoder step of folder/decoder.onnx at the given shape, and kernel microseconds per operator."""
-    from contract import names
     from contract.bundle import read_bundle
 
     m = read_bundle(folder).model
@@ -66,14 +80,7 @@ def profile(folder: Path, args) -> tuple[float, collections.Counter]:
     # As the engine runs it: the same fusions turned off (engine/session.py).
     sess = ort.InferenceSession(str(folder / "decoder.onnx"), so, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=list(CPU_DISABLED_OPTIMIZERS))
-    b, p, s, rng = args.batch, args.past, args.src, np.random.default_rng(0)
-    feed = {names.TGT_IDS: np.full((b, 1), 5, np.int64), names.POSITIONS: np.full((b, 1), p, np.int64),
-            names.PAST_MASK: np.ones((b, p), np.int64), names.SRC_MASK: np.ones((b, s), np.int64)}
-    for i in range(m.n_decoder_layers):
-        for name in (names.past_key(i), names.past_value(i)):
-            feed[name] = rng.standard_normal((b, m.n_heads, p, m.d_head), dtype=np.float32)
-        for name in (names.cross_key(i), names.cross_value(i)):
-            feed[name] = rng.standard_normal((b, m.n_heads, s, m.d_head), dtype=np.float32)
+    feed = decoder_feed(m, args.batch, args.past, args.src)
     for _ in range(20):
         sess.run(None, feed)
     t0 = time.perf_counter()
@@ -86,6 +93,38 @@ def profile(folder: Path, args) -> tuple[float, collections.Counter]:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             per_op[e["args"]["op_name"]] += e["dur"] / args.steps
     return step_ms, per_op
+
+
+def fusion_ab(folder: Path, args, rounds: int = 9) -> dict:
+    """Decoder step and encoder run with the engine's CPU fusion exclusions (engine/session.py) against ONNX
+    Runtime's full set, paired: the two sessions take turns, the order reversed every other round."""
+    from contract import names
+    from contract.bundle import read_bundle
+    from engine.session import CPU_DISABLED_OPTIMIZERS
+
+    m = read_bundle(folder).model
+    dec_feed = decoder_feed(m, args.batch, args.past, args.src)
+    enc_feed = {names.SRC_IDS: np.full((16, 12), 5, np.int64), names.SRC_MASK: np.ones((16, 12), np.int64)}
+    out = {}
+    for graph, feed, n in (("decoder.onnx", dec_feed, 50), ("encoder.onnx", enc_feed, 20)):
+        sessions = {}
+        for label, disabled in (("engine", list(CPU_DISABLED_OPTIMIZERS)), ("all fusions", [])):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+            sessions[label] = ort.InferenceSession(str(folder / graph), so, providers=["CPUExecutionProvider"],
+                                                   disabled_optimizers=disabled)
+        times = {k: [] for k in sessions}
+        for r in range(rounds):
+            for label in (list(sessions) if r % 2 == 0 else list(sessions)[::-1]):
+                sess = sessions[label]
+                sess.run(None, feed)
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    sess.run(None, feed)
+                times[label].append((time.perf_counter() - t0) / n * 1e3)
+        ratio = np.array(times["all fusions"]) / np.array(times["engine"])
+        out[graph] = (float(np.median(times["engine"])), float(np.median(times["all fusions"])), float(np.median(ratio)))
+    return out
 
 
 # The standard graph's attention: Q K^T and its scale fused by ONNX Runtime (FusedMatMul), the bias, the
@@ -116,6 +155,9 @@ def main() -> int:
 
         fused = profile(cached_bundle(ROOT / "checkpoints" / args.model, args.model, fused=True), args)
     enc = encoder_padding(folder, ROOT / "checkpoints" / args.model / "test.tsv", args.encoder_batch)
+    ab = fusion_ab(folder, args)
+    from engine.session import CPU_DISABLED_OPTIMIZERS
+
     total = sum(per_op.values())
     rows = [f"| {op} | {us / total:.1%} |" for op, us in per_op.most_common(10)]
     table = "\n".join([
@@ -153,15 +195,25 @@ def main() -> int:
         "6 SkipLayerNormalization (which the session's own graph optimizer already does) and no attention; the",
         "step was 5.25 ms before and 5.33-5.39 ms after.",
         "",
-        "2026-12-01 (AVX-512 EPYC; each a paired A/B of two sessions or bundles in one process, taking turns):",
+        "Fusions the engine turns off on the CPU (`engine/session.py`: "
+        f"{', '.join(f'`{o}`' for o in CPU_DISABLED_OPTIMIZERS)}), "
+        "measured in this run, the two sessions taking turns (median of 9 rounds): decoder step (the shape above) "
+        f"**{ab['decoder.onnx'][0]:.2f} ms** as the engine runs it against {ab['decoder.onnx'][1]:.2f} ms with every "
+        f"fusion ({ab['decoder.onnx'][2]:.2f}x); encoder, 16 sources of 12 tokens, {ab['encoder.onnx'][0]:.2f} against "
+        f"{ab['encoder.onnx'][1]:.2f} ms ({ab['encoder.onnx'][2]:.2f}x).",
+        "",
+        "2026-12-01 (AVX-512 EPYC; each a paired A/B of two sessions or bundles in one process, taking turns, with",
+        "throwaway scripts, not in the repository, except where a bench/ command is named):",
         "",
         "- **Adopted: ONNX Runtime's `SkipLayerNormFusion` turned off on the CPU** (`engine/session.py`,",
         "  `CPU_DISABLED_OPTIMIZERS`): its fused kernel was slower than Add + LayerNormalization; decoder step",
         "  7.27 -> 6.72 ms float32, 3.51 -> 3.22 ms int8 at batch 64, the encoder 7-20% faster, int8 end to end",
-        "  1.15x. The table above is of the graph as the engine runs it.",
+        "  1.15x (this script's A/B above repeats the float32 part). The table above is of the graph as the engine",
+        "  runs it.",
         "- **Adopted: int8 of the tied output projection.** It read the embedding through a Transpose node, so",
         "  neither quantizer touched the largest MatMul of the step; export now folds that Transpose into an",
-        "  initializer (`export/quantize.py`): int8 greedy 1.3-1.4x faster, chrF within 0.11 of float32.",
+        "  initializer (`export/quantize.py`): int8 greedy 1.3-1.4x faster, chrF within 0.11 of float32",
+        "  (`bench/int8_variants.py`).",
         "- Not kept: one MatMul for Q/K/V (and for all layers' cross K/V) with a Split: decoder step 0.99-1.02x,",
         "  int8 encoder 0.91-0.98x. MatMul + bias Add as Gemm over a 2-D view: 1.00-1.02x (256 rows: 0.999x",
         "  and 1.09x in two runs). `--fused-attention` with int8: decoder 0.99-1.03x, encoder 0.94-0.98x.",
