@@ -145,7 +145,10 @@ def test_full_queue_gives_resource_exhausted_while_accepted_requests_complete(mo
         async def main():
             async with grpc.aio.insecure_channel(srv.address) as ch:
                 stub = pb_grpc.Seq2SeqStub(ch)
-                calls = [stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{i}+{i}"]), timeout=60) for i in range(40)]
+                # Three inputs each: one request fills the queue (3 rows) for as long as its three sequences take at
+                # batch 1, so the queue is full when others arrive however fast the machine answers one (a clean-clone
+                # run answered all 40 one-input requests before any found the queue full).
+                calls = [stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{i}+{i}"] * 3), timeout=60) for i in range(40)]
                 return await asyncio.gather(*calls, return_exceptions=True)
 
         results = asyncio.run(main())
@@ -153,7 +156,7 @@ def test_full_queue_gives_resource_exhausted_while_accepted_requests_complete(mo
         refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
         assert refused and all(r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queue full" in r.details() for r in refused)
         assert len(ok) + len(refused) == 40 and len(ok) >= 3
-        assert all(r.outputs[0].text == str(2 * i) for i, r in ok)
+        assert all([o.text for o in r.outputs] == [str(2 * i)] * 3 for i, r in ok)
     finally:
         srv.stop()
 
