@@ -187,14 +187,25 @@ def test_deadline_is_504(srv):
     assert status == 504 and "error" in answer, answer
 
 
+def _translate_counts(srv) -> dict[tuple[str, str], float]:
+    """s2s_requests_total of the Translate method over HTTP, by (code, model)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=TIMEOUT).read().decode()
+    return {(s.labels["code"], s.labels["model"]): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == "s2s_requests_total" and s.labels.get("method") == "Translate" and s.labels.get("protocol") == "http"}
+
+
 def test_requests_are_counted(srv):
+    """Exactly the calls made are counted, each once, under its outcome (whatever earlier tests counted)."""
+    before = _translate_counts(srv)
     call(srv, "translate", {"q": "Save", "source": "en", "target": "ja"})
     call(srv, "translate", {"q": "Save", "source": "en", "target": "xx"})
-    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=TIMEOUT).read().decode()
-    ok = 's2s_requests_total{code="OK",method="Translate",model="translate-en-ja",protocol="http"}'
-    refused = 's2s_requests_total{code="INVALID_ARGUMENT",method="Translate",model="",protocol="http"}'
-    lines = [ln for ln in text.splitlines() if "Translate" in ln]
-    assert any(ln.startswith(ok) for ln in lines) and any(ln.startswith(refused) for ln in lines), lines
+    call(srv, "translate", {"q": "Open", "source": "en", "target": "ja"})
+    after = _translate_counts(srv)
+    delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
+    assert delta == {("OK", "translate-en-ja"): 2.0, ("INVALID_ARGUMENT", ""): 1.0}, delta
 
 
 # ---- auth -----------------------------------------------------------------------------------------------------
