@@ -61,6 +61,7 @@ class ModelControl:
         self._locks: dict[str, asyncio.Lock] = {}
         self._busy: dict[str, str] = {}  # name -> LOADING / UNLOADING while a change is under way
         self._failed: dict[str, tuple] = {}  # poll: name -> the folder signature whose load failed
+        self._failures: dict[str, str] = {}  # name -> why its last load failed (until one succeeds)
         self._poller: asyncio.Task | None = None
         self.closing = False
 
@@ -77,6 +78,10 @@ class ModelControl:
         for lock in list(self._locks.values()):
             async with lock:
                 pass
+
+    def failure(self, name: str) -> str:
+        """Why the model's last load failed ("" if it did not)."""
+        return self._failures.get(name, "")
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -120,7 +125,7 @@ class ModelControl:
                 out.append(IndexEntry(name, version, state, reason))
             if not versions:
                 busy = self._busy.get(name)
-                reason = "unloaded" if name in repo.unloaded else "not loaded"
+                reason = self.failure(name) or ("unloaded" if name in repo.unloaded else "not loaded")
                 out.append(IndexEntry(name, "", busy or "UNAVAILABLE", reason))
         return [e for e in out if e.state == "READY" or not ready_only]
 
@@ -132,7 +137,9 @@ class ModelControl:
                 raise ShuttingDown("server is shutting down; no model is loaded now")
             self._busy[name] = "LOADING"
             try:
-                return await self._apply(name)
+                api = await self._apply(name)
+                self._failures.pop(name, None)
+                return api
             finally:
                 self._busy.pop(name, None)
 
@@ -177,6 +184,7 @@ class ModelControl:
         serving = self.repo.models.get(name)
         still = (f"; version {', '.join(serving)} goes on serving" if serving else "")
         log.error("model %s version %s failed to load: %s%s", name, version, why, still)
+        self._failures[name] = f"version {version} failed to load: {why}"
         if not serving:
             self.repo.metrics.forget_model(name)  # the failed copy's own series
         return ModelLoadFailed(f"model {name!r} version {version} failed to load: {why}{still}")
@@ -189,7 +197,7 @@ class ModelControl:
             core.kill()
         await asyncio.gather(*(core.wait_exited(10) for core in api.cores), return_exceptions=True)
 
-    async def remove(self, name: str, why: str = "unloaded") -> None:
+    async def remove(self, name: str, why: str = "unloaded", gone: bool = False) -> None:
         """Unload: new requests for the model get UNAVAILABLE, those in flight finish, its processes stop."""
         async with self._lock(name):
             repo = self.repo
@@ -200,6 +208,7 @@ class ModelControl:
                 raise ModelNotFound(f"model {clip(name)} is neither loaded nor in the repository "
                                     f"{self.config.model_repo}")
             self._busy[name] = "UNLOADING"
+            self._failures.pop(name, None)  # older news than this unload
             repo.unloaded.add(name)
             try:
                 for v, api in versions.items():
@@ -208,6 +217,8 @@ class ModelControl:
                 log.info("unloading model %s (%s): finishing requests in flight", name, why)
                 await asyncio.gather(*(api.drain(self.config.grace_s) for api in versions.values()))
                 repo.metrics.forget_model(name)
+                if gone:  # no longer in the repository: unknown from now on, not "unloaded"
+                    repo.unloaded.discard(name)
                 log.info("model %s unloaded", name)
             finally:
                 self._busy.pop(name, None)
@@ -232,7 +243,7 @@ class ModelControl:
                 version = repo.wanted_version(name)
             except ModelNotFound:
                 if name in repo.models:
-                    await self.remove(name, "its folder left the repository")
+                    await self.remove(name, "its folder left the repository", gone=True)
                 continue
             if version in repo.models.get(name, {}):
                 continue
@@ -246,4 +257,4 @@ class ModelControl:
                 self._failed[name] = signature
         for name in list(repo.models):
             if name not in watched:
-                await self.remove(name, "its folder left the repository")
+                await self.remove(name, "its folder left the repository", gone=True)
