@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.bundle import BundleError
+from contract.bundle import BundleError, read_bundle
 from server.errors import InvalidInput, ModelControlDisabled, ModelLoadFailed, ModelNotFound, ServingError, ShuttingDown, clip
 from server.model_api import ModelAPI
 from server.repository import Repository, model_folders
@@ -149,17 +149,25 @@ class ModelControl:
         folder = self.config.model_repo / name / version
         log.info("loading model %s version %s from %s", name, version, folder)
         try:
+            # Every file against its sha256 first, off the event loop: a file that is missing, truncated or still
+            # being copied is named before anything starts (the cores check again as they load).
+            await asyncio.to_thread(read_bundle, folder, True)
             new = repo.build(name, version)
         except BundleError as e:  # names the file
             raise self._failed_load(name, version, str(e)) from None
-        except (OSError, ValueError) as e:  # a tokenizer.json that does not parse, a file that cannot be read
+        except Exception as e:  # a tokenizer.json that hashes right but does not parse (an edited config.json)
             raise self._failed_load(name, version, f"{folder}: {type(e).__name__}: {e}") from None
+        step = "start"
         try:
             await new.start(asyncio.get_running_loop())  # each core checks every file's sha256 as it loads
+            step = "warm-up"
             await new.warm_up()
         except (ServingError, RuntimeError, OSError) as e:  # CoreLoadError names the file
             await self._discard(new)
-            raise self._failed_load(name, version, str(e) or type(e).__name__) from None
+            why = str(e) or type(e).__name__
+            if step == "warm-up":
+                why = f"{folder}: its engine cores loaded but a warm-up request failed: {why}"
+            raise self._failed_load(name, version, why) from None
         except BaseException:
             await self._discard(new)
             raise

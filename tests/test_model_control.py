@@ -7,9 +7,11 @@ are added and removed by the tests) and a link to ``translate-en-ja`` (the other
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -190,11 +192,46 @@ def test_version_2_loaded_under_traffic_200_requests_one_correct_answer_each(exp
     versions = [answers[i][0][1] for i in range(n)]
     assert set(versions[:before]) == {old_version} and set(versions[-after:]) == {new_version}
     assert add(c, 2, 2) == ("4", new_version)
+    assert c.get_model_config(ADD, headers=AUTH).config.parameters["version"].string_value == new_version
+    assert c.get_model_metadata(ADD, headers=AUTH).versions == [new_version]
     index = c.get_model_repository_index(headers=AUTH, as_json=True)["models"]
     assert {"name": ADD, "version": new_version, "state": "READY"} in index
     assert not [p for p in old_pids if _alive(p)]
     info = [line for line in series_of(metrics_text(explicit), ADD) if line.startswith("s2s_model_info")]
     assert len(info) == 1 and f'version="{new_version}"' in info[0]
+
+
+def test_the_old_version_finishes_what_it_accepted(explicit):
+    """The switch does not wait for the old version, and the old version's requests in flight are not lost:
+    with the old engine core frozen (SIGSTOP) holding a request, the new version takes traffic; the load call
+    returns once the old core, resumed, has answered that request (from the old version) and exited."""
+    c = explicit.grpc
+    old_api = explicit.running.repo.get(ADD)
+    [core] = old_api.cores
+    pid = core.state.pid
+    new_version = str(int(old_api.version) + 1)
+    add_version(explicit.repo, int(new_version))
+    held: list = []
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        def send() -> None:
+            with triton.InferenceServerClient(explicit.address) as client:
+                held.append(add(client, 20, 22))
+
+        request = threading.Thread(target=send)
+        request.start()
+        assert wait_for(lambda: core.inflight, 30)  # accepted by the old version, which cannot answer yet
+        loader = threading.Thread(target=lambda: c.load_model(ADD, headers=AUTH))
+        loader.start()
+        assert wait_for(lambda: explicit.running.repo.get(ADD) is not old_api, 60)
+        assert add(c, 1, 2) == ("3", new_version)  # new requests: the new version, at once
+        assert loader.is_alive() and request.is_alive()  # the load waits for the old version to drain
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    request.join(60)
+    loader.join(60)
+    assert held == [("42", old_api.version)]
+    assert not _alive(pid)
 
 
 def test_reload_under_streaming_traffic_loses_nothing(explicit):
@@ -253,8 +290,8 @@ def test_reload_under_streaming_traffic_loses_nothing(explicit):
     assert {r.as_numpy("text_output")[0] for r, _ in results} == {b"11"}
 
 
-@pytest.mark.parametrize("breakage, file", [("corrupt", "decoder.onnx"), ("bad-json", "config.json"),
-                                            ("missing", "tokenizer.json")])
+@pytest.mark.parametrize("breakage, file", [("corrupt", "decoder.onnx"), ("corrupt", "tokenizer.json"), ("bad-json", "config.json"),
+                                            ("missing", "tokenizer.json"), ("disagrees", "config.json")])
 def test_broken_bundle_leaves_the_serving_version_and_names_the_file(explicit, breakage, file):
     serving = add(explicit.grpc, 1, 1)[1]
     folder = add_version(explicit.repo, int(serving) + 1)
@@ -265,6 +302,11 @@ def test_broken_bundle_leaves_the_serving_version_and_names_the_file(explicit, b
         path.write_bytes(bytes(data))
     elif breakage == "bad-json":
         path.write_text("{ not json")
+    elif breakage == "disagrees":  # every file intact, but the config's heads do not fit the graphs: the warm-up fails
+        config = json.loads(path.read_text())
+        config["model"]["n_heads"] *= 2
+        path.write_text(json.dumps(config))
+        path = folder  # named, with what failed
     else:
         path.unlink()
     try:
@@ -272,6 +314,7 @@ def test_broken_bundle_leaves_the_serving_version_and_names_the_file(explicit, b
             with pytest.raises(InferenceServerException) as e:
                 c.load_model(ADD, headers=headers)
             assert str(path) in str(e.value) and f"version {serving} goes on serving" in str(e.value)
+            assert breakage != "disagrees" or "warm-up request failed" in str(e.value)
         assert add(explicit.grpc, 20, 22) == ("42", serving)
         index = explicit.grpc.get_model_repository_index(headers=AUTH, as_json=True)["models"]
         assert {"name": ADD, "version": serving, "state": "READY"} in index
