@@ -108,6 +108,11 @@ class ModelAPI:
         self.stopping = False
         self.stop_reason = "server is shutting down; retry on another replica"
         self.retired = False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
+        # Calls that submit more than once (distinct hypotheses) and are between submissions: a retired version
+        # lets them finish before its cores drain.
+        self._multi_pass = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._on_change = on_change
         opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
         encoder_thread = config.encoder_thread == "on" or (config.encoder_thread == "auto" and n_cores == 1)
@@ -184,8 +189,8 @@ class ModelAPI:
         return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes)
 
     def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool,
-                core: CoreHandle | None = None) -> tuple[CoreHandle, object, _Pending]:
-        if self.stopping:
+                core: CoreHandle | None = None, accepted: bool = False) -> tuple[CoreHandle, object, _Pending]:
+        if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
             raise ShuttingDown(self.stop_reason)
         core = core or self.router.pick()
         loop = asyncio.get_running_loop()
@@ -233,22 +238,32 @@ class ModelAPI:
         n, t0 = p.options.num_hypotheses, time.monotonic()
         outputs: list[Output | None] = [None] * len(p.src_ids)
         todo, first = list(range(len(p.src_ids))), None
-        for beam in distinct.widths(p.options, self.limits, len(p.src_ids)):
-            sub = Prepared([p.src_ids[i] for i in todo], distinct.widened(p.options, beam), [p.prefixes[i] for i in todo])
-            g = await self._generate(sub, deadline)
-            first = first or g.timings
-            for i, o in zip(todo, g.outputs):
-                hyps = distinct.pick(o.hypotheses, n)
-                outputs[i] = Output(hyps[0].text, o.input_tokens, hyps[0].output_tokens, hyps)
-            todo = [i for i in todo if len(outputs[i].hypotheses) < n]
-            if not todo:
-                break
+        if self.stopping:
+            raise ShuttingDown(self.stop_reason)
+        self._multi_pass += 1
+        self._settled.clear()
+        try:
+            for beam in distinct.widths(p.options, self.limits, len(p.src_ids)):
+                sub = Prepared([p.src_ids[i] for i in todo], distinct.widened(p.options, beam), [p.prefixes[i] for i in todo])
+                g = await self._generate(sub, deadline, accepted=True)
+                first = first or g.timings
+                for i, o in zip(todo, g.outputs):
+                    hyps = distinct.pick(o.hypotheses, n)
+                    outputs[i] = Output(hyps[0].text, o.input_tokens, hyps[0].output_tokens, hyps)
+                todo = [i for i in todo if len(outputs[i].hypotheses) < n]
+                if not todo:
+                    break
+        finally:
+            self._multi_pass -= 1
+            if not self._multi_pass:
+                self._settled.set()
         timings = Timings(first.queue_seconds, first.time_to_first_token_seconds, time.monotonic() - t0)
         return Generation(self.name, self.version, outputs, timings)
 
-    async def _generate(self, p: Prepared, deadline: float | None, core: CoreHandle | None = None) -> Generation:
+    async def _generate(self, p: Prepared, deadline: float | None, core: CoreHandle | None = None,
+                        accepted: bool = False) -> Generation:
         t0 = time.monotonic()
-        core, req, pending = self._submit(p, deadline, t0, stream=False, core=core)
+        core, req, pending = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
         try:
             await pending.future
         except asyncio.CancelledError:
@@ -314,6 +329,14 @@ class ModelAPI:
         """Replaced by another version, or unloaded: refuse new requests, leave the model's gauges alone."""
         self.retired = True
         self.stop(reason)
+
+    async def settle(self, timeout: float) -> None:
+        """Until no call of this version is between two of its passes (bounded by ``timeout``)."""
+        try:
+            await asyncio.wait_for(self._settled.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("model %s version %s: %d call(s) still between passes after %.0f s; draining anyway",
+                        self.name, self.version, self._multi_pass, timeout)
 
     async def drain(self, grace_s: float) -> None:
         for core in self.cores:

@@ -178,7 +178,7 @@ class ModelControl:
         for v, api in old.items():
             api.retire(f"model {name!r} version {v} was just replaced by version {version}; retry")
         repo.on_change()
-        await asyncio.gather(*(api.drain(self.config.grace_s) for api in old.values()))
+        await asyncio.gather(*(self._drain(api) for api in old.values()))
         for v, api in old.items():
             if v != version:
                 repo.metrics.forget_version(name, v)
@@ -187,6 +187,11 @@ class ModelControl:
             log.info("model %s: version %s serves; %s drained and stopped", name, version,
                      ", ".join(f"version {v}" for v in old))
         return new
+
+    async def _drain(self, api: ModelAPI) -> None:
+        """A retired version: what it accepted finishes (within --grace-s), then its processes exit."""
+        await api.settle(self.config.grace_s)
+        await api.drain(self.config.grace_s)
 
     def _failed_load(self, name: str, version: str, why: str) -> ModelLoadFailed:
         serving = self.repo.models.get(name)
@@ -223,7 +228,7 @@ class ModelControl:
                     api.retire(f"model {name!r} is being unloaded ({why}); load it again to serve it")
                 repo.on_change()
                 log.info("unloading model %s (%s): finishing requests in flight", name, why)
-                await asyncio.gather(*(api.drain(self.config.grace_s) for api in versions.values()))
+                await asyncio.gather(*(self._drain(api) for api in versions.values()))
                 repo.metrics.forget_model(name)
                 if gone:  # no longer in the repository: unknown from now on, not "unloaded"
                     repo.unloaded.discard(name)
