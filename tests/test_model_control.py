@@ -418,3 +418,13 @@ def test_deployment_examples(tmp_path):
             assert expected in run.stdout, f"{command}\n-> {run.stdout}"
     finally:
         srv.stop()
+
+
+def test_kserve_doc_example(explicit):
+    """docs/KSERVE.md's tritonclient example of the model repository runs as written (address and token aside)."""
+    text = (ROOT / "docs" / "KSERVE.md").read_text(encoding="utf-8")
+    section = text.split("## Model repository", 1)[1].split("\n## ", 1)[0]
+    [code] = re.findall(r"```python\n(.*?)```", section, re.S)
+    code = code.replace("localhost:8001", explicit.address).replace("Bearer TOKEN", f"Bearer {TOKEN}")
+    exec(compile(code, "docs/KSERVE.md", "exec"), {})
+    assert explicit.grpc.is_model_ready(ADD, headers=AUTH) and explicit.grpc.is_model_ready(JA, headers=AUTH)
