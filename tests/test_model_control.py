@@ -234,6 +234,40 @@ def test_the_old_version_finishes_what_it_accepted(explicit):
     assert not _alive(pid)
 
 
+def test_unload_finishes_what_is_in_flight(explicit):
+    """With the engine core frozen (SIGSTOP) holding a request, an unload refuses new requests at once and
+    returns only after the resumed core answered the held one and exited; then the model loads again."""
+    c = explicit.grpc
+    api = explicit.running.repo.get(ADD)
+    [core] = api.cores
+    pid = core.state.pid
+    held: list = []
+
+    def send() -> None:
+        with triton.InferenceServerClient(explicit.address) as client:
+            held.append(add(client, 30, 12))
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        request = threading.Thread(target=send)
+        request.start()
+        assert wait_for(lambda: core.inflight, 30)
+        unloader = threading.Thread(target=lambda: c.unload_model(ADD, headers=AUTH))
+        unloader.start()
+        assert wait_for(lambda: not c.is_model_ready(ADD, headers=AUTH), 30)
+        with pytest.raises(InferenceServerException) as e:
+            add(c, 1, 2)
+        assert "unloaded" in str(e.value)
+        assert unloader.is_alive() and request.is_alive()  # the unload waits for the request in flight
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    request.join(60)
+    unloader.join(60)
+    assert held == [("42", api.version)] and not _alive(pid)
+    c.load_model(ADD, headers=AUTH)
+    assert add(c, 30, 12)[0] == "42"
+
+
 def test_reload_under_streaming_traffic_loses_nothing(explicit):
     """load_model of the version already serving (a reload) while ModelStreamInfer requests keep coming over
     HTTP/2 and REST requests too: every request answered, none failed."""
