@@ -2,10 +2,11 @@
 
 A beam's hypotheses are distinct token sequences, but two sequences can detokenize to the same text
 ("▁New▁York" and "▁New▁Y" "ork"; a space the detokenizer drops). A person shown alternatives wants
-different texts. So the model API decodes with a wider n-best, keeps the first (best-ranked)
-hypothesis of each text, and, for the inputs still short of ``num_hypotheses`` texts, decodes again at
-the widest beam this request may use. Fewer than asked come back only when even that beam holds fewer
-different texts (a tiny vocabulary, a one-token answer).
+different texts. So the model API keeps the whole beam of the request's own width, keeps the first
+(best-ranked) hypothesis of each text, and, for the inputs still short of ``num_hypotheses`` texts,
+decodes again at the widest beam this request may use and appends the texts it adds. The best text is
+thus the one the same request without the option gets. Fewer than asked come back only when even the
+widest beam holds fewer different texts (a tiny vocabulary, a one-token answer).
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ def wanted(options: DecodingOptions) -> bool:
 
 
 def widths(options: DecodingOptions, lim: Limits, inputs: int) -> list[int]:
-    """The beams to try, narrowest first: twice the texts asked for (at least the request's own beam),
-    then the widest one (the model's max beam, within the rows one request may hold)."""
+    """The beams to try: the request's own (so the best text is the one a plain request gets), then, for the
+    inputs still short, the widest one (the model's max beam, within the rows one request may hold)."""
     widest = max(options.beam_size, min(lim.max_beam, lim.max_rows // max(1, inputs)))
-    first = min(widest, max(options.beam_size, 2 * options.num_hypotheses))
-    return [first] if first == widest else [first, widest]
+    return [options.beam_size] if options.beam_size >= widest else [options.beam_size, widest]
 
 
 def widened(options: DecodingOptions, beam: int) -> DecodingOptions:

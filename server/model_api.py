@@ -234,7 +234,7 @@ class ModelAPI:
         """All outputs at once; raises ServingError (the request's status) on failure."""
         if not distinct.wanted(p.options):
             return await self._generate(p, deadline)
-        # Distinct texts (server/distinct.py): a wider n-best, then the widest beam for the inputs still short.
+        # Distinct texts (server/distinct.py): the whole beam, then the widest beam for the inputs still short.
         n, t0 = p.options.num_hypotheses, time.monotonic()
         outputs: list[Output | None] = [None] * len(p.src_ids)
         todo, first = list(range(len(p.src_ids))), None
@@ -247,8 +247,8 @@ class ModelAPI:
                 sub = Prepared([p.src_ids[i] for i in todo], distinct.widened(p.options, beam), [p.prefixes[i] for i in todo])
                 g = await self._generate(sub, deadline, accepted=True)
                 first = first or g.timings
-                for i, o in zip(todo, g.outputs):
-                    hyps = distinct.pick(o.hypotheses, n)
+                for i, o in zip(todo, g.outputs):  # the texts of a narrower pass first, then the new ones
+                    hyps = distinct.pick((outputs[i].hypotheses if outputs[i] else ()) + o.hypotheses, n)
                     outputs[i] = Output(hyps[0].text, o.input_tokens, hyps[0].output_tokens, hyps)
                 todo = [i for i in todo if len(outputs[i].hypotheses) < n]
                 if not todo:
@@ -276,11 +276,12 @@ class ModelAPI:
         """Text as it is produced (greedy and sampled inputs: token by token, a target prefix first; a beam's text
         comes when its hypotheses are final: until then any of them may still win), then one finished event per
         input, in input order, with its whole output (all its hypotheses)."""
+        if distinct.wanted(p.options):  # beam search: its text comes when final anyway, so as generate() finds it
+            g = await self.generate(p, deadline)
+            for i, out in enumerate(g.outputs):
+                yield StreamEvent(i, out.text, True, out)
+            return
         t0 = time.monotonic()
-        n_best = p.options.num_hypotheses
-        if distinct.wanted(p.options):  # one widened pass: text streams only once a beam is final anyway
-            p = Prepared(p.src_ids, distinct.widened(p.options, distinct.widths(p.options, self.limits, len(p.src_ids))[0]),
-                         p.prefixes)
         core, req, pending = self._submit(p, deadline, t0, stream=True)
         n = len(pending.done)
         tokens: list[list[int]] = [[] for _ in range(n)]
@@ -305,9 +306,6 @@ class ModelAPI:
             raise
         for i, ev in enumerate(pending.done):
             out = self._output(p, i, ev)
-            if distinct.wanted(p.options):
-                hyps = distinct.pick(out.hypotheses, n_best)
-                out = Output(hyps[0].text, out.input_tokens, hyps[0].output_tokens, hyps)
             yield StreamEvent(i, out.text[len(sent[i]):] if out.text.startswith(sent[i]) else "", True, out)
 
     async def warm_up(self, deadline_s: float = 60.0) -> None:

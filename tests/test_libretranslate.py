@@ -140,6 +140,9 @@ def test_distinct_hypotheses_on_seq2seq_and_kserve(srv):
         "outputs": [{"name": "hypotheses"}], "parameters": {"num_hypotheses": 4, "distinct_hypotheses": True}})
     assert status == 200, body
     assert next(o["data"] for o in body["outputs"] if o["name"] == "hypotheses") == grpc_texts
+    with Seq2SeqClient(srv.address) as c:
+        [last] = [m for m in c.stream("translate-en-ja", [text], num_hypotheses=4, distinct_hypotheses=True) if m.finished]
+    assert [h.text for h in last.output.hypotheses] == grpc_texts and last.text_delta == grpc_texts[0]
     with Seq2SeqClient(srv.address) as c:  # sampling draws each output alone: nothing to widen
         with pytest.raises(grpc.RpcError) as e:
             c.generate("translate-en-ja", [text], num_hypotheses=2, sampling_topk=5, distinct_hypotheses=True)
