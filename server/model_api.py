@@ -108,6 +108,7 @@ class ModelAPI:
         self.stopping = False
         self.stop_reason = "server is shutting down; retry on another replica"
         self.retired = False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
+        self.staged = False  # loading beside a serving version: the model's gauges are still that version's
         # Calls that submit more than once (distinct hypotheses) and are between submissions: a retired version
         # lets them finish before its cores drain.
         self._multi_pass = 0
@@ -151,8 +152,8 @@ class ModelAPI:
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
         await asyncio.gather(*(core.start(loop) for core in self.cores))
 
-    def _changed(self, core: CoreHandle) -> None:
-        if self.retired:
+    def _changed(self, core: CoreHandle | None) -> None:
+        if self.retired or self.staged:
             self._on_change()
             return
         self.m_cores_up.set(sum(c.state.up for c in self.cores))
@@ -177,7 +178,7 @@ class ModelAPI:
         if s.generated:
             self.m_generated.inc(s.generated)
         self.encoded_ahead += s.encoded_ahead
-        if self.retired:
+        if self.retired or self.staged:
             return
         self.m_queued[i].set(s.queued)
         self.m_active[i].set(s.active)
@@ -322,6 +323,11 @@ class ModelAPI:
         self.stopping = True
         self.stop_reason = reason or self.stop_reason
         self._on_change()
+
+    def promote(self) -> None:
+        """A staged version now serves: the model's gauges are its own."""
+        self.staged = False
+        self._changed(None)
 
     def retire(self, reason: str) -> None:
         """Replaced by another version, or unloaded: refuse new requests, leave the model's gauges alone."""

@@ -153,6 +153,7 @@ class ModelControl:
             # being copied is named before anything starts (the cores check again as they load).
             await asyncio.to_thread(read_bundle, folder, True)
             new = repo.build(name, version)
+            new.staged = True
         except BundleError as e:  # names the file
             raise self._failed_load(name, version, str(e)) from None
         except Exception as e:  # a tokenizer.json that hashes right but does not parse (an edited config.json)
@@ -172,11 +173,12 @@ class ModelControl:
             await self._discard(new)
             raise
         old = repo.models.get(name, {})
-        repo.models[name] = {version: new}  # the switch: front doors look models up on every request
-        repo.unloaded.discard(name)
-        repo.announce(new)
         for v, api in old.items():
             api.retire(f"model {name!r} version {v} was just replaced by version {version}; retry")
+        repo.models[name] = {version: new}  # the switch: front doors look models up on every request
+        repo.unloaded.discard(name)
+        new.promote()
+        repo.announce(new)
         repo.on_change()
         await asyncio.gather(*(self._drain(api) for api in old.values()))
         for v, api in old.items():

@@ -197,8 +197,10 @@ def test_version_2_loaded_under_traffic_200_requests_one_correct_answer_each(exp
     index = c.get_model_repository_index(headers=AUTH, as_json=True)["models"]
     assert {"name": ADD, "version": new_version, "state": "READY"} in index
     assert not [p for p in old_pids if _alive(p)]
-    info = [line for line in series_of(metrics_text(explicit), ADD) if line.startswith("s2s_model_info")]
+    text = metrics_text(explicit)
+    info = [line for line in series_of(text, ADD) if line.startswith("s2s_model_info")]
     assert len(info) == 1 and f'version="{new_version}"' in info[0]
+    assert 's2s_engine_cores_up{model="addition"} 1.0' in text  # the new version's one core, not the old's 0
 
 
 def test_the_old_version_finishes_what_it_accepted(explicit):
