@@ -29,6 +29,7 @@ from server.config import ServerConfig
 from server.errors import HTTP_STATUS, InvalidInput, clip_details
 from server.interceptors import RefusalLog
 from server.metrics import Metrics
+from server.model_control import ModelControl
 from server.repository import Repository
 
 log = logging.getLogger("s2s.http")
@@ -107,8 +108,9 @@ class Doors:
     """What every HTTP front door gets: the model API, the shared request tracker, the auth check."""
 
     def __init__(self, repo: Repository, tracker: RequestTracker, config: ServerConfig, metrics: Metrics,
-                 refusals: RefusalLog):
+                 refusals: RefusalLog, control: ModelControl | None = None):
         self.repo, self.tracker, self.config, self.metrics, self.refusals = repo, tracker, config, metrics, refusals
+        self.control = control or ModelControl(repo)
         self.expected = f"Bearer {config.auth_token}".encode() if config.auth_token else None
 
     def track(self, request: web.Request, model: str, method: str):
@@ -178,13 +180,14 @@ class HttpServer:
 
 
 async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTracker, metrics: Metrics,
-                     refusals: RefusalLog) -> HttpServer:
-    from server import http_kserve, http_libretranslate, openapi, playground
+                     refusals: RefusalLog, control: ModelControl | None = None) -> HttpServer:
+    from server import http_kserve, http_libretranslate, http_repository, openapi, playground
 
-    doors = Doors(repo, tracker, config, metrics, refusals)
+    doors = Doors(repo, tracker, config, metrics, refusals, control)
     app = web.Application(client_max_size=config.max_message_bytes, middlewares=[_errors, _auth_middleware(doors)])
     app[MAX_BYTES] = config.max_message_bytes
     app.add_routes(http_kserve.routes(doors))
+    app.add_routes(http_repository.routes(doors))
     app.add_routes(http_libretranslate.routes(doors))
     app.add_routes(playground.routes(doors))
     app.add_routes(openapi.routes(doors))
