@@ -6,7 +6,7 @@ engine generates exactly N new tokens per input (EOS ignored, so every engine do
 work), single-threaded, one engine at a time:
 
   ort+kv      the serving engine: ONNX Runtime, KV cache   (engine.generate, ignore_eos=True)
-  ort-nocache the same graphs, whole prefix recomputed every step (engine.generate_no_cache)
+  ort-nocache the same graphs, whole prefix recomputed every step (bench.baselines.generate_no_cache)
   torch+kv    PyTorch eager with the KV cache (model.decode_step N times; training code untouched)
   ct2         CTranslate2 on the same weights, converted by bench/ct2_convert.py
               (translate_batch, beam 1, min = max decoding length = N)
@@ -220,7 +220,7 @@ def torch_forced(model, src, src_mask, n: int) -> list[list[int]]:
 def make_runners(args, ck, engine, engine_int8, ct2, ct2_int8) -> dict[str, Runner]:
     import torch
 
-    from engine import generate, generate_no_cache
+    from bench.baselines import generate, generate_no_cache
     from engine.generator import pad_batch
 
     codec, sp = ck.codec, ck.config.special
@@ -347,7 +347,7 @@ def machine() -> dict:
 def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
     import sacrebleu
 
-    from engine import generate
+    from bench.baselines import generate
 
     srcs, refs = [s for s, _ in pairs], [r for _, r in pairs]
     codec = ck.codec
@@ -750,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from bench.ct2_convert import CT2Translator, convert, verify, vocabulary
-    from engine import Engine, EngineOptions
+    from engine import EngineOptions, Translator
     from training import checkpoint as ckpt_io
     from training.tasks import read_tsv
 
@@ -786,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
     ct2_dir = convert(args.checkpoint, CACHE / f"ct2-{args.model}")
     tokens = vocabulary(ck.codec.tokenizer)
     ct2 = CT2Translator(ct2_dir, tokens, "float32", args.threads)
-    engine = Engine(args.bundle, EngineOptions(device="cpu", intra_op_threads=args.threads))
+    engine = Translator(args.bundle, EngineOptions(device="cpu", intra_op_threads=args.threads))
     if engine.config.source_checkpoint_sha256 != ckpt_io.weights_sha256(args.checkpoint):
         print(f"warning: {args.bundle} was not exported from {args.checkpoint} (weights differ)", file=sys.stderr)
         info["bundle"] += " (NOT exported from this checkpoint's weights)"
@@ -801,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.int8:
         folder_int8 = cached_bundle(args.checkpoint, args.model, args.int8_variant)
         info["bundle_int8"] = _rel(folder_int8)
-        engine_int8 = Engine(folder_int8, EngineOptions(device="cpu", intra_op_threads=args.threads))
+        engine_int8 = Translator(folder_int8, EngineOptions(device="cpu", intra_op_threads=args.threads))
         ct2_int8 = CT2Translator(ct2_dir, tokens, "int8", args.threads)
 
     cells: list[Cell] = []

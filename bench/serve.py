@@ -23,7 +23,7 @@ Ceilings, measured after every server has exited, on the same inputs:
 
 * engine cores in process (what "server / own cores' ceiling" divides by): for each K, K processes
   (multiprocessing spawn), each with the server's own Scheduler (continuous, --max-batch-size, step
-  loop plus encoder thread) on one Engine, fed pre-tokenized inputs by closed-loop callers (max C of
+  loop plus encoder thread) on one Runner, fed pre-tokenized inputs by closed-loop callers (max C of
   the grid, or --ceiling-callers, split over the K processes; one caller thread per process, fed by
   the scheduler's sink, submits a caller's next sequence as soon as its Finished event arrives; no
   gRPC, no pipe). All K run the same wall window (--ceiling-warmup-s, then --ceiling-seconds);
@@ -417,7 +417,7 @@ async def rtt(server: ServerProcess, args: argparse.Namespace) -> list[float]:
 
 def single_request_times(engine, args: argparse.Namespace, inputs: list[str], idx: list[int]) -> list[float]:
     """In-process decode time of each input alone (batch 1): what a request costs without any server."""
-    from engine import generate
+    from bench.baselines import generate
 
     mnt = args.max_new_tokens or None
     for i in idx[:3]:
@@ -569,12 +569,12 @@ def engine_outputs(engine, texts: list[str], max_new_tokens: int, batch_size: in
     from engine.generator import run
 
     budget = max_new_tokens or engine.config.task.max_new_tokens
-    seqs = run(engine, [Sequence(engine.codec.source_ids(t), budget) for t in texts], batch_size)
+    seqs = run(engine.runner, [Sequence(engine.codec.source_ids(t), budget) for t in texts], batch_size)
     return [list(s.result or []) for s in seqs]
 
 
 def measure_ceiling(engine, bundle: Path, args: argparse.Namespace, inputs: list[str], single: list[float], log) -> Ceiling:
-    from engine import generate
+    from bench.baselines import generate
 
     mnt = args.max_new_tokens or None
     outputs = engine_outputs(engine, inputs, args.max_new_tokens, args.max_batch_size)  # also warms ORT up
@@ -609,7 +609,7 @@ def _recv(conn, timeout: float, what: str):
 
 
 def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[int]], budget: int, callers: int) -> None:
-    """A ceiling process: one Engine and the server's Scheduler, driven by ``callers`` closed-loop callers.
+    """A ceiling process: one Runner and the server's Scheduler, driven by ``callers`` closed-loop callers.
 
     The scheduler's sink puts each iteration's events on a queue; this (main) thread takes them and, for
     every Finished/Failed, submits that caller's next sequence at once: the callers are multiplexed on one
@@ -618,11 +618,11 @@ def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[
     _die_with_parent()
     try:
         sys.setswitchinterval(0.0005)  # as the engine core sets it
-        from engine import Engine, EngineOptions, Sequence
+        from engine import EngineOptions, Runner, Sequence
         from server.config import SchedulerConfig
         from server.scheduler import Failed, Finished, Scheduler
 
-        engine = Engine(Path(bundle), EngineOptions(device="cpu", intra_op_threads=threads))
+        engine = Runner(Path(bundle), EngineOptions(device="cpu", intra_op_threads=threads))
         events: queue.SimpleQueue = queue.SimpleQueue()
         window = [float("inf"), float("-inf")]
         steps = [0, 0]  # decode steps, rows, inside the window
@@ -677,7 +677,7 @@ def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[
 def engine_cores_ceiling(args: argparse.Namespace, bundle: Path, ids: list[list[int]], budget: int, k: int, callers: int,
                          log) -> CoreCeiling:
     """K engine cores' in-process ceiling: K spawned processes, each the server's Scheduler (continuous) on its
-    own Engine with its share of the callers (callers // K, the remainder to the first) and of the inputs
+    own Runner with its share of the callers (callers // K, the remainder to the first) and of the inputs
     (every K-th), run over the same wall window; answers finished inside it are summed. Best of
     --ceiling-repeats windows."""
     ctx = multiprocessing.get_context("spawn")
@@ -952,7 +952,7 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
         f"Ceilings, in process with no server running (same bundle and inputs, {args.intra_op_threads} intra-op thread per "
         f"engine). **Own cores' ceiling** (what \"server / own cores' ceiling\" divides by): the server's scheduler in "
         f"process, i.e. its `Scheduler` (continuous, max_batch_size {args.max_batch_size}, step loop and encoder thread) on "
-        f"one `Engine` per process, K processes (multiprocessing spawn) for K instances, fed pre-tokenized inputs by "
+        f"one `Runner` per process, K processes (multiprocessing spawn) for K instances, fed pre-tokenized inputs by "
         f"{ceiling.callers} closed-loop callers split over the K processes (one caller thread per process, fed by the "
         f"scheduler's sink: no gRPC, no pipe, no tokenization); all K over the same wall window ({args.ceiling_warmup_s:g} s "
         f"warm-up, then {args.ceiling_seconds:g} s), answers finished inside it summed, best of {args.ceiling_repeats}:",
@@ -966,7 +966,7 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
                      + (f" ({cc.errors} failed)" if cc.errors else ""))
     lines += [
         "",
-        f"One core, `engine.generate(Engine(bundle), inputs, batch_size={args.max_batch_size})` on the {ceiling.n} inputs, "
+        f"One core, `bench.baselines.generate(Translator(bundle), inputs, batch_size={args.max_batch_size})` on the {ceiling.n} inputs, "
         f"best of {args.ceiling_repeats}: {ceiling.seconds:.2f} s = **{ceiling.gen_sps:.1f} sequences/s, {ceiling.gen_tps:.0f} "
         f"tokens/s** ({ceiling.tokens} generated tokens); the 1-instance saturation row below uses the faster of this and the "
         f"1-core figure above ({ceiling.sps:.1f} sequences/s). Single request (batch 1, in process, timed after each "
@@ -1171,7 +1171,7 @@ def load_inputs(args: argparse.Namespace, engine) -> tuple[list[str], Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from engine import Engine, EngineOptions
+    from engine import EngineOptions, Translator
 
     def on_term(signum, frame):  # SIGTERM unwinds like Ctrl-C, so every server process is stopped on the way out
         raise SystemExit(128 + signum)
@@ -1185,7 +1185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     bundle = find_bundle(args.model_repo, args.model)
-    engine = Engine(bundle, EngineOptions(device="cpu", intra_op_threads=args.intra_op_threads))
+    engine = Translator(bundle, EngineOptions(device="cpu", intra_op_threads=args.intra_op_threads))
     inputs, inputs_path = load_inputs(args, engine)
     log(f"bench/serve.py: {args.model} from {bundle}, {len(inputs)} inputs from {inputs_path}; load average {load_before}")
     if float(load_before.split()[0]) > 0.7 * len(os.sched_getaffinity(0)) if load_before != "n/a" else False:

@@ -10,7 +10,7 @@ and copying the whole cache each time (as compacting would) cost about a quarter
 (bench/serve.py's profile). ``keep`` compacts when released slots would otherwise be computed
 for nothing; leading columns that no live row uses are dropped once they are a quarter of the cache.
 
-With IOBinding (``Engine.io_binding``, the default on CUDA) the self-attention cache lives in
+With IOBinding (``Runner.io_binding``, the default on CUDA) the self-attention cache lives in
 device memory between steps: ``advance`` keeps the step's present K/V as OrtValues, so a plain
 step never copies the cache through the host, and neither does the commonest change under load:
 a row released and refilled by a newcomer touches only host-side masks and the cross K/V

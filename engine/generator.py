@@ -3,7 +3,8 @@
 This is iteration-level (continuous) batching's mechanism; the scheduler decides *when* to
 call ``add`` and ``step``, and ``step`` returns what happened (``StepOutput``: the sequences that
 finished, the tokens streaming sequences got) instead of calling back into it, as vLLM's
-schedule -> execute -> update. ``run`` drives the same loop to completion for in-process use.
+schedule -> execute -> update. ``run`` drives the same loop to completion for in-process use. It works on
+ids and a ``runner.Runner``; texts are ``engine.translator``'s.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contract.decoding import DecodingOptions
 from engine.cache import DecodeBatch, pad_axis
-from contract.decoding import DecodingOptions, check
 from engine.logits import RowOptions
 from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
-from engine.session import Engine
+from engine.runner import Runner
 
 _ids = itertools.count()
 
@@ -97,7 +98,7 @@ def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Generator:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Runner):
         self.engine = engine
         self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
         self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
@@ -256,7 +257,7 @@ class Generator:
         self.row_options = None  # rows moved
 
 
-def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
+def run(engine: Runner, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
     """Decode sequences to completion, at most batch_size rows at a time, refilling as rows finish."""
     gen = Generator(engine)
     pending = list(seqs)
@@ -271,88 +272,3 @@ def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequ
             pending = pending[take:]
         gen.step()
     return seqs
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One of an input's n-best hypotheses."""
-
-    text: str
-    tokens: list[int]  # EOS excluded, the target prefix included
-    score: float  # see contract.decoding (0 unless return_scores)
-
-
-@dataclass(frozen=True)
-class Result:
-    """One input's output, as ``Engine.generate`` returns it: the best hypothesis, and all of them."""
-
-    text: str
-    tokens: list[int]  # generated ids, EOS excluded
-    input_tokens: int  # source ids, EOS included
-    score: float = 0.0
-    hypotheses: list[Candidate] = field(default_factory=list)  # best first; hypotheses[0] is text/tokens/score
-
-
-def results(engine: Engine, texts: list[str], *, target_prefixes: list[str | None] | None = None,
-            max_batch_size: int = 64, options: DecodingOptions | None = None) -> list[Result]:
-    """``Engine.generate``: decode texts to completion, refilling the batch as rows finish."""
-    task, m = engine.config.task, engine.config.model
-    o = (options or DecodingOptions()).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens)
-    check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
-    if target_prefixes is not None and len(target_prefixes) != len(texts):
-        raise ValueError(f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text")
-    budget = o.max_new_tokens
-    prefixes = [engine.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
-    seqs = [Sequence(engine.codec.source_ids(t), budget, options=o, prefix=p) for t, p in zip(texts, prefixes)]
-    # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches
-    # and cross-attention widths, and tend to finish together (10-20% less CPU on 640 held-out inputs, greedy
-    # and beam 4). Every row decodes as it would alone, so the order changes no output; results keep input order.
-    run(engine, sorted(seqs, key=lambda s: len(s.src_ids)), max_batch_size)
-    out = []
-    for s in seqs:
-        hyps = [Candidate(engine.codec.decode(h.tokens), h.tokens, h.score if o.return_scores else 0.0)
-                for h in s.hypotheses]
-        best = hyps[0]
-        out.append(Result(best.text, best.tokens, len(s.src_ids), best.score, hyps))
-    return out
-
-
-def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None, beam: int = 1,
-             batch_size: int = 64, ignore_eos: bool = False) -> list[str]:
-    """Decode texts to completion in batches (in-process use: export validation, benchmarks, tests).
-
-    ignore_eos (greedy only): generate exactly max_new_tokens per input, as benchmarks force lengths.
-    """
-    budget = max_new_tokens or engine.config.task.max_new_tokens
-    seqs = [Sequence(engine.codec.source_ids(t), budget, beam) for t in texts]
-    if ignore_eos:  # never past the positions the model has
-        for s in seqs:
-            s.search = Greedy(eos=-1, budget=min(budget, engine.config.model.max_len - 1))
-    run(engine, seqs, batch_size)
-    return [engine.codec.decode(s.result) for s in seqs]
-
-
-def generate_no_cache(engine: Engine, texts: list[str], max_new_tokens: int | None = None, ignore_eos: bool = False) -> list[str]:
-    """Greedy decoding that feeds the whole prefix at every step with an empty cache: the baseline
-    that the KV cache is measured against (bench/decode.py) and checked against (tests)."""
-    sp = engine.special
-    budget = max_new_tokens or engine.config.task.max_new_tokens
-    src = [engine.codec.source_ids(t) for t in texts]
-    ids, mask = pad_batch(src, sp.pad)
-    cross = engine.encode(ids, mask)
-    b = len(texts)
-    limit = budget if ignore_eos else max(min(budget, len(r) + 50, engine.config.model.max_len - 1) for r in src)
-    tgt = np.full((b, 1), sp.bos, np.int64)
-    empty = [np.zeros((b, engine.n_heads, 0, engine.d_head), np.float32)] * (2 * engine.n_layers)
-    no_past = np.zeros((b, 0), np.int64)
-    for _ in range(limit):
-        positions = np.broadcast_to(np.arange(tgt.shape[1]), tgt.shape).copy()
-        logits, _ = engine.decode(tgt, positions, no_past, empty, cross, mask)
-        tgt = np.concatenate([tgt, logits[:, -1].argmax(-1)[:, None]], axis=1)
-        if not ignore_eos and (tgt[:, 1:] == sp.eos).any(axis=1).all():
-            break
-    out = []
-    for r, row in zip(src, tgt[:, 1:].tolist()):
-        row = row if ignore_eos else row[: min(budget, len(r) + 50, engine.config.model.max_len - 1)]
-        out.append(engine.codec.decode(row))
-    return out

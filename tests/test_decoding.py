@@ -1,7 +1,7 @@
 """Decoding options in the engine: CTranslate2 on the same weights as the oracle, and per-row options in one batch.
 
 The oracle: the en->ja checkpoint converted to CTranslate2 (bench/ct2_convert.py, as bench/decode.py
-does) and ``translate_batch`` with the same options must give the same tokens as ``Engine.generate``
+does) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
 with ``length_penalty_type="ctranslate2"``, on held-out inputs; scores agree within SCORE_ATOL
 (CTranslate2 accumulates in float32, the engine in float64). No output string is hard-coded: the
 committed model may be retrained.
@@ -215,12 +215,12 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
 
     alone = []
     for i in range(len(texts)):
-        g, s = Generator(ja), seq(i)
+        g, s = Generator(ja.runner), seq(i)
         g.add([s])
         while len(g):
             g.step()
         alone.append(hyps(s))
-    g = Generator(ja)
+    g = Generator(ja.runner)
     seqs = [seq(i) for i in range(len(texts))]
     for k, s in enumerate(seqs):  # one newcomer every step: rows join a batch already running
         g.add([s])
