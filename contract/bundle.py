@@ -61,7 +61,7 @@ class BundleConfig:
     opset: int
     files: dict[str, str]  # file name -> sha256
     source_checkpoint_sha256: str
-    quantization: str = "none"  # none | int8-dynamic | int8-nbits (export/quantize.py); "int8" in bundles before them
+    quantization: str = "none"  # none | int8-dynamic | int8-nbits | fp16 (export/quantize.py); "int8" in bundles before them
     validation: dict[str, Any] = field(default_factory=dict)  # what the export checked, with figures
     format_version: int = FORMAT_VERSION
     source_language: str | None = None  # ISO 639-1 code of what the model reads (translation); None: not said
