@@ -482,3 +482,35 @@ def test_translate_batch_takes_tokens_as_ctranslate2_does_and_equals_generate():
     assert [r.scores for r in res] == [[c.score for c in w.hypotheses] for w in want]
     with pytest.raises(ValueError, match="not in the vocabulary"):
         ja.translate_batch([["no-such-token-xyz"]])
+
+
+def test_a_beam_into_an_idle_batch_takes_its_first_step_on_one_row_and_decodes_as_in_a_running_one():
+    """Into an idle batch a beam's first step runs on one row, then the beam joins with its width (CTranslate2's
+    expansion after the first step); joining a running batch it takes all its rows at once. Same hypotheses either
+    way, and a beam that ends at that first step is reported by the next step."""
+    from engine.generator import Generator
+
+    ja = Translator(bundle("translate-en-ja"), EngineOptions(device="cpu"))
+    ids = [ja.codec.source_ids(t) for t in sample_inputs(ja, 6)]
+    for budget in (20, 1):
+        apart = Generator(ja.runner)
+        s = Sequence(ids[0], budget, 4)
+        apart.add([s])
+        assert len(apart.batch) == (4 if budget > 1 else 0) and len(apart) == 1
+        if budget > 1:
+            assert (apart.batch.positions == 1).all() and apart.batch.past_len == 1
+        while len(apart):
+            apart.step()
+        running = Generator(ja.runner)
+        greedy = Sequence(ids[1], 30)
+        running.add([greedy])
+        running.step()  # the batch runs: the beam joins with all its rows
+        t = Sequence(ids[0], budget, 4)
+        running.add([t])
+        assert len(running.batch) == 5
+        while t.result is None:
+            running.step()
+        assert [h.tokens for h in s.hypotheses] == [h.tokens for h in t.hypotheses]
+        # The running batch's holes move a float32 sum's rounding: scores equal to float32 precision.
+        assert np.allclose([h.score for h in s.hypotheses], [h.score for h in t.hypotheses], atol=1e-5)
+        assert budget > 1 or len(s.result) <= 1
