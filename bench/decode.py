@@ -143,6 +143,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="inputs per timed pass of the real-inputs table, cycling through the test set (default: %(default)s)")
     p.add_argument("--real-repeats", type=int, default=3,
                    help="timed passes per real-inputs cell, after one warm-up; the median is reported (>= 3; default: %(default)s)")
+    p.add_argument("--served-default", action=argparse.BooleanOptionalAction, default=True,
+                   help="with the real-inputs table: CPU per sequence and held-out chrF of the served default search "
+                        "against CTranslate2's default beam 4 (bench/served_default.py; default: on)")
     p.add_argument("--beams", type=_ints, default=[1, 4], help="beam sizes of the real-inputs table (1 = greedy; default: 1,4)")
     p.add_argument("--ct2-length-penalty", type=float, default=0.6,
                    help="CTranslate2's length_penalty in beam search (score / length**p; the engine uses GNMT's "
@@ -835,6 +838,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.real:
         real = real_table(args, ck, budget, engine, engine_int8, ct2, ct2_int8, [s for s, _ in shuffled])
         real_text = render_real(args, info, real)
+        if args.served_default and engine.config.task.beam_size > 1:
+            from bench import served_default
+            from contract.decoding import DecodingOptions
+
+            print("served default vs CTranslate2's default beam 4 ...", file=sys.stderr)
+            texts = [shuffled[i % len(shuffled)][0] for i in range(args.real_inputs)]
+            real["served_default"] = sd = served_default.measure(engine, ct2, ck.codec, texts, args.batch_sizes,
+                                                                 args.real_repeats, budget)
+            d = DecodingOptions()
+            real_text += served_default.render(sd, f"beam {engine.config.task.beam_size}, length_penalty_type "
+                                                   f"{d.length_penalty_type}, length_penalty {d.alpha:g}")
 
     info["seconds"] = time.perf_counter() - started
     if args.real_only:
