@@ -432,8 +432,8 @@ def real_systems(args, budget: int, engine, engine_int8, ct2, ct2_int8) -> list[
             # The engine's max_batch_size counts rows (a beam counts its width): B inputs = B x beam rows, as CTranslate2.
             # Beam rows rank and stop by CTranslate2's rule with its length_penalty, so both sides do the same search;
             # "engine-gnmt" times the engine's default (GNMT's penalty, stopping when no live beam can still win).
-            search = {} if beam == 1 or rule == "gnmt" else dict(length_penalty_type="ctranslate2",
-                                                                 length_penalty=args.ct2_length_penalty)
+            search = ({} if beam == 1 else dict(length_penalty_type="gnmt") if rule == "gnmt" else
+                      dict(length_penalty_type="ctranslate2", length_penalty=args.ct2_length_penalty))
             return e.generate(texts, beam_size=beam, max_new_tokens=budget, max_batch_size=batch * beam, **search)
         return run
 
@@ -846,8 +846,9 @@ def main(argv: list[str] | None = None) -> int:
             texts = [shuffled[i % len(shuffled)][0] for i in range(args.real_inputs)]
             real["served_default"] = sd = served_default.measure(engine, ct2, ck.codec, texts, args.batch_sizes,
                                                                  args.real_repeats, budget)
-            d = DecodingOptions()
-            real_text += served_default.render(sd, f"beam {engine.config.task.beam_size}, length_penalty_type "
+            task = engine.config.task
+            d = DecodingOptions(length_penalty_type=task.length_penalty_type)
+            real_text += served_default.render(sd, f"beam {task.beam_size}, length_penalty_type "
                                                    f"{d.length_penalty_type}, length_penalty {d.alpha:g}")
 
     info["seconds"] = time.perf_counter() - started

@@ -3,7 +3,7 @@
 Three sides, the same real inputs as the real-inputs table, taking turns pass by pass (order reversed every other):
 
 * *served default*: ``engine.generate(texts)`` with no option, what a request without options gets (the bundle's
-  ``task.beam_size``, the default length penalty of ``contract.decoding``);
+  ``task.beam_size`` and ``task.length_penalty_type``);
 * *engine, CTranslate2's default*: ``beam_size=4, length_penalty_type="ctranslate2", length_penalty=1``;
 * *CTranslate2 default beam 4*: ``translate_batch(tokens, beam_size=4)`` with its defaults (``length_penalty=1``,
   patience 1: it stops after 4 ended hypotheses).

@@ -53,6 +53,8 @@ class Sequence:
         if self.options.beam_size < 1:
             raise ValueError("Sequence options need a resolved beam_size (0 means the model's default): "
                              "pass options.resolved(engine.config.task.beam_size, budget)")
+        if not self.options.length_penalty_type:  # unresolved: the rule of a model that names none
+            self.options = self.options.replace(length_penalty_type="gnmt")
         self.beam = self.options.beam_size
         if self.options.sampling and self.rng is None:
             self.rng = np.random.Generator(np.random.PCG64(self.options.seed))

@@ -110,7 +110,8 @@ class Translator:
         task, m = self.config.task, self.config.model
         if options.get("max_new_tokens") is None:  # None, as 0: the model's default
             options.pop("max_new_tokens", None)
-        o = DecodingOptions(**options).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens)
+        o = DecodingOptions(**options).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens,
+                                                task.length_penalty_type)
         check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
         seqs = [Sequence(src, o.max_new_tokens, options=o, prefix=p) for src, p in zip(sources, prefixes)]
         # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches
