@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from engine import Engine, EngineOptions, Sequence
+from engine import EngineOptions, Runner, Sequence
 from server.config import SchedulerConfig
 from server.errors import ServingError
 from server.scheduler import Failed, Scheduler, Stats
@@ -115,7 +115,7 @@ def main(conn: Connection, spec: CoreSpec) -> None:
     logging.basicConfig(level=spec.log_level.upper(),
                         format=f"%(asctime)s %(levelname)s %(name)s[{spec.model}#{spec.index}]: %(message)s")
     try:
-        engine = Engine(spec.folder, spec.engine)
+        engine = Runner(spec.folder, spec.engine)
     except Exception as e:  # BundleError names the file; anything else is reported, not raised into the void
         conn.send(LoadFailed(str(e)))
         return

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contract.bundle import BundleError
-from engine.session import cuda_probe, provider_reason
+from engine.device import cuda_probe, provider_reason
 from server.config import ServerConfig
 from server.cores import CoreLoadError
 from server.errors import ModelNotFound, ModelNotReady, clip

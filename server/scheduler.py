@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine import Engine, Generator, Hypothesis, Sequence
+from engine import Generator, Hypothesis, Runner, Sequence
 from server.config import SchedulerConfig
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
@@ -158,7 +158,7 @@ POLICIES = {"continuous": Continuous, "request": PerRequest, "none": OneAtATime}
 
 
 class Scheduler:
-    def __init__(self, name: str, engine: Engine, config: SchedulerConfig, sink: Sink):
+    def __init__(self, name: str, engine: Runner, config: SchedulerConfig, sink: Sink):
         self.name, self.engine, self.config, self.sink = name, engine, config, sink
         self.policy = POLICIES[config.mode]()
         self.gen = Generator(engine)
