@@ -5,6 +5,11 @@ event loop (``loop.add_reader``); each message is one decode step's report, disp
 requests in flight. A core that dies (SIGKILL, segfault, OOM) is noticed by EOF on its pipe: its
 requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
 growing delay if it keeps dying.
+
+A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
+every 50 ms while it has work (``server.scheduler.STATS_EVERY_S``), so a watchdog on the event loop
+treats a core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is
+SIGKILLed and handled as above (marked down, its requests failed with UNAVAILABLE, restarted).
 """
 
 from __future__ import annotations
@@ -72,8 +77,10 @@ class CoreState:
 
 class CoreHandle:
     def __init__(self, spec: CoreSpec, on_stats: Callable[[CoreSpec, Stats], None],
-                 on_change: Callable[[CoreHandle], None]):
-        self.spec, self.on_stats, self.on_change = spec, on_stats, on_change
+                 on_change: Callable[[CoreHandle], None], stall_s: float = 10.0):
+        self.spec, self.on_stats, self.on_change, self.stall_s = spec, on_stats, on_change, stall_s
+        self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
+        self._watchdog: asyncio.TimerHandle | None = None
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
         self.rows = 0  # rows of the requests in flight: the load the router balances
@@ -110,9 +117,27 @@ class CoreHandle:
         self._exited = asyncio.Event()
         self._ready = loop.create_future()
         loop.add_reader(self.conn.fileno(), self._readable)
+        if self._watchdog is None and self.stall_s > 0:
+            self._watchdog = loop.call_later(self.stall_s / 4, self._watch)
         return self._ready
 
+    def _watch(self) -> None:
+        """Every stall_s / 4: a core with work that has been silent for stall_s is killed (and so restarted)."""
+        self._watchdog = None
+        if self.stopping:
+            return
+        silent = time.monotonic() - self.heard_at
+        if self.inflight and self.conn is not None and silent > self.stall_s:
+            log.warning("engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "
+                        "(--core-stall-s %g): killing it", self.label, self.state.pid, silent, len(self.inflight),
+                        self.stall_s)
+            if self.proc is not None:
+                self.proc.kill()
+            self._died()  # at once, not on EOF: the requests in flight fail now and the core is restarted
+        self._watchdog = self.loop.call_later(self.stall_s / 4, self._watch)
+
     def _readable(self) -> None:
+        self.heard_at = time.monotonic()
         conn = self.conn
         try:
             while conn is not None and conn.poll():
@@ -195,6 +220,8 @@ class CoreHandle:
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
         req = InFlight(next(_request_ids), len(sequences) * options.beam_size, on_token, on_finished, on_failed)
+        if not self.inflight:  # the silence the watchdog measures starts now, not when the core last went idle
+            self.heard_at = time.monotonic()
         self.inflight[req.id] = req
         self.rows += req.rows
         self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival))
@@ -235,6 +262,9 @@ class CoreHandle:
         self.stopping = True
         if self._restart is not None:
             self._restart.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self.conn is not None:
             self._flush()  # what was submitted before goes first
             try:
