@@ -88,8 +88,11 @@ class Connections:
         self.idle.set()
 
     def __call__(self) -> asyncio.Protocol:
+        # Counted here, not in connection_made: asyncio accepts a burst of connections (and calls this for each)
+        # before any of them is told it is connected.
         if self.max and self.open >= self.max:
             return _Refuse(self)
+        self.open += 1
         return _Guard(self, self.handlers())
 
     # ---- called by the middleware around every request -------------------------------------------
@@ -139,7 +142,6 @@ class _Guard(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
-        self.owner.open += 1
         self.owner.guards[self.handler] = self
         self.handler.connection_made(transport)
         self.arm()

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from server.calls import RequestTracker
 from server.config import ServerConfig
-from server.errors import HTTP_STATUS, ServingError, clip_details
+from server.errors import HTTP_STATUS, InvalidInput, ServingError, clip_details
 from server.http_body import READ_TIMEOUT_S
 from server.http_cors import cors_middleware, parse_origins
 from server.http_guard import Connections, ProtocolLog
@@ -69,16 +69,17 @@ class CallContext:
 
 
 def deadline_of(request: web.Request) -> float | None:
-    """The X-Timeout-Seconds header as a time.monotonic() deadline; HttpError (400) if it is malformed."""
+    """The X-Timeout-Seconds header as a time.monotonic() deadline; InvalidInput if it is malformed (a domain
+    error, so the tracker counts it as INVALID_ARGUMENT)."""
     raw = request.headers.get(TIMEOUT_HEADER)
     if raw is None:
         return None
     try:
         seconds = float(raw)
     except ValueError:
-        raise HttpError("INVALID_ARGUMENT", f"header {TIMEOUT_HEADER} must be a number of seconds, not {raw[:40]!r}") from None
+        raise InvalidInput(f"header {TIMEOUT_HEADER} must be a number of seconds, not {raw[:40]!r}") from None
     if not 0 < seconds < 1e9:  # NaN, inf and 1e999 too: a deadline is a time a timer can be set for
-        raise HttpError("INVALID_ARGUMENT", f"header {TIMEOUT_HEADER} must be a positive number of seconds, not {raw[:40]!r}")
+        raise InvalidInput(f"header {TIMEOUT_HEADER} must be a positive number of seconds, not {raw[:40]!r}")
     return time.monotonic() + seconds
 
 
