@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import socket
 import threading
@@ -105,3 +106,32 @@ def server(model_repo):
     srv = ServerThread(server_config())
     yield srv
     srv.stop()
+
+
+class _Tracebacks(logging.Handler):
+    """Log records with a traceback from the in-process servers' loggers (the child-process servers' logs are
+    read by their own tests). Issue 23's acceptance: no traceback in a server log caused by client input."""
+
+    PREFIXES = ("s2s", "aiohttp", "asyncio", "grpc")
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.name.startswith(self.PREFIXES):
+            self.records.append(record)
+
+
+_TRACEBACKS = _Tracebacks()
+logging.getLogger().addHandler(_TRACEBACKS)
+
+
+@pytest.fixture(autouse=True)
+def no_server_traceback():
+    """Fails the test during which a server logged a traceback."""
+    start = len(_TRACEBACKS.records)
+    yield
+    new = _TRACEBACKS.records[start:]
+    assert not new, "server logged a traceback:\n" + "\n".join(
+        f"{r.name}: {r.getMessage()}\n{logging.Formatter().formatException(r.exc_info)}" for r in new)
