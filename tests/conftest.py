@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+import traceback
 from pathlib import Path
 
 import pytest
@@ -112,14 +113,20 @@ class _Tracebacks(logging.Handler):
     """Log records with a traceback from the in-process servers' loggers (the child-process servers' logs are
     read by their own tests). Issue 23's acceptance: no traceback in a server log caused by client input."""
 
-    PREFIXES = ("s2s", "aiohttp", "asyncio", "grpc")
+    SERVER = ("s2s", "aiohttp")  # the server's own loggers and its HTTP server's
+    LIBRARIES = ("asyncio", "grpc")  # shared with the tests' clients: only the server's errors count
 
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info and record.name.startswith(self.PREFIXES):
+        if not record.exc_info or not record.exc_info[0]:
+            return
+        kind, _, tb = record.exc_info
+        ours = kind.__module__.startswith("server") or any(
+            f"{os.sep}server{os.sep}" in frame.filename for frame in traceback.extract_tb(tb))
+        if record.name.startswith(self.SERVER) or (record.name.startswith(self.LIBRARIES) and ours):
             self.records.append(record)
 
 
