@@ -7,9 +7,9 @@ requests in flight fail at once with UNAVAILABLE (retryable) and it is started a
 growing delay if it keeps dying.
 
 A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
-every 50 ms while it has work (``server.scheduler.STATS_EVERY_S``), so a watchdog on the event loop
-treats a core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is
-SIGKILLed and handled as above (marked down, its requests failed with UNAVAILABLE, restarted).
+every 50 ms while it has work (``server.scheduler.STATS_EVERY_S``), so a watchdog thread treats a
+core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is SIGKILLed
+and handled as above (marked down, its requests failed with UNAVAILABLE, restarted).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,7 +81,8 @@ class CoreHandle:
                  on_change: Callable[[CoreHandle], None], stall_s: float = 10.0):
         self.spec, self.on_stats, self.on_change, self.stall_s = spec, on_stats, on_change, stall_s
         self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog: threading.Thread | None = None
+        self._unwatched = threading.Event()
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
         self.rows = 0  # rows of the requests in flight: the load the router balances
@@ -118,23 +120,23 @@ class CoreHandle:
         self._ready = loop.create_future()
         loop.add_reader(self.conn.fileno(), self._readable)
         if self._watchdog is None and self.stall_s > 0:
-            self._watchdog = loop.call_later(self.stall_s / 4, self._watch)
+            self._watchdog = threading.Thread(target=self._watch, name=f"watchdog {self.label}", daemon=True)
+            self._watchdog.start()
         return self._ready
 
     def _watch(self) -> None:
-        """Every stall_s / 4: a core with work that has been silent for stall_s is killed (and so restarted)."""
-        self._watchdog = None
-        if self.stopping:
-            return
-        silent = time.monotonic() - self.heard_at
-        if self.inflight and self.conn is not None and silent > self.stall_s:
-            log.warning("engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "
-                        "(--core-stall-s %g): killing it", self.label, self.state.pid, silent, len(self.inflight),
-                        self.stall_s)
-            if self.proc is not None:
-                self.proc.kill()
-            self._died()  # at once, not on EOF: the requests in flight fail now and the core is restarted
-        self._watchdog = self.loop.call_later(self.stall_s / 4, self._watch)
+        """A thread, not an event-loop timer: a hung core stops reading its pipe, and once the pipe's buffer is
+        full the event loop itself blocks writing to it. SIGKILL ends that write (and the core); EOF on the
+        pipe then does the rest on the event loop, as for any core that dies (``_died``)."""
+        while not self._unwatched.wait(self.stall_s / 4) and not self.stopping:
+            silent = time.monotonic() - self.heard_at
+            proc = self.proc
+            if self.inflight and self.state.up and silent > self.stall_s and proc is not None and proc.poll() is None:
+                log.warning("engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "
+                            "(--core-stall-s %g): killing it", self.label, self.state.pid, silent, len(self.inflight),
+                            self.stall_s)
+                proc.kill()
+                self.heard_at = time.monotonic() + self.stall_s  # once: EOF, not this thread, takes it from here
 
     def _readable(self) -> None:
         self.heard_at = time.monotonic()
@@ -262,9 +264,7 @@ class CoreHandle:
         self.stopping = True
         if self._restart is not None:
             self._restart.cancel()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
+        self._unwatched.set()
         if self.conn is not None:
             self._flush()  # what was submitted before goes first
             try:

@@ -90,3 +90,36 @@ def test_a_hung_core_is_timed_out_marked_down_killed_and_restarted(model_repo):
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
         srv.stop()
+
+
+def test_a_flood_into_a_hung_core_is_answered_once_it_is_killed(model_repo):
+    """A hung core stops reading its pipe: enough requests fill the pipe's buffer and the front end's write to
+    it blocks the event loop. The watchdog is a thread, so it still kills the core, the write ends, and every
+    request gets exactly one answer."""
+    import asyncio
+
+    import aiohttp
+
+    srv = ServerThread(server_config(instances=1, core_stall_s=1.0, models=("addition",)))
+    model = srv.running.repo.get("addition")
+    pid = model.cores[0].state.pid
+    body = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [64], "data": ["12345+67890"] * 64}]}
+
+    async def flood():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            async def one():
+                async with session.post(f"http://127.0.0.1:{srv.config.http_port}/v2/models/addition/infer",
+                                        json=body, timeout=aiohttp.ClientTimeout(total=120)) as r:
+                    return r.status
+            return await asyncio.gather(*(one() for _ in range(300)))
+
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        statuses = asyncio.run(flood())
+        assert len(statuses) == 300 and set(statuses) <= {200, 503} and 503 in statuses, statuses
+        assert not alive(pid)
+        assert wait_for(lambda: model.cores[0].state.up, 60)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        srv.stop()
