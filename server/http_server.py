@@ -112,9 +112,12 @@ class Doors:
         if self.expected is None:
             return
         given = request.headers.getall("Authorization", [])
-        if len(given) == 1 and hmac.compare_digest(given[0].encode(), self.expected):
+        # surrogatepass: header bytes that are not UTF-8 arrive as surrogates (aiohttp decodes with
+        # surrogateescape); they are a wrong token, not an encoding error.
+        if len(given) == 1 and hmac.compare_digest(given[0].encode("utf-8", "surrogatepass"), self.expected):
             return
-        if not given and api_key is not None and hmac.compare_digest(f"Bearer {api_key}".encode(), self.expected):
+        if not given and api_key is not None and hmac.compare_digest(f"Bearer {api_key}".encode("utf-8", "surrogatepass"),
+                                                                     self.expected):
             return
         path = request.path
         self.metrics.requests.labels("", path.rsplit("/", 1)[-1] or path, "http", "UNAUTHENTICATED").inc()

@@ -4,7 +4,8 @@ Hypothesis draws, for each operation that ``/openapi.json`` lists (so a route ad
 too), bodies of three kinds: JSON shaped like the route's own body with hostile leaves (integers far
 past int64, NaN, lone surrogates, wrong types, deep nesting), any JSON value at all, and raw bytes
 under every content type the doors read (including multipart without a boundary); with hostile
-``X-Timeout-Seconds`` and ``Inference-Header-Content-Length`` headers and path parameters. Every
+``Authorization``, ``X-Timeout-Seconds`` and ``Inference-Header-Content-Length`` headers and path
+parameters (the server requires a token; most requests send the right one, so they reach the parsers). Every
 answer must be below 500 (504 only where the request set a deadline), and at the end the server's
 log must hold no traceback and no ERROR line. The examples are derandomized: a failure reproduces.
 """
@@ -24,6 +25,7 @@ from test_hardening import Served
 
 # Routes that change what is served are driven with names that are not served: the other routes need the models.
 MUTATING = ("/load", "/unload")
+TOKEN = "t0k"  # the server requires it: most requests send it, others send none or garbage
 SERVED = ("addition", "translate-en-ja")
 
 huge_ints = st.sampled_from([2**63, -2**63 - 1, 2**64, 2**70 + 1, 10**30, -10**40, 2**31, -2**31 - 1])
@@ -88,6 +90,10 @@ def requests(draw, operations):
                                    st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)))
             path = path.replace(name, quote(value, safe="") or "x")
     headers = {}
+    auth = draw(st.one_of(st.just(b"Bearer " + TOKEN.encode()), st.just(b"Bearer " + TOKEN.encode()), st.none(),
+                          st.binary(max_size=30).filter(lambda b: not set(b) & {0, 10, 13}).map(lambda b: b.strip())))
+    if auth is not None:
+        headers["Authorization"] = auth
     if (t := draw(timeouts)) is not None:
         headers["X-Timeout-Seconds"] = t
     kind = draw(st.sampled_from(["shaped", "any", "raw", "valid"]) if method == "post" else st.sampled_from(["none", "raw"]))
@@ -111,14 +117,14 @@ def requests(draw, operations):
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory, model_repo):
-    srv = Served(tmp_path_factory.mktemp("fuzz"))
+    srv = Served(tmp_path_factory.mktemp("fuzz"), "--auth-token", TOKEN)
     yield srv
     srv.stop()
 
 
 def _operations(srv) -> list[tuple[str, str, dict]]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.http_port, timeout=30)
-    conn.request("GET", "/openapi.json")
+    conn.request("GET", "/openapi.json")  # open with auth on
     doc = json.loads(conn.getresponse().read())
     conn.close()
     ops = [(m, p, op) for p, item in doc["paths"].items() for m, op in item.items() if m in ("get", "post", "put", "delete")]
@@ -139,7 +145,7 @@ def test_hostile_requests_on_every_route_get_4xx_and_no_traceback(fuzzed):
         try:
             conn.putrequest(method, path, skip_accept_encoding=True)
             for k, v in headers.items():
-                conn.putheader(k, v.encode("utf-8"))
+                conn.putheader(k, v if isinstance(v, bytes) else v.encode("utf-8"))
             conn.putheader("Content-Length", str(len(body or b"")))
             conn.endheaders(body)
             response = conn.getresponse()

@@ -130,6 +130,13 @@ def test_multipart_without_boundary_is_401_without_the_token(srv):
     conn.close()
 
 
+def test_a_token_that_is_not_utf8_is_401(srv):
+    for method, path in (("POST", INFER), ("POST", "/translate"), ("GET", "/languages"), ("GET", f"/v2/models/{ADD}")):
+        answer = _raw(srv, b"%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\nContent-Length: 0\r\n"
+                           b"Connection: close\r\n\r\n" % (method.encode(), path.encode()))
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:300]
+
+
 def _raw(srv, data: bytes, read: bool = True) -> bytes:
     with socket.create_connection(("127.0.0.1", srv.http_port), timeout=30) as s:
         s.sendall(data)
