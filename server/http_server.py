@@ -9,7 +9,10 @@ Routes: KServe v2 REST (``server/http_kserve.py``), the LibreTranslate API
 OpenAPI document at ``/openapi.json`` (``server/openapi.py``). Each door is a thin map onto the model
 API; this module adds what they share: errors as ``{"error": "..."}`` with the status that the
 domain error's code maps to (``server.errors.HTTP_STATUS``), bearer-token auth, request-size
-limits, deadlines (the ``X-Timeout-Seconds`` header), metrics (``protocol="http"``) and TLS.
+limits, deadlines (the ``X-Timeout-Seconds`` header), metrics (``protocol="http"``) and TLS; and,
+from modules of their own, bodies read within a time limit and parsed safely (``server/http_body.py``),
+the connection cap and header timeout (``server/http_guard.py``) and CORS (``server/http_cors.py``).
+A client that hangs up cancels its handler (aiohttp's ``handler_cancellation``), and so its request.
 """
 
 from __future__ import annotations
@@ -142,17 +145,6 @@ def _auth_middleware(doors: Doors):
     return auth
 
 
-def _errors_middleware(refusals: RefusalLog):
-    @web.middleware
-    async def errors(request: web.Request, handler):
-        try:
-            return await _errors(request, handler)
-        except ConnectionError as e:  # the client hung up mid-body: nobody to answer, nothing to log at length
-            refusals("HANGUP", f"HTTP {request.method} {request.path[:80]}: the client hung up ({type(e).__name__})")
-            return web.Response(status=499)
-    return errors
-
-
 def _guard_middleware(connections: Connections):
     """Marks a connection busy while its request is in a handler (its header timer stops) and counts the
     requests in flight, which the drain waits for."""
@@ -166,28 +158,32 @@ def _guard_middleware(connections: Connections):
     return guard
 
 
-async def _errors(request: web.Request, handler):
-    """Every failure as {"error": ...} with its status: never an HTML page, never a traceback."""
-    try:
-        return await handler(request)
-    except HttpError as e:
-        return error_response(e.code, e.message)
-    except ServingError as e:  # raised before a request is tracked (a body that does not parse, say)
-        return error_response(e.code, str(e))
-    except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
-        if e.status == 413:
-            return json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} bytes "
-                                               "(--max-message-bytes)"}, status=413)
-        if e.status == 404:
-            return json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
-        if e.status == 405:
-            return json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
-        return json_response({"error": e.reason}, status=e.status)
-    except ConnectionError:
-        raise
-    except Exception:
-        log.exception("HTTP %s %s failed", request.method, request.path[:80])
-        return error_response("INTERNAL", "internal error; see server log")
+def _errors_middleware(refusals: RefusalLog):
+    @web.middleware
+    async def errors(request: web.Request, handler):
+        """Every failure as {"error": ...} with its status: never an HTML page, never a traceback."""
+        try:
+            return await handler(request)
+        except HttpError as e:
+            return error_response(e.code, e.message)
+        except ServingError as e:  # raised before a request is tracked (a body that does not parse, say)
+            return error_response(e.code, str(e))
+        except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
+            if e.status == 413:
+                return json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} "
+                                               "bytes (--max-message-bytes)"}, status=413)
+            if e.status == 404:
+                return json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
+            if e.status == 405:
+                return json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
+            return json_response({"error": e.reason}, status=e.status)
+        except ConnectionError as e:  # the client hung up mid-body: nobody to answer, a line in the log at most
+            refusals("HANGUP", f"HTTP {request.method} {request.path[:80]}: the client hung up ({type(e).__name__})")
+            return web.Response(status=499)
+        except Exception:
+            log.exception("HTTP %s %s failed", request.method, request.path[:80])
+            return error_response("INTERNAL", "internal error; see server log")
+    return errors
 
 
 class HttpServer:
