@@ -42,6 +42,8 @@ def srv(tmp_path_factory, model_repo):
                "https://app.example", "--http-read-timeout-s", "1", "--http-max-connections", "40")
     yield s
     s.stop()
+    log = s.log_path.read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]  # whatever the module's tests sent it
 
 
 def request(srv, method: str, path: str, body: bytes | str | None = None, headers=None, timeout: float = 60):
