@@ -153,6 +153,7 @@ def _raw(srv, data: bytes, read: bool = True) -> bytes:
 def test_protocol_errors_and_hangups_are_rate_limited_warnings_and_hangups_are_cancelled(srv):
     before = metrics(srv)
     lines_before = srv.log().count("\n")
+    t0 = time.monotonic()
     bad = [b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
            b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
            b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n"]
@@ -180,9 +181,10 @@ def test_protocol_errors_and_hangups_are_rate_limited_warnings_and_hangups_are_c
         sample(before, "s2s_requests_total", method="HTTP", code="INVALID_ARGUMENT") == 300
     new = srv.log().split("\n")[lines_before:]
     assert not any("Traceback" in line or " ERROR " in line for line in new), "\n".join(new[-50:])
-    # 340 refusals, a line per kind every 10 s at most: a handful of lines, each a WARNING.
+    # 340 refusals of two or three kinds, a line per kind every 10 s at most: a handful of lines, each a WARNING.
     warned = [line for line in new if "refused (" in line]
-    assert 1 <= len(warned) <= 6 and all(" WARNING " in line for line in warned), "\n".join(new)
+    bound = 3 * (int((time.monotonic() - t0) / 10) + 1)
+    assert 1 <= len(warned) <= bound and all(" WARNING " in line for line in warned), "\n".join(new)
 
 
 def _rows(srv) -> float:
