@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 from s2s import __version__
 from server.errors import InvalidInput, ModelNotFound, clip
-from server.http_body import parse_json, read_body, read_json
+from server.http_body import parse_json_off_loop, read_body, read_json
 from server.http_server import Doors, HttpError, deadline_of, json_response
 from server.kserve import (EXTENSIONS, TEXT_OUTPUT, counts, encode_values, infer, join_bytes, model_config,
                            model_metadata, pb, repository_index, timings)
@@ -172,7 +172,7 @@ async def _body(request: web.Request) -> tuple[dict, bytes]:
     n = int(length)
     if n > len(body):
         raise InvalidInput(f"header {HEADER_LENGTH} says {n} bytes of JSON but the body has {len(body)}")
-    header = parse_json(body[:n], f"the JSON header ({n} bytes)")
+    header = await parse_json_off_loop(body[:n], f"the JSON header ({n} bytes)")
     if not isinstance(header, dict):
         raise InvalidInput("the JSON header must be a JSON object")
     return header, body[n:]

@@ -45,7 +45,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import MultiDict
 
 from server.errors import InvalidInput, clip
-from server.http_body import READ_TIMEOUT_S, parse_json, read_body, read_json
+from server.http_body import READ_TIMEOUT_S, parse_json_off_loop, read_body, read_json
 from server.http_server import Doors, HttpError, deadline_of, json_response
 from server.libretranslate_html import check_html, parse_all
 from contract.decoding import DecodingOptions
@@ -121,7 +121,7 @@ async def _params(request: web.Request) -> MultiDict | dict:
         return MultiDict({**fields, **await _multipart(request)})
     text = _utf8(await read_body(request))
     if text.lstrip().startswith("{"):  # JSON sent without its content type (curl -d '{...}')
-        return parse_json(text)
+        return await parse_json_off_loop(text)
     form = MultiDict(parse_qsl(text, keep_blank_values=True))
     return MultiDict({**fields, **{k: form[k] for k in form}})  # the first of a repeated field, as Flask's
 

@@ -214,35 +214,51 @@ def test_a_client_that_hangs_up_frees_its_rows_at_once(srv, door):
     assert wait_for(lambda: sample(metrics(srv), "s2s_requests_total", code="CANCELLED") == before + 1)
 
 
+def _worst_health_check_while(srv, body: str) -> tuple[float, int, bytes]:
+    """Health checks one after another while ``body`` is sent to /translate and answered: the slowest, and the
+    answer."""
+    conn = http.client.HTTPConnection("127.0.0.1", srv.http_port, timeout=30)
+    done = threading.Event()
+    worst = 0.0
+
+    def send():
+        try:
+            return request(srv, "POST", "/translate", body, JSON)
+        finally:
+            done.set()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(send)
+        while not done.is_set():
+            t0 = time.monotonic()
+            conn.request("GET", "/v2/health/live")
+            assert conn.getresponse().read() == b'{"live": true}'
+            worst = max(worst, time.monotonic() - t0)
+        status, raw, _ = answer.result()
+    conn.close()
+    return worst, status, raw
+
+
 def test_html_is_limited_before_parsing_and_parsed_off_the_event_loop(srv):
     """Acceptance: a 4 MB html body stalls a concurrent health check by less than 250 ms (the worst of
     the checks made while it is sent and refused, or while an html body within the limits is parsed)."""
     huge = json.dumps({"q": "<b>" * 1_300_000, "source": "en", "target": "ja", "format": "html"})  # ~4 MB
     within = json.dumps({"q": "<i></i>" * 8000 + '<p title="' + "&amp;" * 30_000 + '">Hello.</p>', "source": "en",
                          "target": "ja", "format": "html"})
-    conn = http.client.HTTPConnection("127.0.0.1", srv.http_port, timeout=30)
     for body, status in ((huge, 400), (within, 200)):
-        done = threading.Event()
-        worst = 0.0
-
-        def send(body=body):
-            try:
-                return request(srv, "POST", "/translate", body, JSON)
-            finally:
-                done.set()
-
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            answer = pool.submit(send)
-            while not done.is_set():
-                t0 = time.monotonic()
-                conn.request("GET", "/v2/health/live")
-                assert conn.getresponse().read() == b'{"live": true}'
-                worst = max(worst, time.monotonic() - t0)
-            got, raw, _ = answer.result()
+        worst, got, raw = _worst_health_check_while(srv, body)
         assert got == status, raw[:200]
         print(f"html {len(body)} characters -> {status}: worst concurrent health check {worst * 1000:.1f} ms")
         assert worst < 0.25, f"a health check took {worst * 1000:.0f} ms while html was sent and parsed"
-    conn.close()
+
+
+def test_a_4mb_json_body_is_checked_off_the_event_loop(srv):
+    """Its elements are walked (nesting, surrogates) in a worker thread: the health checks go on meanwhile."""
+    many = json.dumps({"q": ["Hi"] * 650_000 + ["\ud800"], "source": "en", "target": "ja"})  # ~4 MB, checked to the end
+    worst, status, raw = _worst_health_check_while(srv, many)
+    assert status == 400 and "q[650000] holds a lone UTF-16 surrogate" in json.loads(raw)["error"], raw[:300]
+    print(f"JSON {len(many)} characters -> {status}: worst concurrent health check {worst * 1000:.1f} ms")
+    assert worst < 0.25, f"a health check took {worst * 1000:.0f} ms while a 4 MB JSON body was checked"
 
 
 def test_slow_and_idle_connections_are_closed_and_connections_are_capped(srv):
