@@ -93,34 +93,43 @@ def test_a_hung_core_is_timed_out_marked_down_killed_and_restarted(model_repo):
         srv.stop()
 
 
-def test_a_flood_into_a_hung_core_is_answered_once_it_is_killed(model_repo):
-    """A hung core stops reading its pipe: enough requests fill the pipe's buffer and the front end's write to
-    it blocks the event loop. The watchdog is a thread, so it still kills the core, the write ends, and every
-    request gets exactly one answer."""
+def test_a_flood_into_a_hung_core_does_not_stop_the_event_loop(model_repo):
+    """A hung core stops reading its pipe: enough requests fill the pipe's buffer. The front end never blocks
+    writing to it (a blocking write stopped the whole event loop, health checks included, until the core was
+    killed): health answers while the pipe is full, and every request gets one answer once the watchdog kills
+    the core."""
     import asyncio
 
     import aiohttp
 
-    srv = ServerThread(server_config(instances=1, core_stall_s=1.0, models=("addition",)))
+    srv = ServerThread(server_config(instances=1, core_stall_s=3.0, models=("addition",)))
     model = srv.running.repo.get("addition")
-    pid = model.cores[0].state.pid
+    core, pid = model.cores[0], model.cores[0].state.pid
     texts = [f"{i}+{i + 7}" for i in range(10_000, 10_064)]  # 64 inputs: ~2.5 KB a request in the pipe
     body = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [64], "data": texts}]}
+    base = f"http://127.0.0.1:{srv.config.http_port}"
 
     async def flood():
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             async def one():
-                async with session.post(f"http://127.0.0.1:{srv.config.http_port}/v2/models/addition/infer",
-                                        json=body, timeout=aiohttp.ClientTimeout(total=120)) as r:
+                async with session.post(f"{base}/v2/models/addition/infer", json=body,
+                                        timeout=aiohttp.ClientTimeout(total=120)) as r:
                     return r.status
-            return await asyncio.gather(*(one() for _ in range(500)))
+            calls = [asyncio.ensure_future(one()) for _ in range(500)]
+            while not core._unsent and core.state.pid == pid:  # until the pipe is full (or the core replaced)
+                await asyncio.sleep(0.01)
+            full = bool(core._unsent)
+            async with session.get(f"{base}/v2/health/live", timeout=aiohttp.ClientTimeout(total=10)) as r:
+                health = r.status
+            return full, health, await asyncio.gather(*calls)
 
     try:
         os.kill(pid, signal.SIGSTOP)
-        statuses = asyncio.run(flood())
+        full, health, statuses = asyncio.run(flood())
+        assert full and health == 200
         assert len(statuses) == 500 and set(statuses) <= {200, 429, 503} and 503 in statuses, statuses
         assert not alive(pid)
-        assert wait_for(lambda: model.cores[0].state.up, 60)
+        assert wait_for(lambda: core.state.up, 60)
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
