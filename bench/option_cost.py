@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.serve_load import Cell, run_cell
+from bench.serve_process import ROOT, ServerProcess
+
 FAMILIES: list[tuple[str, dict]] = [
     ("no option", {}),
     ("greedy + scores", {"return_scores": True}),
@@ -66,33 +69,33 @@ def baseline_repo(repo: Path, model: str, into: Path) -> Path:
     return out
 
 
-async def run(serve, args: argparse.Namespace, inputs: list[str], log) -> dict[str, object]:
+async def run(args: argparse.Namespace, inputs: list[str], log) -> dict[str, object]:
     """Cells per family (and the baseline's no-option cell), pooled over --rounds."""
     conc = args.option_concurrency
     with contextlib.ExitStack() as stack:
-        servers = {"current": stack.enter_context(serve.ServerProcess(args, "continuous", 1, label="this tree"))}
+        servers = {"current": stack.enter_context(ServerProcess(args, "continuous", 1, label="this tree"))}
         if args.baseline:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-baseline-")))
-            tree = baseline_tree(serve.ROOT, args.baseline, tmp)
+            tree = baseline_tree(ROOT, args.baseline, tmp)
             old = argparse.Namespace(**{**vars(args), "model_repo": baseline_repo(args.model_repo, args.model, tmp)})
             servers["baseline"] = stack.enter_context(
-                serve.ServerProcess(old, "continuous", 1, root=tree, label=f"baseline {args.baseline}"))
+                ServerProcess(old, "continuous", 1, root=tree, label=f"baseline {args.baseline}"))
         only = [f.strip() for f in args.option_families.split(",") if f.strip()]
         plan = [(name, "current", opts) for name, opts in FAMILIES  # "none": the no-option row (and baseline) only
                 if name == "no option" or not only or any(name.startswith(f) for f in only if f != "none")]
         if "baseline" in servers:
             plan.append((BASELINE, "baseline", {}))
         for key in servers:  # warm each server (ONNX Runtime's first runs) outside every window
-            await serve.run_cell(servers[key], args, inputs, conc, start_index=0)
+            await run_cell(servers[key], args, inputs, conc, start_index=0)
         rounds: dict[str, list] = {name: [] for name, _, _ in plan}
         for r in range(args.rounds):
             for name, key, opts in plan[r % len(plan):] + plan[: r % len(plan)]:
                 t = time.perf_counter()
-                cell = await serve.run_cell(servers[key], args, inputs, conc, start_index=0, options=opts)
+                cell = await run_cell(servers[key], args, inputs, conc, start_index=0, options=opts)
                 rounds[name].append(cell)
                 log(f"  options {name:44s} round {r + 1}: {cell.answers:4d} answers {cell.rps:7.1f} req/s "
                     f"({time.perf_counter() - t:.1f}s)")
-        pooled = {name: serve.Cell.pooled(cells) for name, cells in rounds.items()}
+        pooled = {name: Cell.pooled(cells) for name, cells in rounds.items()}
         pooled["_rounds"] = rounds  # per-round windows, for the paired baseline ratio
         return pooled
 

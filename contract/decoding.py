@@ -50,6 +50,9 @@ class DecodingOptions:
     sampling_topp: float = 1.0
     sampling_temperature: float = 1.0  # 0 = greedy
     seed: int | None = None  # sampling: None = a fresh random seed per input
+    # n-best of distinct texts (two token sequences can detokenize to one text): the server widens the beam
+    # as needed and keeps the first hypothesis of each text. The engine never reads it.
+    distinct_hypotheses: bool = False
 
     @property
     def alpha(self) -> float:
@@ -161,6 +164,9 @@ def check(o: DecodingOptions, max_beam: int, max_new_tokens: int, vocab_size: in
         bad("sampling_temperature", o.sampling_temperature, f"0 (greedy) to {MAX_TEMPERATURE:g}")
     if o.seed is not None and not 0 <= o.seed <= MAX_SEED:
         bad("seed", o.seed, f"0 to {MAX_SEED}")
+    if o.distinct_hypotheses and o.sampling:
+        raise ValueError("distinct_hypotheses works with beam search; a sampled request draws each output on its own "
+                         "(send sampling_topk=1, or no sampling options)")
     if o.sampling and o.beam_size > 1:
         raise ValueError(f"sampling (sampling_topk={o.sampling_topk}, sampling_temperature={o.sampling_temperature:g}) "
                          f"needs beam_size=1, not {o.beam_size}: sampled n-best lists are not supported")

@@ -154,6 +154,12 @@ def cmd_client(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from server.repository_client import run
+
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="s2s",
@@ -265,6 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token", default=None, help="bearer token, if the server requires one")
     p.add_argument("--tls-ca", default=None, help="PEM CA to verify a TLS server")
     p.set_defaults(func=cmd_client)
+
+    p = sub.add_parser("models", help="list, load or unload models of a running server (its model repository API)",
+                       description="The KServe/Triton model repository API over gRPC: `s2s models list`, `s2s models "
+                       "load NAME`, `s2s models unload NAME` (load and unload need the server's "
+                       "--model-control-mode explicit). Exit status 1 names the gRPC status on a failure.")
+    from server.repository_client import add_arguments as add_models_arguments
+
+    add_models_arguments(p)
+    p.set_defaults(func=cmd_models)
 
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

@@ -24,6 +24,7 @@ from server.config import ServerConfig
 from server.http_server import HttpServer, start_http
 from server.interceptors import GuardInterceptor, RefusalLog
 from server.metrics import Metrics, MetricsServer
+from server.model_control import ModelControl
 from server.repository import Repository
 from server.servicer import RequestTracker, Seq2SeqServicer
 
@@ -39,6 +40,7 @@ class Running:
     metrics: Metrics
     http: MetricsServer | None
     config: ServerConfig
+    control: ModelControl
     web: HttpServer | None = None
     cut_short: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -69,18 +71,22 @@ class Running:
 
 class HealthBoard:
     """grpc.health.v1 statuses. Per model (service name = model name): SERVING while one of its engine
-    cores runs. The server (service "") and its APIs: SERVING while every model is. (After
-    enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
+    cores runs; NOT_SERVING once it is unloaded. The server (service "") and its APIs: SERVING while every
+    loaded model is. (After enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
 
     def __init__(self, servicer: health.aio.HealthServicer, repo: Repository, services: list[str]):
         self.servicer, self.repo, self.services = servicer, repo, services
         self.loop = asyncio.get_running_loop()
+        self.named: set[str] = set()  # models given a status so far
 
     async def update(self) -> None:
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in self.repo.models:
+        for name in list(self.repo.models):
+            self.named.add(name)
             await self.servicer.set(name, serving if self.repo.get(name).ready else not_serving)
-        whole = serving if all(m.ready for m in self.repo.all()) else not_serving
+        for name in self.named - set(self.repo.models):
+            await self.servicer.set(name, not_serving)
+        whole = serving if self.repo.ready else not_serving
         for name in ["", *self.services]:
             await self.servicer.set(name, whole)
 
@@ -133,8 +139,9 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
         from server.kserve import add_kserve
     except ImportError:
         add_kserve = None
+    control = ModelControl(repo)
     if add_kserve is not None:
-        add_kserve(server, repo, config.stream, tracker)
+        add_kserve(server, repo, config.stream, tracker, control)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = _services()
     reflection.enable_server_reflection([*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
@@ -152,7 +159,7 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
     try:
-        web = await start_http(config, repo, tracker, metrics, refusals) if config.http_port else None
+        web = await start_http(config, repo, tracker, metrics, refusals, control) if config.http_port else None
     except BaseException:
         await server.stop(0)
         raise
@@ -160,10 +167,12 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
     http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
     board.append(HealthBoard(health_servicer, repo, services))
     await board[0].update()
-    log.info("serving %s: gRPC on %s (%s), HTTP on %s, metrics on %s", ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()),
+    control.start()
+    log.info("serving %s (model control: %s): gRPC on %s (%s), HTTP on %s, metrics on %s",
+             ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()) or "no model", config.model_control_mode,
              address, "TLS" if config.tls_cert else "plaintext", f"{config.host}:{web.port}" if web else "off",
              f"{metrics_host}:{config.metrics_port}" if config.metrics_port else "off")
-    return Running(server, port, repo, health_servicer, metrics, http, config, web=web)
+    return Running(server, port, repo, health_servicer, metrics, http, config, control, web=web)
 
 
 async def serve(config: ServerConfig) -> None:

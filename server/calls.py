@@ -34,7 +34,6 @@ class RequestTracker:
     async def track(self, context: grpc.aio.ServicerContext, model: str, method: str, protocol: str = "grpc"):
         """Around a request: count and time it; a ServingError becomes ``context.abort(status, message)`` (the HTTP
         front door passes a context whose abort raises its HTTP error)."""
-        label = model if model in self.repo.models else ""  # unknown names would explode label cardinality
         t0 = time.perf_counter()
         code = "OK"
         recorded = False
@@ -43,6 +42,8 @@ class RequestTracker:
             nonlocal recorded
             if not recorded:
                 recorded = True
+                # Unknown names would explode label cardinality; a model unloaded meanwhile is no longer exported.
+                label = model if model in self.repo.models else ""
                 self.metrics.requests.labels(label, method, protocol, code).inc()
                 self.metrics.request_duration.labels(label, method, protocol).observe(time.perf_counter() - t0)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 BatchingMode = Literal["continuous", "request", "none"]
+ControlMode = Literal["none", "explicit", "poll"]
+CONTROL_MODES = ("none", "explicit", "poll")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,11 @@ class StreamConfig:
 class ServerConfig:
     model_repo: Path = Path("models")
     models: tuple[str, ...] = ()  # serve only these (NAME[:VERSION][@CORES]); () = all, latest version
+    # Triton's model control: none (the repository is read once at start), explicit (the repository API loads
+    # and unloads; --load-model at start), poll (the repository is rescanned every repository_poll_secs).
+    model_control_mode: ControlMode = "none"
+    repository_poll_secs: float = 15.0  # Triton's default
+    load_model: tuple[str, ...] = ()  # explicit mode: NAME[:VERSION][@CORES] loaded at start
     instances: int = 0  # engine cores (processes) per model; 0 = sized to the machine (one per CPU core)
     host: str = "0.0.0.0"
     port: int = 8001  # Triton's gRPC port
@@ -77,6 +84,13 @@ _FLAGS = {
     "model-repo": (Path, "model repository: models/<name>/<version>/ bundles written by `s2s export`"),
     "models": (str, "comma-separated NAME[:VERSION][@CORES] to serve, e.g. translate-en-ja:1@2 (default: every "
                     "model, latest version)"),
+    "model-control-mode": (str, "none | explicit | poll: none serves what is in the repository at start (restart "
+                                "to change it); explicit: the repository API (KServe RepositoryModelLoad / "
+                                "POST /v2/repository/models/NAME/load, `s2s models`) loads and unloads; poll: the "
+                                "repository is rescanned and new or removed versions and models are applied"),
+    "repository-poll-secs": (float, "poll mode: seconds between repository scans"),
+    "load-model": (str, "explicit mode: a model to load at start, NAME[:VERSION][@CORES] (repeat the flag, or "
+                        "comma-separate; default: none)"),
     "instances": (int, "engine cores (processes, each with its own decode loop) per model; 0 = one per usable CPU "
                        "core (one on CUDA), as bench/serve.py measured best"),
     "host": (str, "address to bind"),
@@ -119,9 +133,19 @@ _FLAGS = {
 }
 
 
+_REPEATABLE = ("load-model",)  # given several times (or comma-separated, as the environment variable must be)
+
+
+def _names(raw) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list) else [raw]
+    return tuple(m.strip() for item in items for m in str(item).split(",") if m.strip())
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, (typ, help_) in _FLAGS.items():
-        p.add_argument(f"--{flag}", type=typ, default=None, help=f"{help_} [env S2S_{flag.upper().replace('-', '_')}]")
+        more = {"action": "append"} if flag in _REPEATABLE else {}
+        p.add_argument(f"--{flag}", type=typ, default=None, help=f"{help_} [env S2S_{flag.upper().replace('-', '_')}]",
+                       **more)
 
 
 def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> ServerConfig:
@@ -142,8 +166,20 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
             raise SystemExit(f"--batching must be continuous, request or none, not {values['batching']!r}")
         sched["mode"] = values["batching"]
     top = {k: v for k, v in values.items() if k in {f.name for f in fields(ServerConfig)}}
-    if "models" in top:
-        top["models"] = tuple(m.strip() for m in str(top["models"]).split(",") if m.strip())
+    for key in ("models", "load_model"):
+        if key in top:
+            top[key] = _names(top[key])
+    mode = top.get("model_control_mode", "none")
+    if mode not in CONTROL_MODES:
+        raise SystemExit(f"--model-control-mode must be none, explicit or poll, not {mode!r}")
+    if top.get("load_model") and mode != "explicit":
+        raise SystemExit("--load-model needs --model-control-mode explicit (the other modes load what the repository "
+                         "holds, or --models)")
+    if mode == "explicit" and top.get("models"):
+        raise SystemExit("--models selects what the none and poll modes serve; in explicit mode name the models to "
+                         "load at start with --load-model")
+    if not top.get("repository_poll_secs", 1.0) > 0:
+        raise SystemExit("--repository-poll-secs must be positive")
     for key in ("io_binding", "encoder_thread"):
         if top.get(key, "auto") not in ("auto", "on", "off"):
             raise SystemExit(f"--{key.replace('_', '-')} must be auto, on or off, not {top[key]!r}")

@@ -9,6 +9,7 @@ class ServingError(Exception):
 # The HTTP status of each status code (KServe v2 REST and Triton use 400 / 404 / 429 / 503 / 504 alike).
 HTTP_STATUS = {
     "OK": 200, "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400,
     "CANCELLED": 499, "INTERNAL": 500, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
 }
 
@@ -39,6 +40,19 @@ class Cancelled(ServingError):
 
 class ShuttingDown(ServingError):
     code = "UNAVAILABLE"
+
+
+class ModelLoadFailed(ServingError):
+    """A bundle that does not load, validate or warm up; the message names the file and what is wrong.
+    Whatever was serving before goes on serving."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class ModelControlDisabled(ServingError):
+    """Load or unload asked of a server whose --model-control-mode is not explicit."""
+
+    code = "FAILED_PRECONDITION"
 
 
 class EngineFailure(ServingError):

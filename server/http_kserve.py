@@ -21,11 +21,11 @@ from aiohttp import web
 from google.protobuf import json_format
 
 from s2s import __version__
-from server.errors import InvalidInput, ModelNotFound, clip
+from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError, clip
 from server.http_body import parse_json_off_loop, read_body, read_json
 from server.http_server import Doors, HttpError, deadline_of, json_response
 from server.kserve import (EXTENSIONS, TEXT_OUTPUT, counts, encode_values, infer, join_bytes, model_config,
-                           model_metadata, pb, repository_index, timings)
+                           model_metadata, pb, timings)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _INT_FORMATS = {"INT64": "<q", "INT32": "<i"}
@@ -221,15 +221,14 @@ def routes(doors: Doors) -> list[web.RouteDef]:
     def _model(request: web.Request):
         try:
             return repo.get(request.match_info["model"], request.match_info.get("version", ""))
-        except ModelNotFound as e:
+        except ServingError as e:  # NOT_FOUND, or UNAVAILABLE for an unloaded model
             raise HttpError(e.code, str(e)) from None
 
     async def live(request: web.Request) -> web.Response:
         return json_response({"live": True})
 
     async def ready(request: web.Request) -> web.Response:
-        models = repo.all()
-        ok = bool(models) and all(m.ready for m in models)
+        ok = repo.ready
         return json_response({"ready": ok}, status=200 if ok else 503)
 
     async def server_metadata(request: web.Request) -> web.Response:
@@ -242,19 +241,13 @@ def routes(doors: Doors) -> list[web.RouteDef]:
         try:
             model = repo.get(request.match_info["model"], request.match_info.get("version", ""))
         except ModelNotFound:
-            return json_response({"ready": False}, status=404)  # tritonclient: anything but 200 is "not ready"
+            return json_response({"ready": False}, status=404)
+        except ModelNotReady:  # unloaded
+            return json_response({"name": request.match_info["model"], "ready": False}, status=503)  # tritonclient: anything but 200 is "not ready"
         return json_response({"name": model.name, "ready": model.ready}, status=200 if model.ready else 503)
 
     async def config(request: web.Request) -> web.Response:
         return json_response(_to_json(model_config(_model(request))))
-
-    async def index(request: web.Request) -> web.Response:
-        ready_only = False
-        if request.can_read_body:
-            body = await read_json(request)
-            ready_only = bool(body.get("ready", False))
-        models = repository_index(repo, ready_only).models
-        return json_response([_to_json(m) for m in models])
 
     async def infer_route(request: web.Request) -> web.Response:
         name, version = request.match_info["model"], request.match_info.get("version", "")
@@ -271,5 +264,4 @@ def routes(doors: Doors) -> list[web.RouteDef]:
         web.get(m, metadata), web.get(v, metadata), web.get(m + "/ready", model_ready), web.get(v + "/ready", model_ready),
         web.get(m + "/config", config), web.get(v + "/config", config),
         web.post(m + "/infer", infer_route), web.post(v + "/infer", infer_route),
-        web.post("/v2/repository/index", index),
     ]

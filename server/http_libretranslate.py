@@ -17,8 +17,9 @@ between the tags (all text nodes of the request in one batched call) and keeps t
 sent; ``<script>``/``<style>`` content and whitespace-only text are left alone. ``source=auto`` is
 taken when exactly one served source language translates to ``target`` (the answer then says so in
 ``detectedLanguage``, as LibreTranslate does); otherwise 400 names the choices. ``alternatives`` = N > 0
-decodes with beam N + 1 and n-best N + 1 (N at most the model's max beam width - 1): ``translatedText``
-is the best hypothesis and ``"alternatives"`` the N next, best first (per text for a list ``q``; for
+asks for N + 1 distinct texts (N at most the model's max beam width - 1; the beam is widened as needed, see
+``server/distinct.py``): ``translatedText`` is the best hypothesis and ``"alternatives"`` the N next
+different texts, best first (fewer only where even the widest beam holds no more) (per text for a list ``q``; for
 ``format=html``, alternative i renders every text node's i-th next hypothesis into the markup).
 
 ``GET /languages``: every language of the served pairs with the codes it translates to.
@@ -236,7 +237,8 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             if n > model.limits.max_beam:
                 raise InvalidInput(f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
                                    f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)")
-            options = DecodingOptions(num_hypotheses=n)  # the model's default beam, at least n wide
+            # Alternatives are shown to a person: distinct texts (server/distinct.py widens the beam as needed).
+            options = DecodingOptions(num_hypotheses=n, distinct_hypotheses=n > 1)
             nbest: list[list[str]] = []  # per input, best first
             if texts:  # html with no text in it is answered as it came
                 try:
@@ -244,11 +246,11 @@ def routes(doors: Doors) -> list[web.RouteDef]:
                 except InvalidInput as e:
                     raise InvalidInput(f"format=html, each text node is one input: {e}" if docs else str(e)) from None
                 g = await model.generate(prepared, deadline_of(request))
-                nbest = [[h.text for h in o.hypotheses] + [""] * (n - len(o.hypotheses)) for o in g.outputs]
+                nbest = [[h.text for h in o.hypotheses] for o in g.outputs]
 
             def rendered(rank: int) -> list[str]:
-                """Each q's translation from every input's rank-th hypothesis."""
-                outputs = [hyps[rank] for hyps in nbest]
+                """Each q's translation from every input's rank-th hypothesis (its last where it has fewer)."""
+                outputs = [hyps[min(rank, len(hyps) - 1)] for hyps in nbest]
                 if docs is None:
                     return outputs
                 out, k = [], 0
@@ -265,7 +267,10 @@ def routes(doors: Doors) -> list[web.RouteDef]:
                 body["detectedLanguage"] = [detected] * len(results) if req.as_list else detected
             if req.alternatives > 0:
                 alternatives = [rendered(rank) for rank in range(1, n)]  # [rank][q]
-                per_q = [[alt[q] for alt in alternatives] for q in range(len(results))]
+                # Distinct from the translation and from each other (an html document can repeat one where
+                # its text nodes ran out of different hypotheses); fewer only where the model has no more.
+                per_q = [list(dict.fromkeys(alt[q] for alt in alternatives if alt[q] != results[q]))
+                         for q in range(len(results))]
                 body["alternatives"] = per_q if req.as_list else per_q[0]
             return json_response(body)
 

@@ -36,6 +36,7 @@ from server.http_cors import cors_middleware, parse_origins
 from server.http_guard import Connections, ProtocolLog
 from server.interceptors import RefusalLog
 from server.metrics import Metrics
+from server.model_control import ModelControl
 from server.repository import Repository
 
 log = logging.getLogger("s2s.http")
@@ -103,8 +104,9 @@ class Doors:
     """What every HTTP front door gets: the model API, the shared request tracker, the auth check."""
 
     def __init__(self, repo: Repository, tracker: RequestTracker, config: ServerConfig, metrics: Metrics,
-                 refusals: RefusalLog):
+                 refusals: RefusalLog, control: ModelControl | None = None):
         self.repo, self.tracker, self.config, self.metrics, self.refusals = repo, tracker, config, metrics, refusals
+        self.control = control or ModelControl(repo)
         self.expected = f"Bearer {config.auth_token}".encode() if config.auth_token else None
 
     def track(self, request: web.Request, model: str, method: str):
@@ -204,10 +206,10 @@ class HttpServer:
 
 
 async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTracker, metrics: Metrics,
-                     refusals: RefusalLog) -> HttpServer:
-    from server import http_kserve, http_libretranslate, openapi, playground
+                     refusals: RefusalLog, control: ModelControl | None = None) -> HttpServer:
+    from server import http_kserve, http_libretranslate, http_repository, openapi, playground
 
-    doors = Doors(repo, tracker, config, metrics, refusals)
+    doors = Doors(repo, tracker, config, metrics, refusals, control)
     connections = Connections(config.http_max_connections, config.http_read_timeout_s, refusals, metrics)
     middlewares = [_guard_middleware(connections)]
     origins = parse_origins(config.cors_allow_origin)
@@ -218,6 +220,7 @@ async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTra
     app[MAX_BYTES] = config.max_message_bytes
     app[READ_TIMEOUT_S] = config.http_read_timeout_s or None
     app.add_routes(http_kserve.routes(doors))
+    app.add_routes(http_repository.routes(doors))
     app.add_routes(http_libretranslate.routes(doors))
     app.add_routes(playground.routes(doors))
     app.add_routes(openapi.routes(doors))

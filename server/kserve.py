@@ -37,7 +37,9 @@ from s2s import __version__
 from server.calls import RequestTracker, deadline_of
 from server.config import StreamConfig
 from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError, clip
+from server.kserve_repository import RepositoryServicer
 from server.model_api import ModelAPI
+from server.model_control import ModelControl
 from server.repository import Repository
 from contract.decoding import DecodingOptions
 from server.requests import Limits, check_options
@@ -52,7 +54,8 @@ _MESSAGES = (
     "ModelReadyResponse", "ServerMetadataRequest", "ServerMetadataResponse", "ModelMetadataRequest",
     "ModelMetadataResponse", "InferParameter", "InferTensorContents", "ModelInferRequest", "ModelInferResponse",
     "ModelStreamInferResponse", "ModelConfigRequest", "ModelConfigResponse", "RepositoryIndexRequest",
-    "RepositoryIndexResponse", "ModelInput", "ModelOutput", "ModelParameter", "ModelConfig",
+    "RepositoryIndexResponse", "ModelRepositoryParameter", "RepositoryModelLoadRequest", "RepositoryModelLoadResponse",
+    "RepositoryModelUnloadRequest", "RepositoryModelUnloadResponse", "ModelInput", "ModelOutput", "ModelParameter", "ModelConfig",
 )
 
 
@@ -112,7 +115,7 @@ ALIASES = {"max_tokens": "max_new_tokens", "beam_width": "beam_size"}  # Triton'
 DECODING_PARAMETERS = {
     "beam_size": int, "num_hypotheses": int, "max_new_tokens": int, "min_new_tokens": int, "no_repeat_ngram_size": int,
     "sampling_topk": int, "seed": int, "length_penalty": float, "repetition_penalty": float, "sampling_topp": float,
-    "sampling_temperature": float, "return_scores": bool, "disable_unk": bool, "length_penalty_type": str,
+    "sampling_temperature": float, "return_scores": bool, "disable_unk": bool, "distinct_hypotheses": bool, "length_penalty_type": str,
 }
 PLATFORM, BACKEND = "s2s", "onnxruntime"
 EXTENSIONS = ("model_configuration", "parameters")
@@ -366,14 +369,6 @@ def model_config(model: ModelAPI):
     )
 
 
-def repository_index(repo: Repository, ready_only: bool):
-    index = pb.RepositoryIndexResponse.ModelIndex
-    models = [index(name=m.name, version=m.version, state="READY" if m.ready else "UNAVAILABLE",
-                    reason="" if m.ready else ("shutting down" if m.stopping else "no engine core running"))
-              for m in sorted(repo.all(), key=lambda m: (m.name, int(m.version)))]
-    return pb.RepositoryIndexResponse(models=[m for m in models if m.state == "READY" or not ready_only])
-
-
 def counts(p: Parsed, g) -> list[tuple[str, str, list[int], list]]:
     """The optional outputs the request asked for: (name, datatype, shape, values flat in row-major order)."""
     n = p.options.num_hypotheses
@@ -424,9 +419,11 @@ class _StreamItem:
         return self.stream.time_remaining()
 
 
-class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, repo: Repository, stream: StreamConfig, tracker: RequestTracker):
-        self.repo, self.stream, self.tracker = repo, stream, tracker
+class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
+    pb = pb  # for the repository RPCs (server/kserve_repository.py)
+
+    def __init__(self, repo: Repository, stream: StreamConfig, tracker: RequestTracker, control: ModelControl):
+        self.repo, self.stream, self.tracker, self.control = repo, stream, tracker, control
 
     async def _get(self, context: grpc.aio.ServicerContext, name: str, version: str) -> ModelAPI:
         try:
@@ -439,14 +436,13 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerLiveResponse(live=True)
 
     async def ServerReady(self, request, context):
-        models = self.repo.all()
-        return pb.ServerReadyResponse(ready=bool(models) and all(m.ready for m in models))
+        return pb.ServerReadyResponse(ready=self.repo.ready)
 
     async def ModelReady(self, request, context):
         # As Triton: an unknown model or version is simply not ready (tritonclient's is_model_ready -> False).
         try:
             model = self.repo.get(request.name, request.version)
-        except ModelNotFound:
+        except (ModelNotFound, ModelNotReady):  # ModelNotReady: unloaded
             return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=model.ready)
 
@@ -458,9 +454,6 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelConfig(self, request, context):
         return pb.ModelConfigResponse(config=model_config(await self._get(context, request.name, request.version)))
-
-    async def RepositoryIndex(self, request, context):
-        return repository_index(self.repo, request.ready)
 
     # ---- inference -----------------------------------------------------------------------------
     async def _infer(self, request, deadline: float | None):
@@ -587,5 +580,6 @@ class Window:
         self.freed.set()
 
 
-def add_kserve(server: grpc.aio.Server, repo: Repository, stream: StreamConfig, tracker: RequestTracker) -> None:
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, stream, tracker), server)
+def add_kserve(server: grpc.aio.Server, repo: Repository, stream: StreamConfig, tracker: RequestTracker,
+               control: ModelControl) -> None:
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, stream, tracker, control), server)

@@ -53,6 +53,22 @@ class Metrics:
                                 ["model", "version", "provider", "quantization"], registry=r)
         self.build_info = Info("s2s_build", "Server build.", registry=r)
 
+    def forget_version(self, model: str, version: str) -> None:
+        """A version replaced by another: its s2s_model_info line goes."""
+        self.model_info.remove_by_labels({"model": model, "version": version})
+
+    def forget_cores(self, model: str, cores: range) -> None:
+        """Per-core series of cores the model no longer has (its new version runs fewer)."""
+        for metric in (self.step_duration, self.batch_size, self.queued, self.active):
+            for i in cores:
+                metric.remove_by_labels({"model": model, "core": str(i)})
+
+    def forget_model(self, model: str) -> None:
+        """An unloaded model: none of its series is exported any more."""
+        for metric in vars(self).values():
+            if isinstance(metric, (Counter, Gauge, Histogram)):
+                metric.remove_by_labels({"model": model})
+
     def serve_http(self, port: int, host: str = "0.0.0.0") -> MetricsServer:
         """Start the /metrics endpoint on its own threads (it answers even while the event loop is busy)."""
         return MetricsServer(host, port, self.registry)

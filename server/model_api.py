@@ -27,6 +27,7 @@ from server.cores import CoreHandle, Router
 from server.errors import DeadlineExceeded, ServingError, ShuttingDown
 from server.metrics import Metrics
 from contract.decoding import DecodingOptions
+from server import distinct
 from server.requests import Limits, Prepared, limits, prepare
 from server.scheduler import Finished, Stats
 
@@ -105,6 +106,14 @@ class ModelAPI:
         self.limits = limits(self.bundle, self.codec, config.scheduler)
         self.metrics = metrics
         self.stopping = False
+        self.stop_reason = "server is shutting down; retry on another replica"
+        self.retired = False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
+        self.staged = False  # loading beside a serving version: the model's gauges are still that version's
+        # Calls that submit more than once (distinct hypotheses) and are between submissions: a retired version
+        # lets them finish before its cores drain.
+        self._multi_pass = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._on_change = on_change
         opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
         encoder_thread = config.encoder_thread == "on" or (config.encoder_thread == "auto" and n_cores == 1)
@@ -143,7 +152,10 @@ class ModelAPI:
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
         await asyncio.gather(*(core.start(loop) for core in self.cores))
 
-    def _changed(self, core: CoreHandle) -> None:
+    def _changed(self, core: CoreHandle | None) -> None:
+        if self.retired or self.staged:
+            self._on_change()
+            return
         self.m_cores_up.set(sum(c.state.up for c in self.cores))
         restarts = sum(c.state.restarts for c in self.cores)
         if restarts > self._restarts_seen:
@@ -166,6 +178,8 @@ class ModelAPI:
         if s.generated:
             self.m_generated.inc(s.generated)
         self.encoded_ahead += s.encoded_ahead
+        if self.retired or self.staged:
+            return
         self.m_queued[i].set(s.queued)
         self.m_active[i].set(s.active)
 
@@ -175,10 +189,11 @@ class ModelAPI:
         """Validate and tokenize; raises InvalidInput naming the limit."""
         return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes)
 
-    def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool) -> tuple[CoreHandle, object, _Pending]:
-        if self.stopping:
-            raise ShuttingDown("server is shutting down; retry on another replica")
-        core = self.router.pick()
+    def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool,
+                core: CoreHandle | None = None, accepted: bool = False) -> tuple[CoreHandle, object, _Pending]:
+        if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
+            raise ShuttingDown(self.stop_reason)
+        core = core or self.router.pick()
         loop = asyncio.get_running_loop()
         n = len(p.src_ids)
         pending = _Pending([None] * n, loop.create_future(), n, asyncio.Queue() if stream else None)
@@ -219,8 +234,38 @@ class ModelAPI:
 
     async def generate(self, p: Prepared, deadline: float | None) -> Generation:
         """All outputs at once; raises ServingError (the request's status) on failure."""
+        if not distinct.wanted(p.options):
+            return await self._generate(p, deadline)
+        # Distinct texts (server/distinct.py): the whole beam, then the widest beam for the inputs still short.
+        n, t0 = p.options.num_hypotheses, time.monotonic()
+        outputs: list[Output | None] = [None] * len(p.src_ids)
+        todo, first = list(range(len(p.src_ids))), None
+        if self.stopping:
+            raise ShuttingDown(self.stop_reason)
+        self._multi_pass += 1
+        self._settled.clear()
+        try:
+            for beam in distinct.widths(p.options, self.limits, len(p.src_ids)):
+                sub = Prepared([p.src_ids[i] for i in todo], distinct.widened(p.options, beam), [p.prefixes[i] for i in todo])
+                g = await self._generate(sub, deadline, accepted=True)
+                first = first or g.timings
+                for i, o in zip(todo, g.outputs):  # the texts of a narrower pass first, then the new ones
+                    hyps = distinct.pick((outputs[i].hypotheses if outputs[i] else ()) + o.hypotheses, n)
+                    outputs[i] = Output(hyps[0].text, o.input_tokens, hyps[0].output_tokens, hyps)
+                todo = [i for i in todo if len(outputs[i].hypotheses) < n]
+                if not todo:
+                    break
+        finally:
+            self._multi_pass -= 1
+            if not self._multi_pass:
+                self._settled.set()
+        timings = Timings(first.queue_seconds, first.time_to_first_token_seconds, time.monotonic() - t0)
+        return Generation(self.name, self.version, outputs, timings)
+
+    async def _generate(self, p: Prepared, deadline: float | None, core: CoreHandle | None = None,
+                        accepted: bool = False) -> Generation:
         t0 = time.monotonic()
-        core, req, pending = self._submit(p, deadline, t0, stream=False)
+        core, req, pending = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
         try:
             await _until(pending.future, deadline)
         except BaseException:  # the client went away, the deadline passed: its rows leave the batch now
@@ -233,6 +278,11 @@ class ModelAPI:
         """Text as it is produced (greedy and sampled inputs: token by token, a target prefix first; a beam's text
         comes when its hypotheses are final: until then any of them may still win), then one finished event per
         input, in input order, with its whole output (all its hypotheses)."""
+        if distinct.wanted(p.options):  # beam search: its text comes when final anyway, so as generate() finds it
+            g = await self.generate(p, deadline)
+            for i, out in enumerate(g.outputs):
+                yield StreamEvent(i, out.text, True, out)
+            return
         t0 = time.monotonic()
         core, req, pending = self._submit(p, deadline, t0, stream=True)
         n = len(pending.done)
@@ -260,11 +310,38 @@ class ModelAPI:
             out = self._output(p, i, ev)
             yield StreamEvent(i, out.text[len(sent[i]):] if out.text.startswith(sent[i]) else "", True, out)
 
+    async def warm_up(self, deadline_s: float = 60.0) -> None:
+        """One short request through every engine core (encoder and a few decoder steps): a version takes
+        traffic only once each of its cores has answered. Raises ServingError if one fails."""
+        eos = self.codec.special.eos
+        p = Prepared([[eos]], DecodingOptions(beam_size=1, max_new_tokens=2), [[]])
+        deadline = time.monotonic() + deadline_s
+        await asyncio.gather(*(self._generate(p, deadline, core) for core in self.cores))
+
     # ---- shutdown --------------------------------------------------------------------------------
-    def stop(self) -> None:
-        """New requests get UNAVAILABLE from now on; queued and running ones go on."""
+    def stop(self, reason: str = "") -> None:
+        """New requests get UNAVAILABLE (with ``reason``) from now on; queued and running ones go on."""
         self.stopping = True
+        self.stop_reason = reason or self.stop_reason
         self._on_change()
+
+    def promote(self) -> None:
+        """A staged version now serves: the model's gauges are its own."""
+        self.staged = False
+        self._changed(None)
+
+    def retire(self, reason: str) -> None:
+        """Replaced by another version, or unloaded: refuse new requests, leave the model's gauges alone."""
+        self.retired = True
+        self.stop(reason)
+
+    async def settle(self, timeout: float) -> None:
+        """Until no call of this version is between two of its passes (bounded by ``timeout``)."""
+        try:
+            await asyncio.wait_for(self._settled.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("model %s version %s: %d call(s) still between passes after %.0f s; draining anyway",
+                        self.name, self.version, self._multi_pass, timeout)
 
     async def drain(self, grace_s: float) -> None:
         for core in self.cores:

@@ -93,13 +93,23 @@ def document() -> dict[str, Any]:
                         "responses": {"200": _json("ServerMetadata", "Name, version, protocol extensions."), **_errors(401)}}},
         **_model_ops(False), **_model_ops(True),
         "/v2/repository/index": {"post": {
-            "summary": "The models served, with their state", "tags": ["KServe v2"],
+            "summary": "The models of the repository, with their state", "tags": ["KServe v2"],
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
                 "type": "object", "properties": {"ready": {"type": "boolean", "description": "only ready models"}}}}}},
             "responses": {"200": {"description": "One entry per model version.", "content": {"application/json": {"schema": {
                 "type": "array", "items": {"type": "object", "properties": {
                     "name": {"type": "string"}, "version": {"type": "string"}, "state": {"type": "string"},
                     "reason": {"type": "string"}}}}}}}, **_errors(400, 401)}}},
+        **{f"/v2/repository/models/{{model}}/{op}": {"post": {
+            "summary": summary, "tags": ["KServe v2"],
+            "parameters": [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"parameters": {"type": "object"}}}}}},
+            "responses": {"200": {"description": "Done (empty body)."}, **_errors(400, 401, 404, 503)}}}
+           for op, summary in (("load", "Load or reload a model (--model-control-mode explicit): its latest or pinned "
+                                        "version takes over once its engine cores answer a warm-up request"),
+                               ("unload", "Unload a model (--model-control-mode explicit): new requests refused, "
+                                          "those in flight finish, its processes stop"))},
         "/translate": {"post": {
             "summary": "LibreTranslate: translate text", "tags": ["LibreTranslate"], "parameters": [_TIMEOUT],
             "requestBody": {"required": True, "content": {

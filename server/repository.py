@@ -13,7 +13,7 @@ from contract.bundle import BundleError
 from engine.session import cuda_probe, provider_reason
 from server.config import ServerConfig
 from server.cores import CoreLoadError
-from server.errors import ModelNotFound, clip
+from server.errors import ModelNotFound, ModelNotReady, clip
 from server.metrics import Metrics
 from server.model_api import ModelAPI
 
@@ -89,39 +89,101 @@ def default_cores(config: ServerConfig) -> tuple[int, str]:
     return n, f"{where} / {per_core} intra-op thread(s) per engine core"
 
 
+def model_folders(repo: Path) -> list[str]:
+    """Models in the repository: folders with at least one version folder."""
+    if not repo.is_dir():
+        return []
+    return [d.name for d in sorted(repo.iterdir()) if d.is_dir() and versions_on_disk(d)]
+
+
 class Repository:
-    """Served models by name and version. Loading fails fast, naming the broken file."""
+    """Served models by name and version: what every front door reads. ``server/model_control.py`` changes it
+    (load, unload, poll); loading fails fast, naming the broken file."""
 
     def __init__(self, config: ServerConfig, metrics: Metrics, on_change: Callable[[], None] = lambda: None):
         self.models: dict[str, dict[str, ModelAPI]] = {}
+        self.unloaded: set[str] = set()  # unloaded through the API (or their folder removed, in poll mode)
+        self.config, self.metrics, self.on_change = config, metrics, on_change
         self.device = config.device
-        auto, why = default_cores(config)
-        for name, version, cores in select(config.model_repo, config.models):
-            n = cores or config.instances or auto
-            reason = ("--models @" if cores else "--instances") if (cores or config.instances) else why
-            api = ModelAPI(name, str(version), config.model_repo / name / str(version), config, metrics, n, on_change)
-            self.models.setdefault(name, {})[str(version)] = api
-            log.info("model %s version %s: %d engine core(s) (%s)", name, version, n, reason)
+        self._logged: set[str] = set()  # providers already logged
+        self.mode = config.model_control_mode
+        self.auto_cores = default_cores(config)
+        # NAME[:VERSION][@CORES] as configured (--models, --load-model): a pinned version and a core count that
+        # every later load of that model keeps.
+        self.pins: dict[str, str] = {}
+        self.cores_of: dict[str, int | None] = {}
+        if self.mode == "explicit":
+            wanted = tuple(config.load_model)
+            for item in wanted:  # checked at start, so that a typo fails the start, not the first load
+                name, version, cores = parse_model(item)
+                self._remember(name, version, cores)
+            chosen = select(config.model_repo, wanted) if wanted else []
+        else:
+            for item in config.models:
+                self._remember(*parse_model(item))
+            chosen = select(config.model_repo, config.models)
+        for name, version, cores in chosen:
+            self.models.setdefault(name, {})[str(version)] = self.build(name, str(version))
+
+    def _remember(self, name: str, version: str, cores: int | None) -> None:
+        if version:
+            self.pins[name] = version
+        self.cores_of[name] = cores
+
+    @property
+    def watched(self) -> list[str]:
+        """The models poll mode keeps in step with the disk: those --models names, or every one."""
+        return list(self.cores_of) if self.config.models else model_folders(self.config.model_repo)
+
+    def wanted_version(self, name: str) -> str:
+        """The version to serve: the pinned one, else the latest on disk (Triton's default version policy)."""
+        folder = self.config.model_repo / name
+        on_disk = versions_on_disk(folder) if folder.is_dir() else []
+        if not on_disk:
+            raise ModelNotFound(f"{folder}: model {clip(name)} not found in the repository (expected "
+                                f"{folder}/<version>/config.json)")
+        pinned = self.pins.get(name)
+        if pinned and int(pinned) not in on_disk:
+            raise ModelNotFound(f"{folder / pinned}: version {pinned} of model {name!r} (pinned by --models or "
+                                "--load-model) is not in the repository")
+        return pinned or str(on_disk[-1])
+
+    def build(self, name: str, version: str) -> ModelAPI:
+        """A model version's API and (not yet started) engine cores; BundleError names a broken file."""
+        cores = self.cores_of.get(name)
+        auto, why = self.auto_cores
+        n = cores or self.config.instances or auto
+        reason = ("--models @" if cores else "--instances") if (cores or self.config.instances) else why
+        api = ModelAPI(name, version, self.config.model_repo / name / version, self.config, self.metrics, n, self.on_change)
+        log.info("model %s version %s: %d engine core(s) (%s)", name, version, n, reason)
+        return api
 
     async def start(self, loop: asyncio.AbstractEventLoop, metrics: Metrics) -> None:
         """Start every engine core at once; raises BundleError if a model cannot load."""
         apis = self.all()
         results = await asyncio.gather(*(api.start(loop) for api in apis), return_exceptions=True)
-        logged = set()
         for api, result in zip(apis, results):
             if isinstance(result, CoreLoadError):
                 raise BundleError(str(result))
             if isinstance(result, BaseException):
                 raise result
-            if api.provider not in logged:  # one line per provider, not one per core
-                logged.add(api.provider)
-                log.info("ONNX Runtime runs %s (--device %s: %s)", api.provider, self.device, provider_reason(self.device))
-            metrics.model_info.labels(api.name, api.version, api.provider, api.bundle.quantization).set(1)
-            log.info("serving %s version %s (%s, %s)", api.name, api.version, api.bundle.task.name, api.provider)
+            self.announce(api)
+
+    def announce(self, api: ModelAPI) -> None:
+        """A version that now serves: logged and in s2s_model_info."""
+        if api.provider not in self._logged:  # one line per provider, not one per core
+            self._logged.add(api.provider)
+            log.info("ONNX Runtime runs %s (--device %s: %s)", api.provider, self.device, provider_reason(self.device))
+        self.metrics.model_info.labels(api.name, api.version, api.provider, api.bundle.quantization).set(1)
+        log.info("serving %s version %s (%s, %s)", api.name, api.version, api.bundle.task.name, api.provider)
 
     def get(self, name: str, version: str = "") -> ModelAPI:
         versions = self.models.get(name)
         if not versions:
+            if name in self.unloaded:
+                raise ModelNotReady(f"model {clip(name)} is unloaded; load it again to serve it (KServe "
+                                    f"RepositoryModelLoad, POST /v2/repository/models/{name}/load, or "
+                                    f"`s2s models load {name}`)")
             known = ", ".join(sorted(self.models)) or "none"
             raise ModelNotFound(f"model {clip(name)} is not served here (served: {known})")
         if not version:
@@ -132,3 +194,10 @@ class Repository:
 
     def all(self) -> list[ModelAPI]:
         return [api for versions in self.models.values() for api in versions.values()]
+
+    @property
+    def ready(self) -> bool:
+        """Server readiness: every loaded version ready; with none loaded, only where loading is the API's job
+        (explicit and poll modes, as Triton)."""
+        models = self.all()
+        return all(m.ready for m in models) and (bool(models) or self.mode != "none")

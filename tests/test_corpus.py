@@ -12,7 +12,11 @@ from pathlib import Path
 import polib
 import pytest
 
-from training import corpus_en_ja as c
+from training import corpus_build as build
+from training import corpus_cleaning as cleaning
+from training import corpus_en_ja as cli
+from training import corpus_licences as licences
+from training import corpus_sources as sources
 
 HEADER = """\
 msgid ""
@@ -221,7 +225,7 @@ def catalogs(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_sample_rows_exact(catalogs):
-    result = c.build_rows([catalogs["sample"]])
+    result = build.build_rows([catalogs["sample"]])
     assert result.rows == EXPECTED_SAMPLE
     rejected = result.stats["local"].rejected
     assert rejected["fuzzy"] == 1
@@ -237,7 +241,7 @@ def test_sample_rows_exact(catalogs):
 
 
 def test_all_catalogs_rows_exact_and_per_source_stats(catalogs):
-    result = c.build_rows([
+    result = build.build_rows([
         ("pos", catalogs["sample"]), ("pos", catalogs["other"]), ("pos", catalogs["third"]),
         ("lo", catalogs["lo_mo"]),
     ])
@@ -249,16 +253,16 @@ def test_all_catalogs_rows_exact_and_per_source_stats(catalogs):
 
 
 def test_msgctxt_is_skipped_in_po_but_kept_in_mo(catalogs):
-    assert c.build_rows([catalogs["lo_po"]]).rows == []
-    assert len(c.build_rows([catalogs["lo_mo"]]).rows) == 7
+    assert build.build_rows([catalogs["lo_po"]]).rows == []
+    assert len(build.build_rows([catalogs["lo_mo"]]).rows) == 7
 
 
 def test_catalogs_to_tsv_is_deterministic(catalogs, tmp_path):
     paths = [catalogs[k] for k in ("sample", "other", "third", "lo_mo")]
     out1, out2, out3 = tmp_path / "a.tsv", tmp_path / "b.tsv", tmp_path / "c.tsv"
-    c.catalogs_to_tsv(paths, out1)
-    c.catalogs_to_tsv(paths, out2)
-    c.catalogs_to_tsv(list(reversed(paths)), out3)  # input order does not matter either
+    build.catalogs_to_tsv(paths, out1)
+    build.catalogs_to_tsv(paths, out2)
+    build.catalogs_to_tsv(list(reversed(paths)), out3)  # input order does not matter either
     digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (out1, out2, out3)}
     assert len(digests) == 1
     text = out1.read_text(encoding="utf-8")
@@ -278,7 +282,7 @@ def test_catalogs_to_tsv_is_deterministic(catalogs, tmp_path):
     ],
 )
 def test_placeholders(text, expected):
-    assert c.placeholders(text) == sorted(expected)
+    assert cleaning.placeholders(text) == sorted(expected)
 
 
 @pytest.mark.parametrize(
@@ -287,7 +291,7 @@ def test_placeholders(text, expected):
      ("Page %1", False), ("%s 件", False), ("Éwé", False), ("of $1", False), ("/ $1", True)],
 )
 def test_is_placeholder_only(text, only):
-    assert c.is_placeholder_only(text) is only
+    assert cleaning.is_placeholder_only(text) is only
 
 
 @pytest.mark.parametrize(
@@ -308,7 +312,7 @@ def test_is_placeholder_only(text, only):
     ],
 )
 def test_strip_accelerators(en, ja, tilde, expected):
-    assert c.strip_accelerators(en, ja, tilde=tilde) == expected
+    assert cleaning.strip_accelerators(en, ja, tilde=tilde) == expected
 
 
 @pytest.mark.parametrize(
@@ -318,38 +322,38 @@ def test_strip_accelerators(en, ja, tilde, expected):
      ("Use `code`", True), ("[1:Wiki] page", True), ("50% done", False)],
 )
 def test_has_markup(text, markup):
-    assert c.has_markup(text) is markup
+    assert cleaning.has_markup(text) is markup
 
 
 def test_small_rules():
-    assert c.normalise_whitespace("  a \u3000 b\u00a0c  ") == "a b c"
-    assert c.is_untranslated("Save", "") and c.is_untranslated("URL", "URL") and not c.is_untranslated("Save", "保存")
-    assert c.is_too_long("x" * 101, "y") and c.is_too_long("x", "y" * 101) and not c.is_too_long("x" * 100, "y" * 100)
-    assert c.placeholders_differ("Delete %(name)s", "%(title)s を削除")
-    assert not c.placeholders_differ("%1 of %2", "%2 件中 %1")
-    assert c.lacks_japanese("JavaScript") and not c.lacks_japanese("ｶﾀｶﾅ") and not c.lacks_japanese("表")
-    assert c.looks_like_identifier("STR_FOO_BAR") and c.looks_like_identifier("searchEntry")
-    assert not c.looks_like_identifier("Search entry") and not c.looks_like_identifier("PDF/A")
+    assert cleaning.normalise_whitespace("  a \u3000 b\u00a0c  ") == "a b c"
+    assert cleaning.is_untranslated("Save", "") and cleaning.is_untranslated("URL", "URL") and not cleaning.is_untranslated("Save", "保存")
+    assert cleaning.is_too_long("x" * 101, "y") and cleaning.is_too_long("x", "y" * 101) and not cleaning.is_too_long("x" * 100, "y" * 100)
+    assert cleaning.placeholders_differ("Delete %(name)s", "%(title)s を削除")
+    assert not cleaning.placeholders_differ("%1 of %2", "%2 件中 %1")
+    assert cleaning.lacks_japanese("JavaScript") and not cleaning.lacks_japanese("ｶﾀｶﾅ") and not cleaning.lacks_japanese("表")
+    assert cleaning.looks_like_identifier("STR_FOO_BAR") and cleaning.looks_like_identifier("searchEntry")
+    assert not cleaning.looks_like_identifier("Search entry") and not cleaning.looks_like_identifier("PDF/A")
 
 
 def test_choose_translations_most_frequent_then_smallest():
     from collections import Counter
 
-    chosen = c.choose_translations({"a": Counter({"y": 2, "x": 1}), "b": Counter({"z": 1, "w": 1})})
+    chosen = build.choose_translations({"a": Counter({"y": 2, "x": 1}), "b": Counter({"z": 1, "w": 1})})
     assert chosen == {"a": "y", "b": "w"}
 
 
 def test_sources_are_pinned():
-    names = [s.name for s in c.SOURCES]
+    names = [s.name for s in sources.all_sources()]
     assert len(set(names)) == len(names)
-    for s in c.SOURCES:
+    for s in sources.all_sources():
         assert s.version and "*" not in s.version and s.license and s.patterns
         assert s.kind in {"wheel", "deb"}
 
 
 def test_help_exits_cleanly(capsys):
     with pytest.raises(SystemExit) as exc:
-        c.main(["--help"])
+        cli.main(["--help"])
     assert exc.value.code == 0
     assert "--cache" in capsys.readouterr().out
 
@@ -399,20 +403,20 @@ msgstr "レイヤーを回転"
      ("chg", False), ("python3-django", False), ("libreoffice-l10n-ja", False)],
 )
 def test_is_reserved(name, reserved):
-    assert c.is_reserved(name) is reserved
+    assert sources.is_reserved(name) is reserved
 
 
 def test_no_source_or_pin_is_reserved():
-    assert c.SOURCES, "no sources"
-    for s in c.SOURCES:
-        assert not c.is_reserved(s.name) and not c.is_reserved(s.package), s
-        assert not any(c.is_reserved(p) for p in s.patterns), s
-    if c.PINS_FILE.exists():
-        pins = [ln.split("\t")[0] for ln in c.PINS_FILE.read_text(encoding="utf-8").splitlines()
+    assert sources.all_sources(), "no sources"
+    for s in sources.all_sources():
+        assert not sources.is_reserved(s.name) and not sources.is_reserved(s.package), s
+        assert not any(sources.is_reserved(p) for p in s.patterns), s
+    if sources.PINS_FILE.exists():
+        pins = [ln.split("\t")[0] for ln in sources.PINS_FILE.read_text(encoding="utf-8").splitlines()
                 if ln and not ln.startswith("#")]
-        assert pins and not [p for p in pins if c.is_reserved(p)]
+        assert pins and not [p for p in pins if sources.is_reserved(p)]
     # the held-out projects are pinned (so the held-out set can be rebuilt) but are not reserved
-    assert not [p for p in c.HELDOUT_PACKAGES if c.is_reserved(p)]
+    assert not [p for p in sources.HELDOUT_PACKAGES if sources.is_reserved(p)]
 
 
 @pytest.fixture
@@ -433,12 +437,12 @@ def projects(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-def _corpus(projects, order=None, cap=c.HELDOUT_CAP):
+def _corpus(projects, order=None, cap=sources.HELDOUT_CAP):
     cats = [("bsdapp", projects["bsd"]), ("gplapp", projects["gpl"]), ("vcs", projects["hg"]),
             ("imgedit", projects["held"])]
     if order:
         cats = [cats[i] for i in order]
-    return c.build_corpus(cats, groups={"bsdapp": "permissive", "gplapp": "copyleft", "vcs": "permissive"},
+    return build.build_corpus(cats, groups={"bsdapp": "permissive", "gplapp": "copyleft", "vcs": "permissive"},
                           heldout=["imgedit"], cap=cap)
 
 
@@ -450,7 +454,7 @@ def test_build_drops_reserved_catalogs(projects):
     assert len(corpus.train.reserved) == 1 and "hg.mo" in corpus.train.reserved[0]
     assert "vcs" not in corpus.train.stats
     # a reserved source name is dropped too, whatever its catalog is called
-    res = c.build_rows([("mercurial-common", projects["gpl"]), ("ok", projects["bsd"])])
+    res = build.build_rows([("mercurial-common", projects["gpl"]), ("ok", projects["bsd"])])
     assert {en for en, _ in res.rows} == {"Open", "Save", "Close"}
 
 
@@ -468,7 +472,7 @@ def test_copyleft_split_is_by_pair_and_global(projects):
 
 def test_heldout_excludes_training_strings_and_feeds_no_training_file(projects):
     corpus = _corpus(projects)
-    train_en = {en for g in c.GROUPS for en, _ in corpus.files[g]}
+    train_en = {en for g in sources.GROUPS for en, _ in corpus.files[g]}
     held = corpus.files["heldout"]
     assert held == [("Crop image", "画像を切り抜く"), ("Rotate layer", "レイヤーを回転")]  # "Quit" is in training
     assert not {en for en, _ in held} & train_en
@@ -482,8 +486,8 @@ def test_heldout_excludes_training_strings_and_feeds_no_training_file(projects):
 def test_build_corpus_is_deterministic(projects, tmp_path):
     a, b = _corpus(projects), _corpus(projects, order=[3, 2, 1, 0])
     for k in a.files:
-        assert c.tsv_bytes(a.files[k]) == c.tsv_bytes(b.files[k])
-    assert c.write_tsv(a.files["copyleft"], tmp_path / "x.tsv") == c.write_tsv(b.files["copyleft"], tmp_path / "y.tsv")
+        assert build.tsv_bytes(a.files[k]) == build.tsv_bytes(b.files[k])
+    assert build.write_tsv(a.files["copyleft"], tmp_path / "x.tsv") == build.write_tsv(b.files["copyleft"], tmp_path / "y.tsv")
 
 
 @pytest.mark.parametrize(
@@ -496,8 +500,8 @@ def test_build_corpus_is_deterministic(projects, tmp_path):
      ("Frobnicate", "LicenseRef-Frobnicate", "copyleft")],
 )
 def test_deb_licences(deb, spdx, group):
-    assert c.deb_license_to_spdx(deb) == spdx
-    assert c.license_group(spdx) == group
+    assert licences.deb_license_to_spdx(deb) == spdx
+    assert sources.license_group(spdx) == group
 
 
 def test_debian_license_reads_files_star_stanza_or_text(tmp_path):
@@ -506,12 +510,12 @@ def test_debian_license_reads_files_star_stanza_or_text(tmp_path):
     (doc / "copyright").write_text(
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n"
         "Files: *\nCopyright: 2020 Foo Authors\nLicense: LGPL-2+\n\nFiles: debian/*\nLicense: GPL-2+\n")
-    assert c.debian_license(tmp_path / "a", "foo")[0] == "LGPL-2.0-or-later"
+    assert licences.debian_license(tmp_path / "a", "foo")[0] == "LGPL-2.0-or-later"
     doc = tmp_path / "b/usr/share/doc/bar"
     doc.mkdir(parents=True)
     (doc / "copyright").write_text(
         "Copyright (C) 2001 Bar\n\nThis program is free software; you can redistribute it under the terms of the\n"
         "GNU General Public License as published by the Free Software Foundation; either version 2 of the\n"
         "License, or (at your option) any later version.\n")
-    assert c.debian_license(tmp_path / "b", "bar")[0] == "GPL-2.0-or-later"
-    assert c.debian_license(tmp_path / "c", "baz")[0] == "LicenseRef-unknown"
+    assert licences.debian_license(tmp_path / "b", "bar")[0] == "GPL-2.0-or-later"
+    assert licences.debian_license(tmp_path / "c", "baz")[0] == "LicenseRef-unknown"

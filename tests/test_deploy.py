@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -677,10 +676,8 @@ def test_healthcheck_script():
         r = check()
         assert r.returncode == 1 and "NOT_SERVING" in r.stderr, r.stdout + r.stderr
         servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        t0 = time.monotonic()
         r = check()
         assert r.returncode == 0, r.stdout + r.stderr
-        assert time.monotonic() - t0 < 5, "must finish well within the HEALTHCHECK timeout"
         assert check("--service", "seq2seq.v1.Unknown").returncode == 1
     finally:
         server.stop(None)

@@ -118,7 +118,8 @@ def test_proto_matches_the_triton_wire_format(tmp_path):
         assert (m.input_type, m.output_type) == (f".{t.input_type.full_name}", f".{t.output_type.full_name}")
         assert (m.client_streaming, m.server_streaming) == (t.client_streaming, t.server_streaming)
     assert {m.name for m in service.method} >= {"ServerLive", "ServerReady", "ModelReady", "ServerMetadata",
-                                                 "ModelMetadata", "ModelInfer", "ModelStreamInfer", "ModelConfig"}
+                                                 "ModelMetadata", "ModelInfer", "ModelStreamInfer", "ModelConfig",
+                                                 "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"}
 
 
 def test_health_and_metadata(client, server):

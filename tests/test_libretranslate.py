@@ -12,6 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import grpc
 import pytest
 from libretranslatepy import LibreTranslateAPI
 
@@ -93,23 +94,59 @@ def test_string_q_as_json_and_form_agree(srv):
     assert j == f == {"translatedText": grpc_generate(srv, ["Settings"])[0]}
 
 
-def test_alternatives_are_the_next_best_of_the_n_best_list(srv):
-    """alternatives=N: n-best N+1 from the model's default beam (at least N+1 wide) through the same model API as
-    seq2seq.v1 (same hypotheses)."""
-    def nbest(texts: list[str], n: int) -> list[list[str]]:
-        with Seq2SeqClient(srv.address) as c:
-            out = c.generate_full("translate-en-ja", texts, num_hypotheses=n).outputs
-        return [[h.text for h in o.hypotheses] for o in out]
+def nbest(srv, texts: list[str], n: int, **options) -> list[list[str]]:
+    with Seq2SeqClient(srv.address) as c:
+        out = c.generate_full("translate-en-ja", texts, num_hypotheses=n, **options).outputs
+    return [[h.text for h in o.hypotheses] for o in out]
 
+
+def test_alternatives_are_the_next_best_distinct_texts(srv):
+    """alternatives=N: the n-best N+1 of distinct texts through the same model API as seq2seq.v1's
+    distinct_hypotheses (same texts, same order)."""
     _, one = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja", "alternatives": 3})
-    [want] = nbest(["Save"], 4)
-    assert [one["translatedText"], *one["alternatives"]] == want and len(want) == 4  # distinct as tokens, not always as text
+    [want] = nbest(srv, ["Save"], 4, distinct_hypotheses=True)
+    assert [one["translatedText"], *one["alternatives"]] == want and len(set(want)) == 4
     _, many = call(srv, "translate", {"q": ["Save", "Cancel"], "source": "en", "target": "ja", "alternatives": "2"})
-    assert [[t, *alts] for t, alts in zip(many["translatedText"], many["alternatives"])] == nbest(["Save", "Cancel"], 3)
+    assert ([[t, *alts] for t, alts in zip(many["translatedText"], many["alternatives"])]
+            == nbest(srv, ["Save", "Cancel"], 3, distinct_hypotheses=True))
     _, none = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja"})
     assert "alternatives" not in none and none["translatedText"] == grpc_generate(srv, ["Save"])[0]
     status, body = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja", "alternatives": 99})
     assert status == 400 and "alternatives=99 is out of range" in body["error"]
+
+
+def test_alternatives_differ_from_the_translation_and_each_other(srv):
+    """The sentence a new user tried: its plain 4-best holds two token sequences of one text; alternatives=3
+    are still 3 texts, none equal to translatedText or to another."""
+    text = "Account removal deletes all your private data."
+    [plain] = nbest(srv, [text], 4)
+    status, body = call(srv, "translate", {"q": text, "source": "en", "target": "ja", "alternatives": 3})
+    assert status == 200, body
+    texts = [body["translatedText"], *body["alternatives"]]
+    assert len(body["alternatives"]) == 3 and len(set(texts)) == 4, texts
+    assert body["translatedText"] == plain[0]  # the best is the best, distinct or not
+    if len(set(plain)) < 4:  # the case the issue reported: the beam had to be widened to find a 4th text
+        assert set(texts) - set(plain)
+
+
+def test_distinct_hypotheses_on_seq2seq_and_kserve(srv):
+    """seq2seq.v1's GenerateOptions.distinct_hypotheses and KServe's request parameter of the same name give
+    the same n-best of distinct texts."""
+    text = "Account removal deletes all your private data."
+    [grpc_texts] = nbest(srv, [text], 4, distinct_hypotheses=True)
+    assert len(set(grpc_texts)) == 4
+    status, body = call(srv, "v2/models/translate-en-ja/infer", {
+        "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": [text]}],
+        "outputs": [{"name": "hypotheses"}], "parameters": {"num_hypotheses": 4, "distinct_hypotheses": True}})
+    assert status == 200, body
+    assert next(o["data"] for o in body["outputs"] if o["name"] == "hypotheses") == grpc_texts
+    with Seq2SeqClient(srv.address) as c:
+        [last] = [m for m in c.stream("translate-en-ja", [text], num_hypotheses=4, distinct_hypotheses=True) if m.finished]
+    assert [h.text for h in last.output.hypotheses] == grpc_texts and last.text_delta == grpc_texts[0]
+    with Seq2SeqClient(srv.address) as c:  # sampling draws each output alone: nothing to widen
+        with pytest.raises(grpc.RpcError) as e:
+            c.generate("translate-en-ja", [text], num_hypotheses=2, sampling_topk=5, distinct_hypotheses=True)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "distinct_hypotheses" in e.value.details()
 
 
 def test_source_auto_takes_the_one_source(srv):
@@ -187,14 +224,25 @@ def test_deadline_is_504(srv):
     assert status == 504 and "error" in answer, answer
 
 
+def _translate_counts(srv) -> dict[tuple[str, str], float]:
+    """s2s_requests_total of the Translate method over HTTP, by (code, model)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=TIMEOUT).read().decode()
+    return {(s.labels["code"], s.labels["model"]): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == "s2s_requests_total" and s.labels.get("method") == "Translate" and s.labels.get("protocol") == "http"}
+
+
 def test_requests_are_counted(srv):
+    """Exactly the calls made are counted, each once, under its outcome (whatever earlier tests counted)."""
+    before = _translate_counts(srv)
     call(srv, "translate", {"q": "Save", "source": "en", "target": "ja"})
     call(srv, "translate", {"q": "Save", "source": "en", "target": "xx"})
-    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=TIMEOUT).read().decode()
-    ok = 's2s_requests_total{code="OK",method="Translate",model="translate-en-ja",protocol="http"}'
-    refused = 's2s_requests_total{code="INVALID_ARGUMENT",method="Translate",model="",protocol="http"}'
-    lines = [ln for ln in text.splitlines() if "Translate" in ln]
-    assert any(ln.startswith(ok) for ln in lines) and any(ln.startswith(refused) for ln in lines), lines
+    call(srv, "translate", {"q": "Open", "source": "en", "target": "ja"})
+    after = _translate_counts(srv)
+    delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
+    assert delta == {("OK", "translate-en-ja"): 2.0, ("INVALID_ARGUMENT", ""): 1.0}, delta
 
 
 # ---- auth -----------------------------------------------------------------------------------------------------

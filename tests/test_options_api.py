@@ -19,7 +19,6 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from conftest import MODEL_REPO, english
 from contract.bundle import read_bundle
-from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from server.client import Seq2SeqClient
 
 JA = "translate-en-ja"
@@ -144,14 +143,47 @@ def test_streaming_samples_token_by_token_and_beams_only_when_final(server, loca
         assert [len(e.output.hypotheses) for e in beam] == [2, 2]
 
 
-def test_requests_with_different_options_batch_together(server, local):
-    """All cases at once, several times over, from threads: the core batches them side by side, and each answer
-    equals the engine alone (seeded sampling included)."""
+def _steps_over(server, rows: int) -> int:
+    """Decoder steps of the en-ja cores so far with more than ``rows`` rows (the s2s_batch_size histogram)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=5).read().decode()
+    total = at_most = 0.0
+    buckets = set()
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "s2s_batch_size_count" and s.labels["model"] == JA:
+                total += s.value
+            elif s.name == "s2s_batch_size_bucket" and s.labels["model"] == JA and float(s.labels["le"]) == rows:
+                at_most += s.value
+            if s.name == "s2s_batch_size_bucket":
+                buckets.add(float(s.labels["le"]))
+    assert rows in buckets, f"s2s_batch_size has no bucket at {rows} rows: {sorted(buckets)}"
+    return int(total - at_most)
+
+
+def test_requests_with_different_options_batch_together(local):
+    """Every case at once from its own thread, three rounds, on one engine core whose steps may take 256 rows:
+    each answer equals the engine alone (seeded sampling included), and the core ran steps with more rows than
+    any one request has, so rows of requests with different options (no two requests of a round share options)
+    decoded in one step."""
+    from conftest import ServerThread, server_config
+    from server.config import SchedulerConfig
+
     want = {case: expected(local, CASES[case]) for case in CASES}
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        jobs = [(case, pool.submit(v1, server, CASES[case])) for _ in range(3) for case in CASES]
-        for case, job in jobs:
-            assert close(job.result(), want[case]), case
+    one_request = len(TEXTS) * max(4, *(c.get("beam_size", 0) for c in CASES.values()))  # beam 4 is the default
+    srv = ServerThread(server_config(models=(JA,), instances=1, scheduler=SchedulerConfig(max_batch_size=256)))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(CASES)) as pool:
+            for _ in range(3):
+                jobs = [(case, pool.submit(v1, srv, CASES[case])) for case in CASES]
+                for case, job in jobs:
+                    assert close(job.result(), want[case]), case
+        assert _steps_over(srv, one_request) > 0
+    finally:
+        srv.stop()
 
 
 # ---- KServe v2: gRPC and HTTP ------------------------------------------------------------------------------

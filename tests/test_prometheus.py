@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import math
 import subprocess
 import threading
 import time
@@ -105,7 +106,8 @@ def test_real_prometheus_scrapes_the_server_and_computes_p99(server, tmp_path: P
             except OSError:
                 continue  # Prometheus still starting
         assert up == "up", f"target health {up}"
-        assert value is not None and 0 < value < 60, value
+        # a real quantile of the requests just made: finite and positive (not NaN, +Inf or 0 of an empty window)
+        assert value is not None and math.isfinite(value) and value > 0, value
     finally:
         stop.set()
         t.join(10)

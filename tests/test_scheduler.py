@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import english, MODEL_REPO, ROOT
+from conftest import english, MODEL_REPO
 from engine import Engine, EngineOptions, Sequence
 from engine.generator import run
 from server.config import SchedulerConfig
@@ -23,12 +23,12 @@ class Collector:
     def __init__(self):
         self.cv = threading.Condition()
         self.events: list = []
-        self.reports = 0
+        self.reports: list[tuple[list, object]] = []  # (events, stats) of each sink call, in order
 
     def __call__(self, events, stats) -> None:
         with self.cv:
             self.events += events
-            self.reports += 1
+            self.reports.append((list(events), stats))
             self.cv.notify_all()
 
     def wait(self, pred, timeout: float = 30.0) -> bool:
@@ -87,9 +87,8 @@ def test_full_queue_is_refused_whole_and_cancel_is_silent(engines):
         sched.submit(3, [Sequence(engine.codec.source_ids("2+2"), 6)], None)
         sched.cancel(3)
         assert sink.wait(ended(1, 3))
-        time.sleep(0.2)
     finally:
-        sched.drain(5)
+        sched.drain(5)  # the loop has gone idle and reported everything it will ever report
     assert [e.tokens for e in sink.of(1) if isinstance(e, Finished)] == [engine.codec.target_ids("42")] * 3
     assert sink.of(3) == []  # a cancelled request gets nothing back (the front end already answered it)
 
@@ -166,12 +165,20 @@ def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines)
 
 
 def test_one_report_per_step_carries_every_event_of_that_step(engines):
+    """Streaming rows make an event at every step (a Token, or Finished at EOS), so every step is reported:
+    each report then covers at most one step, and that step's events for all of its rows are in it."""
     engine = engines[ADD]
     sched, sink = scheduler(engine)
     try:
-        sched.submit(1, [Sequence(engine.codec.source_ids(f"{i}+{i}"), 6) for i in range(16)], None)
+        sched.submit(1, [Sequence(engine.codec.source_ids(f"{i}+{i}"), 6, stream=True) for i in range(16)], None)
         assert sink.wait(ended(1, 16))
     finally:
         sched.drain(5)
-    # 16 sums of up to 4 digits decode in at most ~5 steps: far fewer reports than events.
-    assert sink.reports < 16
+    stepped = [(events, stats) for events, stats in sink.reports if stats.step_s]
+    assert stepped, "no decode step was reported"
+    assert all(len(stats.step_s) == 1 for _, stats in stepped)  # never two steps in one report
+    assert sum(len(stats.step_s) for _, stats in sink.reports) == len(stepped)  # no step reported late or twice
+    for events, stats in stepped:  # every row of the step has its event in the step's own report
+        rows = {e.index for e in events if isinstance(e, (Token, Finished))}
+        assert len(rows) == stats.batch_rows[0], (len(rows), stats.batch_rows)
+    assert sum(isinstance(e, Finished) for e in sink.events) == 16

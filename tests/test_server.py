@@ -7,9 +7,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from pathlib import Path
 
 import grpc
 import pytest
@@ -238,8 +236,17 @@ def _serve(*args: str) -> tuple[subprocess.Popen, int, int]:
     return proc, port, mport
 
 
+def _rows_in_flight(metrics_port: int, model: str) -> float:
+    """Queued plus decoding rows of a model's cores, from the server's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name in ("s2s_active_sequences", "s2s_queued_sequences") and s.labels.get("model") == model)
+
+
 def test_sigterm_drains_in_flight_requests_and_exits_0():
-    proc, port, _ = _serve("--grace-s", "20")
+    proc, port, mport = _serve("--grace-s", "20")
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             grpc.channel_ready_future(ch).result(timeout=60)
@@ -247,9 +254,11 @@ def test_sigterm_drains_in_flight_requests_and_exits_0():
             assert wait_for(lambda: stub.ListModels(pb.ListModelsRequest(), timeout=5) is not None, 60)
             futures = [stub.Generate.future(pb.GenerateRequest(model=JA, inputs=english(8), options=pb.GenerateOptions(beam_size=4)),
                                             timeout=60) for _ in range(4)]
-            time.sleep(0.3)
+            assert wait_for(lambda: _rows_in_flight(mport, JA) > 0, 60)  # the cores have the requests
             proc.send_signal(signal.SIGTERM)
+            unanswered = sum(not f.done() for f in futures)  # still in flight after the signal: drained below
             results = [f.result() for f in futures]  # every in-flight request is answered
+        assert unanswered > 0, "every request was answered before the signal: nothing was left to drain"
         assert all(len(r.outputs) == 8 for r in results)
         assert proc.wait(timeout=30) == 0
         log = proc.stdout.read()
