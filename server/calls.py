@@ -56,7 +56,7 @@ class RequestTracker:
             if code in CLIENT_CODES:
                 self.refusals(code, f"{method}: {details}")
             await context.abort(grpc.StatusCode[e.code], details)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConnectionError):  # the client went away (an HTTP hang-up mid-body)
             code = "CANCELLED"
             raise
         except grpc.aio.AbortError:

@@ -13,6 +13,7 @@ does (``parameters.binary_data_output``), JSON otherwise.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
@@ -21,12 +22,32 @@ from google.protobuf import json_format
 
 from s2s import __version__
 from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError, clip
-from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
+from server.http_body import parse_json_off_loop, read_body, read_json
+from server.http_server import Doors, HttpError, deadline_of, json_response
 from server.kserve import (EXTENSIONS, TEXT_OUTPUT, counts, encode_values, infer, join_bytes, model_config,
                            model_metadata, pb, timings)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _INT_FORMATS = {"INT64": "<q", "INT32": "<i"}
+_INT_RANGES = {"INT64": (-2**63, 2**63 - 1), "INT32": (-2**31, 2**31 - 1)}  # JSON integers have no bound
+
+
+def _check_ints(values: list, datatype: str, what: str) -> None:
+    low, high = _INT_RANGES[datatype]
+    for i, v in enumerate(values):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise InvalidInput(f"{what}: {datatype} data must be integers (element {i} is {type(v).__name__})")
+        if not low <= v <= high:
+            raise InvalidInput(f"{what}: element {i} is out of the {datatype} range ({low} to {high})")
+
+
+def _tensor_parameters(t: dict, what: str) -> dict:
+    params = t.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise InvalidInput(f"{what}: 'parameters' must be a JSON object, not {type(params).__name__}")
+    return params
 
 
 # ---- JSON body <-> ModelInferRequest ------------------------------------------------------------------------
@@ -35,8 +56,12 @@ def _parameter(target, key: str, value: Any) -> None:
     if isinstance(value, bool):
         p.bool_param = value
     elif isinstance(value, int):
+        if not -2**63 <= value < 2**63:
+            raise InvalidInput(f"parameter {clip(key)} is out of the int64 range (-2^63 to 2^63 - 1)")
         p.int64_param = value
     elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput(f"parameter {clip(key)} must be a finite number, not {value}")
         p.double_param = value
     elif isinstance(value, str):
         p.string_param = value
@@ -67,8 +92,7 @@ def _raw_from_json(t: dict, what: str) -> bytes:
             raise InvalidInput(f"{what}: BYTES data must be strings")
         return join_bytes([v.encode("utf-8") for v in values])
     if datatype in _INT_FORMATS:
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise InvalidInput(f"{what}: {datatype} data must be integers")
+        _check_ints(values, datatype, what)
         return b"".join(struct.pack(_INT_FORMATS[datatype], v) for v in values)
     raise InvalidInput(f"{what} has datatype {clip(str(datatype))}; this server's inputs are BYTES, INT64 or INT32")
 
@@ -90,7 +114,8 @@ def to_request(model: str, version: str, header: dict, binary: bytes) -> tuple[A
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise InvalidInput("'inputs' must be a non-empty JSON array of tensors")
-    any_binary = any(isinstance(t, dict) and "binary_data_size" in (t.get("parameters") or {}) for t in inputs)
+    any_binary = any(isinstance(t, dict) and isinstance(t.get("parameters"), dict) and "binary_data_size" in t["parameters"]
+                     for t in inputs)
     offset = 0
     for i, t in enumerate(inputs):
         if not isinstance(t, dict):
@@ -101,10 +126,12 @@ def to_request(model: str, version: str, header: dict, binary: bytes) -> tuple[A
             raise InvalidInput(f"inputs[{i}] needs a string 'name' and 'datatype'")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             raise InvalidInput(f"{what}: 'shape' must be an array of integers")
+        if not all(0 <= d < 2**63 for d in shape):
+            raise InvalidInput(f"{what}: 'shape' {clip(str(shape))} has a dimension out of range (0 to 2^63 - 1)")
         tensor = req.inputs.add(name=name, datatype=datatype, shape=shape)
-        size = (t.get("parameters") or {}).get("binary_data_size")
+        size = _tensor_parameters(t, what).get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
                 raise InvalidInput(f"{what}: binary_data_size {size!r} runs past the {len(binary)} bytes of binary data "
                                    f"after the JSON header (from byte {offset})")
             req.raw_input_contents.append(binary[offset:offset + size])
@@ -118,8 +145,7 @@ def to_request(model: str, version: str, header: dict, binary: bytes) -> tuple[A
             tensor.contents.bytes_contents.extend(v.encode("utf-8") for v in values)
         elif datatype in _INT_FORMATS:
             values = _flatten(t.get("data"), what)
-            if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-                raise InvalidInput(f"{what}: {datatype} data must be integers")
+            _check_ints(values, datatype, what)
             (tensor.contents.int64_contents if datatype == "INT64" else tensor.contents.int_contents).extend(values)
         else:
             tensor.contents.SetInParent()  # parse() names the wrong datatype
@@ -128,11 +154,11 @@ def to_request(model: str, version: str, header: dict, binary: bytes) -> tuple[A
     outputs = header.get("outputs") or []
     if not isinstance(outputs, list):
         raise InvalidInput("'outputs' must be a JSON array")
-    for o in outputs:
+    for i, o in enumerate(outputs):
         if not isinstance(o, dict) or not isinstance(o.get("name"), str):
             raise InvalidInput("each of 'outputs' must be a JSON object with a string 'name'")
         req.outputs.add(name=o["name"])
-        binary_out = binary_out or bool((o.get("parameters") or {}).get("binary_data", False))
+        binary_out = binary_out or bool(_tensor_parameters(o, f"outputs[{i}]").get("binary_data", False))
     return req, binary_out
 
 
@@ -140,17 +166,13 @@ async def _body(request: web.Request) -> tuple[dict, bytes]:
     length = request.headers.get(HEADER_LENGTH)
     if length is None:
         return await read_json(request), b""
-    body = await request.read()
-    try:
-        n = int(length)
-    except ValueError:
-        raise InvalidInput(f"header {HEADER_LENGTH} must be an integer, not {length[:40]!r}") from None
-    if not 0 <= n <= len(body):
+    if not (length.isascii() and length.isdigit() and len(length) <= 12):  # int() would take "+1", " 1", "1_0" and "²"
+        raise InvalidInput(f"header {HEADER_LENGTH} must be a non-negative integer, not {length[:40]!r}")
+    body = await read_body(request)
+    n = int(length)
+    if n > len(body):
         raise InvalidInput(f"header {HEADER_LENGTH} says {n} bytes of JSON but the body has {len(body)}")
-    try:
-        header = json.loads(body[:n])
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"the JSON header ({n} bytes) is not valid JSON ({e})") from None
+    header = await parse_json_off_loop(body[:n], f"the JSON header ({n} bytes)")
     if not isinstance(header, dict):
         raise InvalidInput("the JSON header must be a JSON object")
     return header, body[n:]

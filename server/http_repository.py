@@ -15,7 +15,8 @@ from dataclasses import asdict
 from aiohttp import web
 
 from server.errors import InvalidInput
-from server.http_server import Doors, json_response, read_json
+from server.http_body import read_json
+from server.http_server import Doors, json_response
 
 
 async def _parameters(request: web.Request) -> dict:

@@ -9,11 +9,15 @@ Routes: KServe v2 REST (``server/http_kserve.py``), the LibreTranslate API
 OpenAPI document at ``/openapi.json`` (``server/openapi.py``). Each door is a thin map onto the model
 API; this module adds what they share: errors as ``{"error": "..."}`` with the status that the
 domain error's code maps to (``server.errors.HTTP_STATUS``), bearer-token auth, request-size
-limits, deadlines (the ``X-Timeout-Seconds`` header), metrics (``protocol="http"``) and TLS.
+limits, deadlines (the ``X-Timeout-Seconds`` header), metrics (``protocol="http"``) and TLS; and,
+from modules of their own, bodies read within a time limit and parsed safely (``server/http_body.py``),
+the connection cap and header timeout (``server/http_guard.py``) and CORS (``server/http_cors.py``).
+A client that hangs up cancels its handler (aiohttp's ``handler_cancellation``), and so its request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -26,7 +30,10 @@ from aiohttp import web
 
 from server.calls import RequestTracker
 from server.config import ServerConfig
-from server.errors import HTTP_STATUS, InvalidInput, clip_details
+from server.errors import HTTP_STATUS, InvalidInput, ServingError, clip_details
+from server.http_body import READ_TIMEOUT_S
+from server.http_cors import cors_middleware, parse_origins
+from server.http_guard import Connections, ProtocolLog
 from server.interceptors import RefusalLog
 from server.metrics import Metrics
 from server.model_control import ModelControl
@@ -66,16 +73,17 @@ class CallContext:
 
 
 def deadline_of(request: web.Request) -> float | None:
-    """The X-Timeout-Seconds header as a time.monotonic() deadline; HttpError (400) if it is malformed."""
+    """The X-Timeout-Seconds header as a time.monotonic() deadline; InvalidInput if it is malformed (a domain
+    error, so the tracker counts it as INVALID_ARGUMENT)."""
     raw = request.headers.get(TIMEOUT_HEADER)
     if raw is None:
         return None
     try:
         seconds = float(raw)
     except ValueError:
-        raise HttpError("INVALID_ARGUMENT", f"header {TIMEOUT_HEADER} must be a number of seconds, not {raw[:40]!r}") from None
-    if not seconds > 0:
-        raise HttpError("INVALID_ARGUMENT", f"header {TIMEOUT_HEADER} must be positive, not {raw[:40]!r}")
+        raise InvalidInput(f"header {TIMEOUT_HEADER} must be a number of seconds, not {raw[:40]!r}") from None
+    if not 0 < seconds < 1e9:  # NaN, inf and 1e999 too: a deadline is a time a timer can be set for
+        raise InvalidInput(f"header {TIMEOUT_HEADER} must be a positive number of seconds, not {raw[:40]!r}")
     return time.monotonic() + seconds
 
 
@@ -90,18 +98,6 @@ def _dumps(data) -> str:
 
 def error_response(code: str, message: str) -> web.Response:
     return json_response({"error": clip_details(message)}, status=HTTP_STATUS.get(code, 500))
-
-
-async def read_json(request: web.Request) -> dict:
-    try:
-        body = await request.json(loads=json.loads)
-    except json.JSONDecodeError as e:
-        raise InvalidInput(f"the request body is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    except UnicodeDecodeError as e:
-        raise InvalidInput(f"the request body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    if not isinstance(body, dict):
-        raise InvalidInput(f"the request body must be a JSON object, not {type(body).__name__}")
-    return body
 
 
 class Doors:
@@ -121,9 +117,12 @@ class Doors:
         if self.expected is None:
             return
         given = request.headers.getall("Authorization", [])
-        if len(given) == 1 and hmac.compare_digest(given[0].encode(), self.expected):
+        # surrogatepass: header bytes that are not UTF-8 arrive as surrogates (aiohttp decodes with
+        # surrogateescape); they are a wrong token, not an encoding error.
+        if len(given) == 1 and hmac.compare_digest(given[0].encode("utf-8", "surrogatepass"), self.expected):
             return
-        if not given and api_key is not None and hmac.compare_digest(f"Bearer {api_key}".encode(), self.expected):
+        if not given and api_key is not None and hmac.compare_digest(f"Bearer {api_key}".encode("utf-8", "surrogatepass"),
+                                                                     self.expected):
             return
         path = request.path
         self.metrics.requests.labels("", path.rsplit("/", 1)[-1] or path, "http", "UNAUTHENTICATED").inc()
@@ -148,35 +147,62 @@ def _auth_middleware(doors: Doors):
     return auth
 
 
-@web.middleware
-async def _errors(request: web.Request, handler):
-    """Every failure as {"error": ...} with its status: never an HTML page, never a traceback."""
-    try:
-        return await handler(request)
-    except HttpError as e:
-        return error_response(e.code, e.message)
-    except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
-        if e.status == 413:
-            return json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} bytes "
-                                               "(--max-message-bytes)"}, status=413)
-        if e.status == 404:
-            return json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
-        if e.status == 405:
-            return json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
-        return json_response({"error": e.reason}, status=e.status)
-    except Exception:
-        log.exception("HTTP %s %s failed", request.method, request.path[:80])
-        return error_response("INTERNAL", "internal error; see server log")
+def _guard_middleware(connections: Connections):
+    """Marks a connection busy while its request is in a handler (its header timer stops) and counts the
+    requests in flight, which the drain waits for."""
+    @web.middleware
+    async def guard(request: web.Request, handler):
+        connections.started(request.protocol)
+        try:
+            return await handler(request)
+        finally:
+            connections.finished(request.protocol)
+    return guard
+
+
+def _errors_middleware(refusals: RefusalLog):
+    @web.middleware
+    async def errors(request: web.Request, handler):
+        """Every failure as {"error": ...} with its status: never an HTML page, never a traceback."""
+        try:
+            return await handler(request)
+        except HttpError as e:
+            return error_response(e.code, e.message)
+        except ServingError as e:  # raised before a request is tracked (a body that does not parse, say)
+            return error_response(e.code, str(e))
+        except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
+            if e.status == 413:
+                return json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} "
+                                               "bytes (--max-message-bytes)"}, status=413)
+            if e.status == 404:
+                return json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
+            if e.status == 405:
+                return json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
+            return json_response({"error": e.reason}, status=e.status)
+        except ConnectionError as e:  # the client hung up mid-body: nobody to answer, a line in the log at most
+            refusals("HANGUP", f"HTTP {request.method} {request.path[:80]}: the client hung up ({type(e).__name__})")
+            return web.Response(status=499)
+        except Exception:
+            log.exception("HTTP %s %s failed", request.method, request.path[:80])
+            return error_response("INTERNAL", "internal error; see server log")
+    return errors
 
 
 class HttpServer:
-    def __init__(self, runner: web.AppRunner, site: web.TCPSite, port: int):
-        self.runner, self.site, self.port = runner, site, port
+    def __init__(self, runner: web.AppRunner, listener: asyncio.Server, connections: Connections, port: int):
+        self.runner, self.listener, self.connections, self.port = runner, listener, connections, port
 
     async def stop(self, grace_s: float) -> None:
-        """Stop accepting, let requests in flight finish within the grace period."""
-        await self.runner.shutdown()
+        """The drain: keep accepting (new requests get 503 "shutting down" from the model API, as gRPC
+        answers UNAVAILABLE) until the requests in flight are answered or the grace period ends; then
+        close the port and every connection."""
+        try:
+            await asyncio.wait_for(self.connections.idle.wait(), grace_s)
+        except asyncio.TimeoutError:
+            pass
+        self.listener.close()
         await self.runner.cleanup()
+        await self.listener.wait_closed()
 
 
 async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTracker, metrics: Metrics,
@@ -184,15 +210,26 @@ async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTra
     from server import http_kserve, http_libretranslate, http_repository, openapi, playground
 
     doors = Doors(repo, tracker, config, metrics, refusals, control)
-    app = web.Application(client_max_size=config.max_message_bytes, middlewares=[_errors, _auth_middleware(doors)])
+    connections = Connections(config.http_max_connections, config.http_read_timeout_s, refusals, metrics)
+    middlewares = [_guard_middleware(connections)]
+    origins = parse_origins(config.cors_allow_origin)
+    if origins:
+        middlewares.append(cors_middleware(origins))
+    middlewares += [_errors_middleware(refusals), _auth_middleware(doors)]
+    app = web.Application(client_max_size=config.max_message_bytes, middlewares=middlewares)
     app[MAX_BYTES] = config.max_message_bytes
+    app[READ_TIMEOUT_S] = config.http_read_timeout_s or None
     app.add_routes(http_kserve.routes(doors))
     app.add_routes(http_repository.routes(doors))
     app.add_routes(http_libretranslate.routes(doors))
     app.add_routes(playground.routes(doors))
     app.add_routes(openapi.routes(doors))
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=config.grace_s, handle_signals=False)
+    # handler_cancellation: a client that hangs up cancels its handler, so its rows leave the batch at once
+    # (as a cancelled gRPC call's do) instead of decoding to the end for nobody.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handle_signals=False,
+                           handler_cancellation=True, logger=ProtocolLog(refusals, metrics))
     await runner.setup()
+    connections.handlers = runner.server  # aiohttp's factory of connection handlers, which the guards wrap
     ssl_context = None
     if config.tls_cert:
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -200,8 +237,12 @@ async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTra
         if config.tls_client_ca:
             ssl_context.load_verify_locations(config.tls_client_ca)
             ssl_context.verify_mode = ssl.CERT_REQUIRED
-    site = web.TCPSite(runner, config.host, config.http_port, ssl_context=ssl_context,
-                       backlog=128, reuse_address=True)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return HttpServer(runner, site, port)
+    try:
+        listener = await asyncio.get_running_loop().create_server(
+            connections, config.host, config.http_port, ssl=ssl_context, backlog=128, reuse_address=True)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    port = listener.sockets[0].getsockname()[1]
+    return HttpServer(runner, listener, connections, port)
+

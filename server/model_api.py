@@ -24,7 +24,7 @@ from engine import EngineOptions
 from server.config import ServerConfig
 from server.core import CoreSpec
 from server.cores import CoreHandle, Router
-from server.errors import ServingError, ShuttingDown
+from server.errors import DeadlineExceeded, ServingError, ShuttingDown
 from server.metrics import Metrics
 from contract.decoding import DecodingOptions
 from server import distinct
@@ -119,7 +119,7 @@ class ModelAPI:
         encoder_thread = config.encoder_thread == "on" or (config.encoder_thread == "auto" and n_cores == 1)
         core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
         specs = [CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s) for i in range(n_cores)]
-        self.router = Router([CoreHandle(s, self._stats, self._changed) for s in specs])
+        self.router = Router([CoreHandle(s, self._stats, self._changed, config.core_stall_s) for s in specs])
         self.m_input_tokens = metrics.input_tokens.labels(name)
         self.m_queue, self.m_ttft = metrics.queue_duration.labels(name), metrics.ttft.labels(name)
         self.m_tpot, self.m_generated = metrics.tpot.labels(name), metrics.generated_tokens.labels(name)
@@ -209,8 +209,9 @@ class ModelAPI:
                     pending.future.set_result(None)
 
         def failed(err: ServingError) -> None:
-            if pending.events is not None:
-                pending.events.put_nowait(("error", err))
+            if pending.events is not None:  # a stream reads its events, never the future: an exception set on
+                pending.events.put_nowait(("error", err))  # it would be "never retrieved"
+                return
             if not pending.future.done():
                 pending.future.set_exception(err)
 
@@ -266,8 +267,8 @@ class ModelAPI:
         t0 = time.monotonic()
         core, req, pending = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
         try:
-            await pending.future
-        except asyncio.CancelledError:
+            await _until(pending.future, deadline)
+        except BaseException:  # the client went away, the deadline passed: its rows leave the batch now
             core.cancel(req)
             raise
         outputs = [self._output(p, i, ev) for i, ev in enumerate(pending.done)]
@@ -290,7 +291,7 @@ class ModelAPI:
         finished = 0
         try:
             while finished < n:
-                a, b = await pending.events.get()
+                a, b = await _until(pending.events.get(), deadline)
                 if a == "error":
                     raise b
                 if a == "done":
@@ -350,3 +351,15 @@ class ModelAPI:
     def abort(self) -> None:
         for core in self.cores:
             core.abort()
+
+
+async def _until(awaitable, deadline: float | None):
+    """``awaitable``'s result, or DeadlineExceeded once the deadline passes: the front end keeps every deadline
+    itself, whatever a core does (a core that hangs, a pipe that is slow to deliver)."""
+    if deadline is None:
+        return await awaitable
+    try:
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic())):
+            return await awaitable
+    except TimeoutError:
+        raise DeadlineExceeded("deadline exceeded before the request finished") from None
