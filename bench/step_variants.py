@@ -7,6 +7,8 @@ taking turns (ABBA) in one process, 1 intra-op thread. Each variant changes one 
 
 * ``cross-shared``: cross-attention K/V fed once per input (batch, heads, src, d_head) instead of once per beam row;
   the k beam queries of an input are the rows of one product against them (a reshape, uniform beam width).
+* ``cross-gather``: the same per-input K/V plus a row -> input index (``row_input``), gathered to rows inside the
+  graph (what mixed beam widths and greedy rows in one batch would need without a reshape).
 * ``gqa``: self-attention by ``com.microsoft.GroupQueryAttention`` (num_heads == kv_num_heads) writing into a
   preallocated past/present buffer bound to the same memory (IOBinding), per-row lengths in ``seqlens_k``,
   instead of ``Concat`` of past and new K/V.
@@ -104,7 +106,13 @@ def build(m: dict, variant: str, beam: int) -> tuple[onnx.ModelProto, dict]:
     i8 = variant == "int8-row"
     inputs = [helper.make_tensor_value_info("x", F, ["R", 1, d]),
               helper.make_tensor_value_info("src_mask", F, ["B" if variant == "cross-shared" else "R", 1, 1, "S"])]
+    if variant == "cross-gather":
+        inputs = inputs[:1]  # src_mask is added per row below, as the base graph has it
+        inputs.append(helper.make_tensor_value_info("src_mask", F, ["R", 1, 1, "S"]))
     outputs = []
+    shared = variant in ("cross-shared", "cross-gather")
+    if variant == "cross-gather":
+        inputs.append(helper.make_tensor_value_info("row_input", TensorProto.INT64, ["R"]))
     if variant == "gqa":
         inputs += [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["R"]),
                    helper.make_tensor_value_info("total_len", TensorProto.INT32, [])]
@@ -114,7 +122,7 @@ def build(m: dict, variant: str, beam: int) -> tuple[onnx.ModelProto, dict]:
     for i in range(nl):
         pk, pv, ck, cv = f"past_key.{i}", f"past_value.{i}", f"cross_key.{i}", f"cross_value.{i}"
         inputs += [helper.make_tensor_value_info(pk, F, ["R", h, "P", dh]), helper.make_tensor_value_info(pv, F, ["R", h, "P", dh])]
-        rows = "B" if variant == "cross-shared" else "R"
+        rows = "B" if shared else "R"
         inputs += [helper.make_tensor_value_info(ck, F, [rows, h, "S", dh]), helper.make_tensor_value_info(cv, F, [rows, h, "S", dh])]
         y = g.ln(x, d)
         q, k, v = (g.linear(y, d, d, i8) for _ in range(3))
@@ -134,6 +142,9 @@ def build(m: dict, variant: str, beam: int) -> tuple[onnx.ModelProto, dict]:
             qb = g.op("Transpose", [g.op("Reshape", [q, g.const(np.array([-1, beam, h, dh], np.int64))])], perm=[0, 2, 1, 3])
             a = g.attend(qb, ck, cv, "src_mask", dh)  # (B,H,k,dh)
             a = g.op("Reshape", [g.op("Transpose", [a], perm=[0, 2, 1, 3]), g.const(np.array([-1, 1, d], np.int64))])
+        elif variant == "cross-gather":
+            gk, gv = g.op("Gather", [ck, "row_input"], axis=0), g.op("Gather", [cv, "row_input"], axis=0)
+            a = g.merge(g.attend(g.heads(q, h, dh), gk, gv, "src_mask", dh), d)
         else:
             a = g.merge(g.attend(g.heads(q, h, dh), ck, cv, "src_mask", dh), d)
         x = g.op("Add", [x, g.linear(a, d, d, i8)])
@@ -165,7 +176,9 @@ def feed(m: dict, variant: str, b: int, beam: int, past: int, src: int, max_len:
         f["total_len"] = np.array(past + 1, np.int32)
     else:
         f["self_mask"] = np.zeros((rows, 1, 1, past + 1), np.float32)
-    cross_rows = b if variant == "cross-shared" else rows
+    cross_rows = b if variant in ("cross-shared", "cross-gather") else rows
+    if variant == "cross-gather":
+        f["row_input"] = np.repeat(np.arange(b, dtype=np.int64), beam)
     for i in range(m["n_decoder_layers"]):
         p = max_len if variant == "gqa" else past  # the shared buffer is preallocated to the longest output
         f[f"past_key.{i}"] = rng.standard_normal((rows, h, p, dh), dtype=np.float32)
@@ -200,7 +213,7 @@ def check(m: dict, sb, sv, variant: str, beam: int, past: int, src: int) -> floa
     fv["x"] = fb["x"]
     for i in range(n):
         for kind in ("key", "value"):
-            if variant == "cross-shared":
+            if variant in ("cross-shared", "cross-gather"):
                 fb[f"cross_{kind}.{i}"] = np.repeat(fv[f"cross_{kind}.{i}"], beam, axis=0)
                 fv[f"past_{kind}.{i}"] = fb[f"past_{kind}.{i}"]
             else:
@@ -230,7 +243,7 @@ def ab(run_a, run_b, rounds: int, reps: int) -> tuple[float, float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="translate-en-ja")
-    p.add_argument("--variant", nargs="+", default=["cross-shared", "gqa", "int8-row"])
+    p.add_argument("--variant", nargs="+", default=["cross-shared", "cross-gather", "gqa", "int8-row"])
     p.add_argument("--batch", type=int, nargs="+", default=[16, 64])
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--past", type=int, nargs="+", default=[8, 32])
