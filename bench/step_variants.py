@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -278,7 +277,7 @@ def main() -> None:
                       f"{ms_v:7.3f} ms vs {label} {ms_r:7.3f} ms; speedup {1 / ratio:5.3f}x (median of {args.rounds} paired rounds)",
                       flush=True)
                 if variant == "int8-row":  # and against float32, for scale
-                    ms_v2, ms_f, ratio2 = ab(a, runner(sb, fb, "base", m["n_decoder_layers"]), args.rounds // 2, args.reps)
+                    _, ms_f, ratio2 = ab(a, runner(sb, fb, "base", m["n_decoder_layers"]), args.rounds // 2, args.reps)
                     print(f"{'':13s} int8-row vs float32 {ms_f:7.3f} ms: {1 / ratio2:5.3f}x", flush=True)
 
 
