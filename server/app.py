@@ -15,6 +15,7 @@ import signal
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -95,15 +96,24 @@ class HealthBoard:
         self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.update()))
 
 
-def _services() -> list[str]:
-    names = [seq2seq_pb2.DESCRIPTOR.services_by_name["Seq2Seq"].full_name]
-    try:
+def _reflection(server: grpc.aio.Server, kserve: bool) -> list[str]:
+    """Server reflection over every service, from a pool of its own: the KServe protocol lives in a private
+    pool (protos/inference/__init__.py), the others in protobuf's default one. Returns the business services."""
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    files = [seq2seq_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR]
+    names = [seq2seq_pb2.DESCRIPTOR.services_by_name["Seq2Seq"].full_name,
+             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+    if kserve:
         from protos.inference import grpc_service_pb2
 
-        names.append(grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name)
-    except ImportError:
-        pass
-    return names
+        files.append(grpc_service_pb2.DESCRIPTOR)
+        names.insert(1, grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name)
+    pool = descriptor_pool.DescriptorPool()
+    for f in files:
+        pool.AddSerializedFile(f.serialized_pb)
+    reflection.enable_server_reflection(names, server, pool)
+    return names[:2] if kserve else names[:1]
 
 
 async def start(config: ServerConfig) -> Running:
@@ -136,16 +146,14 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
     tracker = RequestTracker(metrics, repo, refusals)
     seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, tracker), server)
     try:
-        from server.kserve import add_kserve
+        from server.kserve.grpc_servicer import add_kserve
     except ImportError:
         add_kserve = None
     control = ModelControl(repo)
     if add_kserve is not None:
         add_kserve(server, repo, config.stream, tracker, control)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    services = _services()
-    reflection.enable_server_reflection([*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                                         reflection.SERVICE_NAME], server)
+    services = _reflection(server, add_kserve is not None)
 
     address = f"{config.host}:{config.port}"
     if config.tls_cert:

@@ -28,7 +28,7 @@ from server.errors import ServingError, ShuttingDown
 from server.metrics import Metrics
 from contract.decoding import DecodingOptions
 from server import distinct
-from server.requests import Limits, Prepared, limits, prepare
+from server.prepare import Limits, Prepared, limits, prepare
 from server.scheduler import Finished, Stats
 
 log = logging.getLogger("s2s.model")
