@@ -1,6 +1,6 @@
 """The front end's side of the engine cores: start them, route requests, restart the ones that die.
 
-``CoreHandle`` owns one child process (``server/core.py``) and its pipe. The pipe is read on the
+``CoreHandle`` owns one child process (``server/core_process.py``) and its pipe. The pipe is read on the
 event loop (``loop.add_reader``); each message is one decode step's report, dispatched to the
 requests in flight. A core that dies (SIGKILL, segfault, OOM) is noticed by EOF on its pipe: its
 requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
@@ -23,9 +23,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from server.core import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
+from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
-from server.scheduler import Failed, Finished, Stats, Token
+from server.core_events import Failed, Finished, Stats, Token
 
 log = logging.getLogger("s2s.cores")
 
@@ -94,14 +94,14 @@ class CoreHandle:
     def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """Start the process; the returned future resolves once the engine is loaded (or fails naming why).
 
-        ``python -m server.core FD`` over one end of a socket pair, rather than multiprocessing's spawn:
+        ``python -m server.core_process FD`` over one end of a socket pair, rather than multiprocessing's spawn:
         a fresh interpreter that never re-imports the embedding program's ``__main__``. Called on the
         event loop thread: the kernel's parent-death signal is tied to the thread that starts the child,
         and the event loop thread lives as long as the server."""
         self.loop = loop
         ours, theirs = socket.socketpair()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "server.core", str(theirs.fileno())],
+            self.proc = subprocess.Popen([sys.executable, "-m", "server.core_process", str(theirs.fileno())],
                                          pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows

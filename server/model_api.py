@@ -22,14 +22,14 @@ from contract import bundle
 from contract.text import TextCodec
 from engine import EngineOptions
 from server.config import ServerConfig
-from server.core import CoreSpec
+from server.core_messages import CoreSpec
 from server.cores import CoreHandle, Router
 from server.errors import ServingError, ShuttingDown
 from server.metrics import Metrics
 from contract.decoding import DecodingOptions
 from server import distinct
 from server.prepare import Limits, Prepared, limits, prepare
-from server.scheduler import Finished, Stats
+from server.core_events import Finished, Stats
 
 log = logging.getLogger("s2s.model")
 
