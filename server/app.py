@@ -23,11 +23,13 @@ from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
 from s2s import __version__
 from server.config import ServerConfig
 from server.http_server import HttpServer, start_http
-from server.interceptors import GuardInterceptor, RefusalLog
+from server.interceptors import GuardInterceptor
 from server.metrics import Metrics, MetricsServer
 from server.model_control import ModelControl
 from server.repository import Repository
-from server.servicer import RequestTracker, Seq2SeqServicer
+from server.refusals import RefusalLog
+from server.request_tracking import RequestTracker
+from server.servicer import Seq2SeqServicer
 
 log = logging.getLogger("s2s.server")
 

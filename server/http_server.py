@@ -21,16 +21,15 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 
-import grpc
 from aiohttp import web
 
-from server.calls import RequestTracker
 from server.config import ServerConfig
-from server.errors import HTTP_STATUS, InvalidInput, clip_details
-from server.interceptors import RefusalLog
+from server.errors import HTTP_STATUS, InvalidInput, ServingError, clip_details
 from server.metrics import Metrics
 from server.model_control import ModelControl
+from server.refusals import RefusalLog
 from server.repository import Repository
+from server.request_tracking import RequestTracker
 
 log = logging.getLogger("s2s.http")
 
@@ -51,18 +50,6 @@ class HttpError(Exception):
     @property
     def status(self) -> int:
         return HTTP_STATUS.get(self.code, 500)
-
-
-class CallContext:
-    """What ``RequestTracker.track`` needs of a call, for an HTTP request: an abort that raises the HTTP
-    error (as gRPC's context.abort raises its own). Doors read the deadline with ``deadline_of`` inside
-    the tracked block, so a malformed header is counted like any other refusal."""
-
-    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()) -> None:
-        raise HttpError(code.name, details)
-
-    def code(self):
-        return None
 
 
 def deadline_of(request: web.Request) -> float | None:
@@ -114,7 +101,7 @@ class Doors:
         self.expected = f"Bearer {config.auth_token}".encode() if config.auth_token else None
 
     def track(self, request: web.Request, model: str, method: str):
-        return self.tracker.track(CallContext(), model, method, protocol="http")
+        return self.tracker.track(model, method, protocol="http")
 
     def check_auth(self, request: web.Request, api_key: str | None = None) -> None:
         """Exactly one 'Authorization: Bearer <token>' header (or, for LibreTranslate, api_key = the token)."""
@@ -155,6 +142,8 @@ async def _errors(request: web.Request, handler):
         return await handler(request)
     except HttpError as e:
         return error_response(e.code, e.message)
+    except ServingError as e:  # the one HTTP mapping of a domain error: its code's status, its message
+        return error_response(e.code, str(e))
     except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
         if e.status == 413:
             return json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} bytes "

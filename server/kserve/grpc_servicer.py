@@ -20,16 +20,17 @@ from google.protobuf import json_format
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
 from s2s import __version__
-from server.calls import RequestTracker, deadline_of
 from server.config import StreamConfig
-from server.errors import ModelNotFound, ModelNotReady, ServingError, clip
+from server.errors import ModelNotFound, ModelNotReady, ServingError, clip, clip_details
+from server.interceptors import deadline_of
 from server.kserve.parse import Parsed, extra_outputs, flag, infer
 from server.kserve.protocol import EXTENSIONS, MAX_ID_CHARS, TEXT_OUTPUT, model_config, model_metadata, timings
 from server.kserve.repository_rpcs import RepositoryServicer
 from server.kserve.tensors import InferInput, InferRequest, encode_values, join_bytes
-from server.model_api import Generation, ModelAPI
+from server.model_api import Generation
 from server.model_control import ModelControl
 from server.repository import Repository
+from server.request_tracking import RequestTracker
 
 log = logging.getLogger("s2s.kserve")
 
@@ -84,38 +85,11 @@ def to_message(request_id: str, p: Parsed, g: Generation):
     return resp
 
 
-class _StreamItem:
-    """The ServicerContext the tracker sees for one request of a stream: an abort fails that request only."""
-
-    class Failed(Exception):
-        def __init__(self, code: grpc.StatusCode, details: str):
-            super().__init__(details)
-            self.status, self.details = code, details
-
-    def __init__(self, stream: grpc.aio.ServicerContext):
-        self.stream = stream
-
-    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()) -> None:
-        raise self.Failed(code, details)
-
-    def code(self):
-        return None
-
-    def time_remaining(self):
-        return self.stream.time_remaining()
-
-
 class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
     pb = pb  # for the repository RPCs (server/kserve/repository_rpcs.py)
 
     def __init__(self, repo: Repository, stream: StreamConfig, tracker: RequestTracker, control: ModelControl):
         self.repo, self.stream, self.tracker, self.control = repo, stream, tracker, control
-
-    async def _get(self, context: grpc.aio.ServicerContext, name: str, version: str) -> ModelAPI:
-        try:
-            return self.repo.get(name, version)
-        except ServingError as e:
-            await context.abort(grpc.StatusCode[e.code], str(e))
 
     # ---- health and metadata -------------------------------------------------------------------
     async def ServerLive(self, request, context):
@@ -136,11 +110,11 @@ class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerMetadataResponse(name="s2s", version=__version__, extensions=list(EXTENSIONS))
 
     async def ModelMetadata(self, request, context):
-        model = await self._get(context, request.name, request.version)
+        model = self.repo.get(request.name, request.version)
         return json_format.ParseDict(model_metadata(self.repo, model), pb.ModelMetadataResponse())
 
     async def ModelConfig(self, request, context):
-        model = await self._get(context, request.name, request.version)
+        model = self.repo.get(request.name, request.version)
         return pb.ModelConfigResponse(config=json_format.ParseDict(model_config(model), pb.ModelConfig()))
 
     # ---- inference -----------------------------------------------------------------------------
@@ -149,23 +123,22 @@ class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
         return to_message(request.id, p, g)
 
     async def ModelInfer(self, request, context):
-        async with self.tracker.track(context, request.model_name, "ModelInfer"):
+        async with self.tracker.track(request.model_name, "ModelInfer"):
             return await self._infer(request, deadline_of(context))
 
     async def _stream_one(self, request, context: grpc.aio.ServicerContext):
-        item = _StreamItem(context)
         # An id over the limit is refused (below, by parse) and not echoed: the answer carries none.
         rid = request.id if len(request.id) <= MAX_ID_CHARS else ""
         try:
-            async with self.tracker.track(item, request.model_name, "ModelStreamInfer"):
+            async with self.tracker.track(request.model_name, "ModelStreamInfer"):
                 plain = from_message(request)
                 resp = await self._infer(request, deadline_of(context), plain)
             if flag(plain.parameters, "triton_enable_empty_final_response"):
                 # tritonclient's enable_empty_final_response: one response per request, so this one is the last.
                 resp.parameters["triton_final_response"].bool_param = True
             return pb.ModelStreamInferResponse(infer_response=resp)
-        except _StreamItem.Failed as e:
-            message = e.details
+        except ServingError as e:  # fails this request of the stream only: an error message, not a status
+            message = clip_details(str(e))
         except Exception as e:  # a bug must fail this request, not the stream (the tracker counted it INTERNAL)
             log.exception("ModelStreamInfer: request %s failed", clip(request.id))
             message = f"internal error ({type(e).__name__}); see server log"

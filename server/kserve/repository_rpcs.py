@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 
-from server.calls import RequestTracker
+from server.request_tracking import RequestTracker
 from server.model_control import ModelControl
 
 
@@ -34,11 +34,11 @@ class RepositoryServicer:
         return index_response(self.pb, self.control, request.ready)
 
     async def RepositoryModelLoad(self, request, context):
-        async with self.tracker.track(context, request.model_name, "RepositoryModelLoad"):
+        async with self.tracker.track(request.model_name, "RepositoryModelLoad"):
             await self.control.load(request.model_name, parameters_of(request.parameters))
         return self.pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request, context):
-        async with self.tracker.track(context, request.model_name, "RepositoryModelUnload"):
+        async with self.tracker.track(request.model_name, "RepositoryModelUnload"):
             await self.control.unload(request.model_name, parameters_of(request.parameters))
         return self.pb.RepositoryModelUnloadResponse()
