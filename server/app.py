@@ -30,6 +30,7 @@ from server.repository import Repository
 from server.refusals import RefusalLog
 from server.request_tracking import RequestTracker
 from server.servicer import Seq2SeqServicer
+from server.telemetry import Telemetry
 
 log = logging.getLogger("s2s.server")
 
@@ -122,10 +123,10 @@ async def start(config: ServerConfig) -> Running:
     metrics = Metrics()
     metrics.build_info.info({"version": __version__})
     health_servicer = health.aio.HealthServicer()
-    board: list[HealthBoard] = []  # set once the services are known; core state changes before that wait for it
-    repo = Repository(config, metrics, lambda: board and board[0].changed())  # BundleError names the file
+    telemetry = Telemetry(metrics)  # the health board watches it once the services are known
+    repo = Repository(config, telemetry)  # BundleError names the file
     try:
-        return await _start(config, metrics, health_servicer, board, repo)
+        return await _start(config, metrics, health_servicer, telemetry, repo)
     except BaseException:  # whatever failed (a bundle, a port in use), no engine core is left behind
         for model in repo.all():
             model.stop()
@@ -136,7 +137,7 @@ async def start(config: ServerConfig) -> Running:
 
 
 async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health.aio.HealthServicer,
-                 board: list, repo: Repository) -> Running:
+                 telemetry: Telemetry, repo: Repository) -> Running:
     await repo.start(asyncio.get_running_loop(), metrics)  # every engine core loaded (BundleError names the file)
 
     refusals = RefusalLog()
@@ -175,8 +176,9 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
         raise
     metrics_host = config.metrics_host or config.host
     http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
-    board.append(HealthBoard(health_servicer, repo, services))
-    await board[0].update()
+    board = HealthBoard(health_servicer, repo, services)
+    telemetry.watch(board.changed)
+    await board.update()
     control.start()
     log.info("serving %s (model control: %s): gRPC on %s (%s), HTTP on %s, metrics on %s",
              ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()) or "no model", config.model_control_mode,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine import Hypothesis
+from server.errors import ServingError
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,12 @@ class Failed:
     request: int
     code: str
     message: str
+
+    def error(self) -> ServingError:
+        """The domain error it stands for, to raise at the edge (its code maps to the status once per transport)."""
+        err = ServingError(self.message)
+        err.code = self.code
+        return err
 
 
 Event = Token | Finished | Failed

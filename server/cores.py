@@ -1,8 +1,9 @@
 """The front end's side of the engine cores: start them, route requests, restart the ones that die.
 
 ``CoreHandle`` owns one child process (``server/core_process.py``) and its pipe. The pipe is read on the
-event loop (``loop.add_reader``); each message is one decode step's report, dispatched to the
-requests in flight. A core that dies (SIGKILL, segfault, OOM) is noticed by EOF on its pipe: its
+event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
+the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
+to the model version's telemetry (``server/telemetry.py``). A core that dies (SIGKILL, segfault, OOM) is noticed by EOF on its pipe: its
 requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
 growing delay if it keeps dying.
 """
@@ -17,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -25,7 +25,8 @@ from pathlib import Path
 from contract.decoding import DecodingOptions
 from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
-from server.core_events import Failed, Finished, Stats, Token
+from server.core_events import Event, Failed, Finished
+from server.telemetry import ModelTelemetry
 
 log = logging.getLogger("s2s.cores")
 
@@ -50,13 +51,13 @@ class CoreLoadError(RuntimeError):
 
 @dataclass(eq=False)
 class InFlight:
-    """A request sent to a core: where its events go."""
+    """A request sent to a core, as its caller holds it: the core's typed events for it arrive on ``events``
+    in order (``Token`` while streaming, one ``Finished`` per input, or one ``Failed`` that ends it)."""
 
     id: int
     rows: int
-    on_token: Callable[[int, int], None] | None  # (index, token)
-    on_finished: Callable[[Finished], None]
-    on_failed: Callable[[ServingError], None]
+    left: int  # inputs not finished yet
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
 
 
 @dataclass
@@ -71,9 +72,8 @@ class CoreState:
 
 
 class CoreHandle:
-    def __init__(self, spec: CoreSpec, on_stats: Callable[[CoreSpec, Stats], None],
-                 on_change: Callable[[CoreHandle], None]):
-        self.spec, self.on_stats, self.on_change = spec, on_stats, on_change
+    def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry):
+        self.spec, self.telemetry = spec, telemetry
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
         self.rows = 0  # rows of the requests in flight: the load the router balances
@@ -126,22 +126,21 @@ class CoreHandle:
                 req = self.inflight.get(ev.request)
                 if req is None:
                     continue  # cancelled on this side already
-                if isinstance(ev, Token):
-                    if req.on_token is not None:
-                        req.on_token(ev.index, ev.token)
-                elif isinstance(ev, Finished):
-                    req.on_finished(ev)
+                req.events.put_nowait(ev)
+                if isinstance(ev, Finished):
+                    req.left -= 1
+                    if req.left == 0:
+                        self._forget(req)
                 elif isinstance(ev, Failed):
                     self._forget(req)
-                    req.on_failed(_error(ev.code, ev.message))
-            self.on_stats(self.spec, msg.stats)
+            self.telemetry.stats(self.spec.index, msg.stats)
         elif isinstance(msg, Ready):
             self.state.up, self.state.provider, self.state.io_binding, self.state.pid = True, msg.provider, msg.io_binding, msg.pid
             self.state.ready_at = time.monotonic()
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(self)
             log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
-            self.on_change(self)
+            self.telemetry.core_state(self.spec.index, True, self.state.restarts)
         elif isinstance(msg, LoadFailed):
             if self._ready is not None and not self._ready.done():
                 self._ready.set_exception(CoreLoadError(msg.message))
@@ -165,12 +164,12 @@ class CoreHandle:
         self.inflight.clear()
         self.rows = 0
         for req in failed:
-            req.on_failed(CoreUnavailable(f"model {self.spec.model!r}: its engine core stopped while decoding this "
-                                          "request; retry"))
+            req.events.put_nowait(Failed(req.id, CoreUnavailable.code, f"model {self.spec.model!r}: its engine core "
+                                         "stopped while decoding this request; retry"))
         self._exited.set()
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})"))
-        self.on_change(self)
+        self.telemetry.core_state(self.spec.index, False, self.state.restarts)
         if self.stopping:
             return
         # Dying again soon after a start counts as "in a row": back off instead of spinning.
@@ -191,10 +190,11 @@ class CoreHandle:
 
     # ---- requests --------------------------------------------------------------------------------
     def submit(self, sequences: list[tuple[list[int], list[int]]], options: DecodingOptions, stream: bool,
-               deadline: float | None, arrival: float, on_finished, on_failed, on_token=None) -> InFlight:
+               deadline: float | None, arrival: float) -> InFlight:
+        """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes)."""
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
-        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, on_token, on_finished, on_failed)
+        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, len(sequences))
         self.inflight[req.id] = req
         self.rows += req.rows
         self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival))
@@ -215,10 +215,6 @@ class CoreHandle:
             self.conn.send(batch)
         except OSError:
             pass  # the core is gone; EOF on the pipe reports it and fails what is in flight
-
-    def done(self, req: InFlight) -> None:
-        """The request got all its outputs."""
-        self._forget(req)
 
     def cancel(self, req: InFlight) -> None:
         if self._forget(req) and self.conn is not None:
@@ -265,12 +261,6 @@ class CoreHandle:
         """Tests and emergencies: SIGKILL the process (it is restarted unless stopping)."""
         if self.proc is not None:
             self.proc.kill()
-
-
-def _error(code: str, message: str) -> ServingError:
-    err = ServingError(message)
-    err.code = code
-    return err
 
 
 @dataclass
