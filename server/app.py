@@ -141,12 +141,12 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
     await repo.start(asyncio.get_running_loop(), metrics)  # every engine core loaded (BundleError names the file)
 
     refusals = RefusalLog()
-    server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, metrics, refusals)], options=[
+    tracker = RequestTracker(metrics, repo, refusals)  # every call of every door is counted here
+    server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, tracker)], options=[
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),
     ])
-    tracker = RequestTracker(metrics, repo, refusals)
     seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, tracker), server)
     try:
         from server.kserve.grpc_servicer import add_kserve

@@ -19,8 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from server.errors import ServingError, clip_details
-from server.metrics import Metrics
-from server.refusals import RefusalLog
+from server.request_tracking import RequestTracker
 
 log = logging.getLogger("s2s.server")
 
@@ -96,9 +95,9 @@ async def _responses(result) -> AsyncIterator:
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, token: str | None, metrics: Metrics, refusals: RefusalLog):
+    def __init__(self, token: str | None, tracker: RequestTracker):
         self._expected = f"Bearer {token}".encode() if token else None
-        self.metrics, self.refusals = metrics, refusals
+        self.tracker = tracker
         self._guarded: dict[str, grpc.RpcMethodHandler] = {}  # per registered method, built once
 
     def _authorized(self, metadata) -> bool:
@@ -109,8 +108,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         return hmac.compare_digest(got, self._expected)
 
     def _refuse(self, method: str, code: grpc.StatusCode, message: str) -> None:
-        self.metrics.requests.labels("", method.rsplit("/", 1)[-1], "grpc", code.name).inc()
-        self.refusals(code.name, f"{method}: {message}")
+        self.tracker.refused(method.rsplit("/", 1)[-1], "grpc", code.name, f"{method}: {message}")
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)

@@ -27,6 +27,12 @@ class RequestTracker:
     def __init__(self, metrics: Metrics, repo: Repository, refusals: RefusalLog):
         self.metrics, self.repo, self.refusals = metrics, repo, refusals
 
+    def refused(self, method: str, protocol: str, code: str, message: str) -> None:
+        """A call refused before it reached a door (no token, a body that does not parse): counted without a
+        model (none was read) and logged at WARNING at most, rate-limited."""
+        self.metrics.requests.labels("", method, protocol, code).inc()
+        self.refusals(code, message)
+
     @contextlib.asynccontextmanager
     async def track(self, model: str, method: str, protocol: str = "grpc") -> AsyncIterator[None]:
         """Around a request: count and time it under the code it ends with (OK, the ServingError's code,
