@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from contract import bundle
@@ -29,61 +28,11 @@ from server.detokenize import StreamingText
 from server.errors import ShuttingDown
 from contract.decoding import DecodingOptions
 from server import distinct
-from server.prepare import Limits, Prepared, limits, prepare
+from server.prepare import Prepared, limits, prepare
+from server.results import Generation, ModelInfo, Output, StreamEvent, TextHypothesis, Timings
 from server.telemetry import Telemetry
 
 log = logging.getLogger("s2s.model")
-
-
-# ---- what front doors get back -------------------------------------------------------------------
-@dataclass(frozen=True)
-class Hypothesis:
-    text: str
-    score: float  # 0 unless the request asked for scores
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class Output:
-    text: str  # hypotheses[0].text
-    input_tokens: int
-    output_tokens: int
-    hypotheses: tuple[Hypothesis, ...] = ()  # num_hypotheses of them, best first
-
-
-@dataclass(frozen=True)
-class Timings:
-    queue_seconds: float  # arrival until the last of its inputs joined a batch
-    time_to_first_token_seconds: float
-    total_seconds: float
-
-
-@dataclass(frozen=True)
-class Generation:
-    model: str
-    version: str
-    outputs: list[Output]  # in input order
-    timings: Timings
-
-
-@dataclass(frozen=True)
-class StreamEvent:
-    index: int
-    text_delta: str
-    finished: bool = False
-    output: Output | None = None
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    version: str
-    task: str
-    provider: str
-    quantization: str
-    limits: Limits
-    cores: int
-    cores_up: int
 
 
 class ModelAPI:
@@ -158,8 +107,8 @@ class ModelAPI:
 
     def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
         scored = p.options.return_scores
-        hyps = tuple(Hypothesis(self.codec.decode(h.tokens), h.score if scored else 0.0, len(h.tokens))
-                     for h in ev.hypotheses) or (Hypothesis(self.codec.decode(ev.tokens), 0.0, len(ev.tokens)),)
+        hyps = tuple(TextHypothesis(self.codec.decode(h.tokens), h.score if scored else 0.0, len(h.tokens))
+                     for h in ev.hypotheses) or (TextHypothesis(self.codec.decode(ev.tokens), 0.0, len(ev.tokens)),)
         return Output(hyps[0].text, len(p.src_ids[i]), hyps[0].output_tokens, hyps)
 
     @staticmethod

@@ -11,7 +11,7 @@ from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from contract.decoding import DecodingOptions
 from server.interceptors import deadline_of
-from server.model_api import Output
+from server.results import Output
 from server.repository import Repository
 from server.request_tracking import RequestTracker
 

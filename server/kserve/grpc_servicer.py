@@ -27,7 +27,7 @@ from server.kserve.parse import Parsed, extra_outputs, flag, infer
 from server.kserve.protocol import EXTENSIONS, MAX_ID_CHARS, TEXT_OUTPUT, model_config, model_metadata, timings
 from server.kserve.repository_rpcs import RepositoryServicer
 from server.kserve.tensors import InferInput, InferRequest, encode_values, join_bytes
-from server.model_api import Generation
+from server.results import Generation
 from server.model_control import ModelControl
 from server.repository import Repository
 from server.request_tracking import RequestTracker

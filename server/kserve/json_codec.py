@@ -12,7 +12,7 @@ from server.errors import InvalidInput, clip
 from server.kserve.parse import Parsed, extra_outputs
 from server.kserve.protocol import TEXT_OUTPUT, timings
 from server.kserve.tensors import InferInput, InferRequest, Param, encode_values, join_bytes
-from server.model_api import Generation
+from server.results import Generation
 
 _INT_RANGES = {"INT64": (-2**63, 2**63 - 1), "INT32": (-2**31, 2**31 - 1)}  # JSON integers have no bound
 

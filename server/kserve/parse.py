@@ -16,7 +16,8 @@ from server.errors import InvalidInput, ModelNotReady, clip
 from server.kserve.protocol import (ALIASES, COUNT_OUTPUTS, DECODING_PARAMETERS, EXTRA_OUTPUTS, MAX_ID_CHARS, OPTIONS,
                                     TARGET_PREFIX, TEXT_INPUT, TEXT_OUTPUT)
 from server.kserve.tensors import InferInput, InferRequest, Param, shape_str, split_bytes
-from server.model_api import Generation, ModelAPI
+from server.model_api import ModelAPI
+from server.results import Generation
 from server.prepare import Limits
 from server.repository import Repository
 

@@ -5,7 +5,8 @@ bindings describe a model alike. No transport here."""
 
 from __future__ import annotations
 
-from server.model_api import Generation, ModelAPI
+from server.model_api import ModelAPI
+from server.results import Generation
 from server.repository import Repository
 
 TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
