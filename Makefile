@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 PROTOS := $(shell find protos -name '*.proto')
 MODEL_REPO ?= models
 
-.PHONY: install install-gpu install-serve protos serve system-deps test models experiments bench screenshot corpus clean help
+.PHONY: install install-gpu install-serve protos serve system-deps test models experiments bench gpu-check screenshot corpus clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -58,6 +58,9 @@ bench: install  ## the benchmarks behind docs/BENCHMARKS.md (about 20 min; keep 
 	$(PY) bench/serve.py
 	$(PY) bench/threads.py
 	$(PY) bench/profile_step.py
+
+gpu-check: install-gpu  ## on an NVIDIA host: CUDA vs CPU parity, the decode table on CUDA, an fp16 bundle, 1 min of serving (< 10 min)
+	$(PY) scripts/gpu_check.py --device cuda --out .cache/gpu-check --write
 
 screenshot: install system-deps  ## docs/img/prometheus_latency.png (a real Prometheus) and docs/img/playground.png, by headless Chromium
 	@fc-list :lang=ja 2>/dev/null | grep -q . || \

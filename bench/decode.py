@@ -6,7 +6,7 @@ engine generates exactly N new tokens per input (EOS ignored, so every engine do
 work), single-threaded, one engine at a time:
 
   ort+kv      the serving engine: ONNX Runtime, KV cache   (engine.generate, ignore_eos=True)
-  ort-nocache the same graphs, whole prefix recomputed every step (engine.generate_no_cache)
+  ort-nocache the same graphs, whole prefix recomputed every step (bench.baselines.generate_no_cache)
   torch+kv    PyTorch eager with the KV cache (model.decode_step N times; training code untouched)
   ct2         CTranslate2 on the same weights, converted by bench/ct2_convert.py
               (translate_batch, beam 1, min = max decoding length = N)
@@ -143,6 +143,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="inputs per timed pass of the real-inputs table, cycling through the test set (default: %(default)s)")
     p.add_argument("--real-repeats", type=int, default=3,
                    help="timed passes per real-inputs cell, after one warm-up; the median is reported (>= 3; default: %(default)s)")
+    p.add_argument("--served-default", action=argparse.BooleanOptionalAction, default=True,
+                   help="with the real-inputs table: CPU per sequence and held-out chrF of the served default search "
+                        "against CTranslate2's default beam 4 (bench/served_default.py; default: on)")
     p.add_argument("--beams", type=_ints, default=[1, 4], help="beam sizes of the real-inputs table (1 = greedy; default: 1,4)")
     p.add_argument("--ct2-length-penalty", type=float, default=0.6,
                    help="CTranslate2's length_penalty in beam search (score / length**p; the engine uses GNMT's "
@@ -220,7 +223,7 @@ def torch_forced(model, src, src_mask, n: int) -> list[list[int]]:
 def make_runners(args, ck, engine, engine_int8, ct2, ct2_int8) -> dict[str, Runner]:
     import torch
 
-    from engine import generate, generate_no_cache
+    from bench.baselines import generate, generate_no_cache
     from engine.generator import pad_batch
 
     codec, sp = ck.codec, ck.config.special
@@ -347,7 +350,7 @@ def machine() -> dict:
 def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
     import sacrebleu
 
-    from engine import generate
+    from bench.baselines import generate
 
     srcs, refs = [s for s, _ in pairs], [r for _, r in pairs]
     codec = ck.codec
@@ -429,8 +432,8 @@ def real_systems(args, budget: int, engine, engine_int8, ct2, ct2_int8) -> list[
             # The engine's max_batch_size counts rows (a beam counts its width): B inputs = B x beam rows, as CTranslate2.
             # Beam rows rank and stop by CTranslate2's rule with its length_penalty, so both sides do the same search;
             # "engine-gnmt" times the engine's default (GNMT's penalty, stopping when no live beam can still win).
-            search = {} if beam == 1 or rule == "gnmt" else dict(length_penalty_type="ctranslate2",
-                                                                 length_penalty=args.ct2_length_penalty)
+            search = ({} if beam == 1 else dict(length_penalty_type="gnmt") if rule == "gnmt" else
+                      dict(length_penalty_type="ctranslate2", length_penalty=args.ct2_length_penalty))
             return e.generate(texts, beam_size=beam, max_new_tokens=budget, max_batch_size=batch * beam, **search)
         return run
 
@@ -750,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from bench.ct2_convert import CT2Translator, convert, verify, vocabulary
-    from engine import Engine, EngineOptions
+    from engine import EngineOptions, Translator
     from training import checkpoint as ckpt_io
     from training.tasks import read_tsv
 
@@ -786,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     ct2_dir = convert(args.checkpoint, CACHE / f"ct2-{args.model}")
     tokens = vocabulary(ck.codec.tokenizer)
     ct2 = CT2Translator(ct2_dir, tokens, "float32", args.threads)
-    engine = Engine(args.bundle, EngineOptions(device="cpu", intra_op_threads=args.threads))
+    engine = Translator(args.bundle, EngineOptions(device="cpu", intra_op_threads=args.threads))
     if engine.config.source_checkpoint_sha256 != ckpt_io.weights_sha256(args.checkpoint):
         print(f"warning: {args.bundle} was not exported from {args.checkpoint} (weights differ)", file=sys.stderr)
         info["bundle"] += " (NOT exported from this checkpoint's weights)"
@@ -801,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.int8:
         folder_int8 = cached_bundle(args.checkpoint, args.model, args.int8_variant)
         info["bundle_int8"] = _rel(folder_int8)
-        engine_int8 = Engine(folder_int8, EngineOptions(device="cpu", intra_op_threads=args.threads))
+        engine_int8 = Translator(folder_int8, EngineOptions(device="cpu", intra_op_threads=args.threads))
         ct2_int8 = CT2Translator(ct2_dir, tokens, "int8", args.threads)
 
     cells: list[Cell] = []
@@ -835,6 +838,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.real:
         real = real_table(args, ck, budget, engine, engine_int8, ct2, ct2_int8, [s for s, _ in shuffled])
         real_text = render_real(args, info, real)
+        if args.served_default and engine.config.task.beam_size > 1:
+            from bench import served_default
+            from contract.decoding import DecodingOptions
+
+            print("served default vs CTranslate2's default beam 4 ...", file=sys.stderr)
+            texts = [shuffled[i % len(shuffled)][0] for i in range(args.real_inputs)]
+            real["served_default"] = sd = served_default.measure(engine, ct2, ck.codec, texts, args.batch_sizes,
+                                                                 args.real_repeats, budget)
+            task = engine.config.task
+            d = DecodingOptions(length_penalty_type=task.length_penalty_type)
+            real_text += served_default.render(sd, f"beam {task.beam_size}, length_penalty_type "
+                                                   f"{d.length_penalty_type}, length_penalty {d.alpha:g}")
 
     info["seconds"] = time.perf_counter() - started
     if args.real_only:

@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     import torch
 
     from bench.ct2_convert import CT2Translator, convert, vocabulary
-    from engine import Engine, EngineOptions, generate
+    from bench.baselines import generate
+    from engine import EngineOptions, Translator
     from export.quantize import INT8, VARIANTS
     from training import checkpoint as ckpt_io
     from training.tasks import read_tsv
@@ -85,17 +86,17 @@ def main(argv=None) -> int:
     pairs = read_tsv(ck_dir / "test.tsv")
     random.Random(args.seed).shuffle(pairs)
     opts = EngineOptions(device="cpu", intra_op_threads=1)
-    f32 = Engine(ROOT / "models" / args.model / "1", opts)
-    engines = {"float32": f32, **{v: Engine(cached_bundle(ck_dir, args.model, v), opts) for v in VARIANTS}}
-    fused = Engine(cached_bundle(ck_dir, args.model, fused=True), opts)
+    f32 = Translator(ROOT / "models" / args.model / "1", opts)
+    engines = {"float32": f32, **{v: Translator(cached_bundle(ck_dir, args.model, v), opts) for v in VARIANTS}}
+    fused = Translator(cached_bundle(ck_dir, args.model, fused=True), opts)
 
     # Accuracy: translation chrF on held-out pairs, and addition's exact match (its own bar).
     acc: dict[str, dict] = {}
     srcs, refs = [s for s, _ in pairs[: args.accuracy_sentences]], [r for _, r in pairs[: args.accuracy_sentences]]
     add_dir = ROOT / "checkpoints" / "addition"
     add_pairs = read_tsv(add_dir / "test.tsv")[: args.accuracy_sentences]
-    add_engines = {"float32": Engine(ROOT / "models" / "addition" / "1", opts),
-                   **{v: Engine(cached_bundle(add_dir, "addition", v), opts) for v in VARIANTS}}
+    add_engines = {"float32": Translator(ROOT / "models" / "addition" / "1", opts),
+                   **{v: Translator(cached_bundle(add_dir, "addition", v), opts) for v in VARIANTS}}
     for name, e in engines.items():
         hyps = generate(e, srcs, budget, batch_size=64)
         add = generate(add_engines[name], [s for s, _ in add_pairs], batch_size=64)

@@ -4,7 +4,7 @@ Runs decoder.onnx of a bundle at a given batch size and cache length (random inp
 shapes, 1 intra-op thread), prints the share of kernel time per operator type and writes it to
 docs/BENCHMARKS.md. Read it before optimising the graph: it says what a change could win.
 It also times the encoder on a batch of held-out sentences, as one padded run against the engine's
-equal-length groups (`Engine.encode`), the change that paid most on this model.
+equal-length groups (`Runner.encode`), the change that paid most on this model.
 
     .venv/bin/python bench/profile_step.py [--model translate-en-ja] [--batch 64] [--past 32]
 """
@@ -30,14 +30,15 @@ from bench.markdown import write_section  # noqa: E402
 
 
 def encoder_padding(folder: Path, data: Path, batch: int, repeats: int = 9) -> dict:
-    """Median ms of the encoder on ``batch`` held-out sources: one run over the padded batch vs ``Engine.encode``
+    """Median ms of the encoder on ``batch`` held-out sources: one run over the padded batch vs ``Runner.encode``
     (rows grouped by length, no padding computed), taking turns."""
-    from engine import Engine, EngineOptions
+    from engine import EngineOptions, Translator
     from engine.generator import pad_batch
 
-    engine = Engine(folder, EngineOptions(device="cpu"))
+    t = Translator(folder, EngineOptions(device="cpu"))
+    engine = t.runner
     lines = data.read_text(encoding="utf-8").splitlines()[:batch]
-    ids, mask = pad_batch([engine.codec.source_ids(line.split("\t")[0]) for line in lines], engine.special.pad)
+    ids, mask = pad_batch([t.codec.source_ids(line.split("\t")[0]) for line in lines], engine.special.pad)
     padded, grouped = [], []
     for r in range(repeats + 1):
         for fn, out in ((engine._encode, padded), (engine.encode, grouped)):
@@ -75,9 +76,9 @@ def profile(folder: Path, args) -> tuple[float, collections.Counter]:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.enable_profiling = True
     so.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "step")
-    from engine.session import CPU_DISABLED_OPTIMIZERS
+    from engine.device import CPU_DISABLED_OPTIMIZERS
 
-    # As the engine runs it: the same fusions turned off (engine/session.py).
+    # As the engine runs it: the same fusions turned off (engine/device.py).
     sess = ort.InferenceSession(str(folder / "decoder.onnx"), so, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=list(CPU_DISABLED_OPTIMIZERS))
     feed = decoder_feed(m, args.batch, args.past, args.src)
@@ -96,11 +97,11 @@ def profile(folder: Path, args) -> tuple[float, collections.Counter]:
 
 
 def fusion_ab(folder: Path, args, rounds: int = 9) -> dict:
-    """Decoder step and encoder run with the engine's CPU fusion exclusions (engine/session.py) against ONNX
+    """Decoder step and encoder run with the engine's CPU fusion exclusions (engine/device.py) against ONNX
     Runtime's full set, paired: the two sessions take turns, the order reversed every other round."""
     from contract import names
     from contract.bundle import read_bundle
-    from engine.session import CPU_DISABLED_OPTIMIZERS
+    from engine.device import CPU_DISABLED_OPTIMIZERS
 
     m = read_bundle(folder).model
     dec_feed = decoder_feed(m, args.batch, args.past, args.src)
@@ -156,7 +157,7 @@ def main() -> int:
         fused = profile(cached_bundle(ROOT / "checkpoints" / args.model, args.model, fused=True), args)
     enc = encoder_padding(folder, ROOT / "checkpoints" / args.model / "test.tsv", args.encoder_batch)
     ab = fusion_ab(folder, args)
-    from engine.session import CPU_DISABLED_OPTIMIZERS
+    from engine.device import CPU_DISABLED_OPTIMIZERS
 
     total = sum(per_op.values())
     rows = [f"| {op} | {us / total:.1%} |" for op, us in per_op.most_common(10)]
@@ -178,7 +179,7 @@ def main() -> int:
             "projections).", ""]),
         f"Encoder, {enc['n']} held-out sources (`checkpoints/{args.model}/test.tsv`; mean {enc['mean_len']:.1f} tokens, "
         f"longest {enc['max_len']}: {enc['padding']:.1f}x padding), median of 9 taking turns: one run over the padded "
-        f"batch **{enc['padded_ms']:.1f} ms**, rows in equal-length groups (`Engine.encode`, no padding computed) "
+        f"batch **{enc['padded_ms']:.1f} ms**, rows in equal-length groups (`Runner.encode`, no padding computed) "
         f"**{enc['grouped_ms']:.1f} ms** ({enc['padded_ms'] / enc['grouped_ms']:.1f}x). The encoder costs about the same "
         "per token at any batch size on one core, so padding costs in full.",
         "",
@@ -195,7 +196,7 @@ def main() -> int:
         "6 SkipLayerNormalization (which the session's own graph optimizer already does) and no attention; the",
         "step was 5.25 ms before and 5.33-5.39 ms after.",
         "",
-        "Fusions the engine turns off on the CPU (`engine/session.py`: "
+        "Fusions the engine turns off on the CPU (`engine/device.py`: "
         f"{', '.join(f'`{o}`' for o in CPU_DISABLED_OPTIMIZERS)}), "
         "measured in this run, the two sessions taking turns (median of 9 rounds): decoder step (the shape above) "
         f"**{ab['decoder.onnx'][0]:.2f} ms** as the engine runs it against {ab['decoder.onnx'][1]:.2f} ms with every "
@@ -205,7 +206,7 @@ def main() -> int:
         "2026-12-01 (AVX-512 EPYC; each a paired A/B of two sessions or bundles in one process, taking turns, with",
         "throwaway scripts, not in the repository, except where a bench/ command is named):",
         "",
-        "- **Adopted: ONNX Runtime's `SkipLayerNormFusion` turned off on the CPU** (`engine/session.py`,",
+        "- **Adopted: ONNX Runtime's `SkipLayerNormFusion` turned off on the CPU** (`engine/device.py`,",
         "  `CPU_DISABLED_OPTIMIZERS`): its fused kernel was slower than Add + LayerNormalization; decoder step",
         "  7.27 -> 6.72 ms float32, 3.51 -> 3.22 ms int8 at batch 64, the encoder 7-20% faster, int8 end to end",
         "  1.15x (this script's A/B above repeats the float32 part). The table above is of the graph as the engine",

@@ -23,7 +23,7 @@ Ceilings, measured after every server has exited, on the same inputs:
 
 * engine cores in process (what "server / own cores' ceiling" divides by): for each K, K processes
   (multiprocessing spawn), each with the server's own Scheduler (continuous, --max-batch-size, step
-  loop plus encoder thread) on one Engine, fed pre-tokenized inputs by closed-loop callers (max C of
+  loop plus encoder thread) on one Runner, fed pre-tokenized inputs by closed-loop callers (max C of
   the grid, or --ceiling-callers, split over the K processes; one caller thread per process, fed by
   the scheduler's sink, submits a caller's next sequence as soon as its Finished event arrives; no
   gRPC, no pipe). All K run the same wall window (--ceiling-warmup-s, then --ceiling-seconds);
@@ -197,7 +197,7 @@ def load_inputs(args: argparse.Namespace, engine) -> tuple[list[str], Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from engine import Engine, EngineOptions
+    from engine import EngineOptions, Translator
 
     def on_term(signum, frame):  # SIGTERM unwinds like Ctrl-C, so every server process is stopped on the way out
         raise SystemExit(128 + signum)
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     bundle = find_bundle(args.model_repo, args.model)
-    engine = Engine(bundle, EngineOptions(device="cpu", intra_op_threads=args.intra_op_threads))
+    engine = Translator(bundle, EngineOptions(device="cpu", intra_op_threads=args.intra_op_threads))
     inputs, inputs_path = load_inputs(args, engine)
     log(f"bench/serve.py: {args.model} from {bundle}, {len(inputs)} inputs from {inputs_path}; load average {load_before}")
     if float(load_before.split()[0]) > 0.7 * len(os.sched_getaffinity(0)) if load_before != "n/a" else False:

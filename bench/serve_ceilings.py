@@ -118,12 +118,12 @@ def engine_outputs(engine, texts: list[str], max_new_tokens: int, batch_size: in
     from engine.generator import run
 
     budget = max_new_tokens or engine.config.task.max_new_tokens
-    seqs = run(engine, [Sequence(engine.codec.source_ids(t), budget) for t in texts], batch_size)
+    seqs = run(engine.runner, [Sequence(engine.codec.source_ids(t), budget) for t in texts], batch_size)
     return [list(s.result or []) for s in seqs]
 
 
 def measure_ceiling(engine, bundle: Path, args: argparse.Namespace, inputs: list[str], single: list[float], log) -> Ceiling:
-    from engine import generate
+    from bench.baselines import generate
 
     mnt = args.max_new_tokens or None
     outputs = engine_outputs(engine, inputs, args.max_new_tokens, args.max_batch_size)  # also warms ORT up
@@ -158,7 +158,7 @@ def _recv(conn, timeout: float, what: str):
 
 
 def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[int]], budget: int, callers: int) -> None:
-    """A ceiling process: one Engine and the server's Scheduler, driven by ``callers`` closed-loop callers.
+    """A ceiling process: one Runner and the server's Scheduler, driven by ``callers`` closed-loop callers.
 
     The scheduler's sink puts each iteration's events on a queue; this (main) thread takes them and, for
     every Finished/Failed, submits that caller's next sequence at once: the callers are multiplexed on one
@@ -167,12 +167,12 @@ def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[
     die_with_parent()
     try:
         sys.setswitchinterval(0.0005)  # as the engine core sets it
-        from engine import Engine, EngineOptions, Sequence
+        from engine import EngineOptions, Runner, Sequence
         from server.config import SchedulerConfig
         from server.core_events import Failed, Finished
         from server.scheduler import Scheduler
 
-        engine = Engine(Path(bundle), EngineOptions(device="cpu", intra_op_threads=threads))
+        engine = Runner(Path(bundle), EngineOptions(device="cpu", intra_op_threads=threads))
         events: queue.SimpleQueue = queue.SimpleQueue()
         window = [float("inf"), float("-inf")]
         steps = [0, 0]  # decode steps, rows, inside the window
@@ -227,7 +227,7 @@ def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[
 def engine_cores_ceiling(args: argparse.Namespace, bundle: Path, ids: list[list[int]], budget: int, k: int, callers: int,
                          log) -> CoreCeiling:
     """K engine cores' in-process ceiling: K spawned processes, each the server's Scheduler (continuous) on its
-    own Engine with its share of the callers (callers // K, the remainder to the first) and of the inputs
+    own Runner with its share of the callers (callers // K, the remainder to the first) and of the inputs
     (every K-th), run over the same wall window; answers finished inside it are summed. Best of
     --ceiling-repeats windows."""
     ctx = multiprocessing.get_context("spawn")

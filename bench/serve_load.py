@@ -219,7 +219,7 @@ async def rtt(server: ServerProcess, args: argparse.Namespace) -> list[float]:
 
 def single_request_times(engine, args: argparse.Namespace, inputs: list[str], idx: list[int]) -> list[float]:
     """In-process decode time of each input alone (batch 1): what a request costs without any server."""
-    from engine import generate
+    from bench.baselines import generate
 
     mnt = args.max_new_tokens or None
     for i in idx[:3]:

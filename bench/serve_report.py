@@ -190,7 +190,7 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
         f"Ceilings, in process with no server running (same bundle and inputs, {args.intra_op_threads} intra-op thread per "
         f"engine). **Own cores' ceiling** (what \"server / own cores' ceiling\" divides by): the server's scheduler in "
         f"process, i.e. its `Scheduler` (continuous, max_batch_size {args.max_batch_size}, step loop and encoder thread) on "
-        f"one `Engine` per process, K processes (multiprocessing spawn) for K instances, fed pre-tokenized inputs by "
+        f"one `Runner` per process, K processes (multiprocessing spawn) for K instances, fed pre-tokenized inputs by "
         f"{ceiling.callers} closed-loop callers split over the K processes (one caller thread per process, fed by the "
         f"scheduler's sink: no gRPC, no pipe, no tokenization); all K over the same wall window ({args.ceiling_warmup_s:g} s "
         f"warm-up, then {args.ceiling_seconds:g} s), answers finished inside it summed, best of {args.ceiling_repeats}:",
@@ -204,7 +204,7 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
                      + (f" ({cc.errors} failed)" if cc.errors else ""))
     lines += [
         "",
-        f"One core, `engine.generate(Engine(bundle), inputs, batch_size={args.max_batch_size})` on the {ceiling.n} inputs, "
+        f"One core, `bench.baselines.generate(Translator(bundle), inputs, batch_size={args.max_batch_size})` on the {ceiling.n} inputs, "
         f"best of {args.ceiling_repeats}: {ceiling.seconds:.2f} s = **{ceiling.gen_sps:.1f} sequences/s, {ceiling.gen_tps:.0f} "
         f"tokens/s** ({ceiling.tokens} generated tokens); the 1-instance saturation row below uses the faster of this and the "
         f"1-core figure above ({ceiling.sps:.1f} sequences/s). Single request (batch 1, in process, timed after each "

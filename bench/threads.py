@@ -29,12 +29,13 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
     args = ap.parse_args()
-    from engine import Engine, EngineOptions, generate
+    from bench.baselines import generate
+    from engine import EngineOptions, Translator
 
     texts = [line.split("\t")[0] for line in (ROOT / "checkpoints" / args.model / "test.tsv").read_text(encoding="utf-8").splitlines()]
     rows, base = [], {}
     for threads in (1, 2):
-        engine = Engine(ROOT / "models" / args.model / "1", EngineOptions(device="cpu", intra_op_threads=threads))
+        engine = Translator(ROOT / "models" / args.model / "1", EngineOptions(device="cpu", intra_op_threads=threads))
         generate(engine, texts[:64])  # warm-up
         for batch in (1, 16, 64):
             n = 32 if batch == 1 else 128

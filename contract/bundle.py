@@ -31,8 +31,11 @@ FORMAT_VERSION = 2
 # A bundle whose graphs use ONNX Runtime's contrib operators (com.microsoft, e.g. the fused
 # MultiHeadAttention of `s2s export --fused-attention`) is format 3: a reader must run ONNX Runtime.
 FORMAT_CONTRIB_OPS = 3
-# Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default).
-READABLE_FORMATS = (1, 2, 3)
+# A bundle whose task names its default length penalty rule (task.length_penalty_type other than "gnmt") is format
+# 4, whatever operators its graphs use: a reader of formats 1-3 would not know the field.
+FORMAT_PENALTY_RULE = 4
+# Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
+READABLE_FORMATS = (1, 2, 3, 4)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = "config.json", "tokenizer.json", "encoder.onnx", "decoder.onnx"
 PAYLOAD_FILES = (TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE)
 
@@ -61,7 +64,7 @@ class BundleConfig:
     opset: int
     files: dict[str, str]  # file name -> sha256
     source_checkpoint_sha256: str
-    quantization: str = "none"  # none | int8-dynamic | int8-nbits (export/quantize.py); "int8" in bundles before them
+    quantization: str = "none"  # none | int8-dynamic | int8-nbits | fp16 (export/quantize.py); "int8" in bundles before them
     validation: dict[str, Any] = field(default_factory=dict)  # what the export checked, with figures
     format_version: int = FORMAT_VERSION
     source_language: str | None = None  # ISO 639-1 code of what the model reads (translation); None: not said

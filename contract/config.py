@@ -65,9 +65,15 @@ class TaskConfig:
     # The beam a request gets when it names none (beam_size 0): chosen by measurement per model
     # (docs/experiments.md); the paper's 4 for translation where it raises chrF, greedy elsewhere.
     beam_size: int = 1
+    # The length penalty rule a request gets when it names none (length_penalty_type ""): chosen by measurement per
+    # model (docs/DECODING.md). "gnmt" is not written, so bundles that keep it read as they always did.
+    length_penalty_type: str = "gnmt"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["length_penalty_type"] == "gnmt":
+            del d["length_penalty_type"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TaskConfig:

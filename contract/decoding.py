@@ -6,7 +6,7 @@ docs/DECODING.md gives each option's default and how it maps to CTranslate2's an
 
 Two length penalties (``length_penalty_type``):
 
-* ``gnmt`` (the default; the paper's beam, Vaswani et al. §6.1: beam 4, alpha 0.6): hypotheses rank
+* ``gnmt`` (the default of a model that names none; the paper's beam, Vaswani et al. §6.1: beam 4, alpha 0.6): hypotheses rank
   by log P(Y|X) / ((5 + |Y|) / 6)^alpha (Wu et al. 2016), and the search stops once no live
   hypothesis can still beat the n-th best finished one.
 * ``ctranslate2``: log P(Y|X) / |Y|^alpha, and CTranslate2's stopping rule (patience 1): a beam of width
@@ -40,7 +40,7 @@ class DecodingOptions:
     num_hypotheses: int = 1  # n-best, <= beam_size
     return_scores: bool = False
     length_penalty: float | None = None  # None: the type's default (gnmt 0.6, ctranslate2 1.0)
-    length_penalty_type: str = "gnmt"
+    length_penalty_type: str = ""  # "": the model's default (its bundle's task.length_penalty_type, else gnmt)
     repetition_penalty: float = 1.0  # CTranslate2's: a seen token's logit x penalty if < 0, / penalty otherwise
     no_repeat_ngram_size: int = 0  # 0 = off
     min_new_tokens: int = 0  # CTranslate2's min_decoding_length, counted after the target prefix
@@ -56,7 +56,8 @@ class DecodingOptions:
 
     @property
     def alpha(self) -> float:
-        return DEFAULT_LENGTH_PENALTY[self.length_penalty_type] if self.length_penalty is None else self.length_penalty
+        kind = self.length_penalty_type or "gnmt"
+        return DEFAULT_LENGTH_PENALTY[kind] if self.length_penalty is None else self.length_penalty
 
     @property
     def sampling(self) -> bool:
@@ -71,13 +72,15 @@ class DecodingOptions:
     def replace(self, **changes) -> DecodingOptions:
         return dataclasses.replace(self, **changes)
 
-    def resolved(self, default_beam: int, max_new_tokens: int) -> DecodingOptions:
+    def resolved(self, default_beam: int, max_new_tokens: int, default_penalty: str = "gnmt") -> DecodingOptions:
         """The options a core decodes with: beam_size 0 becomes the model's default (1 when sampling, at least
-        num_hypotheses otherwise) and max_new_tokens 0 the model's budget."""
+        num_hypotheses otherwise), max_new_tokens 0 the model's budget, length_penalty_type "" the model's rule."""
         beam = self.beam_size or (1 if self.sampling else max(default_beam, self.num_hypotheses))
-        if beam == self.beam_size and (self.max_new_tokens or max_new_tokens) == self.max_new_tokens:
+        kind = self.length_penalty_type or default_penalty
+        if (beam == self.beam_size and (self.max_new_tokens or max_new_tokens) == self.max_new_tokens
+                and kind == self.length_penalty_type):
             return self
-        return _resolved(self, beam, self.max_new_tokens or max_new_tokens)
+        return _resolved(self, beam, self.max_new_tokens or max_new_tokens, kind)
 
     def to_tuple(self) -> tuple:
         """The field values in order: how options cross a process boundary. A tuple pickles in a few
@@ -91,8 +94,8 @@ class DecodingOptions:
 
 
 @functools.lru_cache(maxsize=256)  # requests mostly repeat a few option sets: dataclasses.replace costs ~20 us
-def _resolved(o: DecodingOptions, beam: int, max_new_tokens: int) -> DecodingOptions:
-    return o.replace(beam_size=beam, max_new_tokens=max_new_tokens)
+def _resolved(o: DecodingOptions, beam: int, max_new_tokens: int, kind: str) -> DecodingOptions:
+    return o.replace(beam_size=beam, max_new_tokens=max_new_tokens, length_penalty_type=kind)
 
 
 def length_penalty(kind: str, alpha: float, length: int) -> float:
@@ -115,12 +118,13 @@ class Range:
     note: str = ""
 
 
-def ranges(max_beam: int, max_new_tokens: int, vocab_size: int, max_prefix_tokens: int, default_beam: int = 1) -> list[Range]:
+def ranges(max_beam: int, max_new_tokens: int, vocab_size: int, max_prefix_tokens: int, default_beam: int = 1,
+           default_penalty: str = "gnmt") -> list[Range]:
     return [
         Range("beam_size", 0, max_beam, default_beam, "0 = the model's default; 1 = greedy or sampling"),
         Range("num_hypotheses", 1, max_beam, 1, "n-best; at most beam_size"),
-        Range("length_penalty", 0, MAX_LENGTH_PENALTY, DEFAULT_LENGTH_PENALTY["gnmt"],
-              "alpha; default 0.6 (gnmt) or 1.0 (length_penalty_type=ctranslate2)"),
+        Range("length_penalty", 0, MAX_LENGTH_PENALTY, DEFAULT_LENGTH_PENALTY[default_penalty],
+              f"alpha; default 0.6 (gnmt) or 1.0 (ctranslate2); this model's rule: {default_penalty}"),
         Range("repetition_penalty", 0, MAX_REPETITION_PENALTY, 1, "> 0; 1 = off"),
         Range("no_repeat_ngram_size", 0, max_new_tokens, 0, "0 = off"),
         Range("min_new_tokens", 0, max_new_tokens, 0, "at most max_new_tokens"),
@@ -143,7 +147,7 @@ def check(o: DecodingOptions, max_beam: int, max_new_tokens: int, vocab_size: in
         bad("beam_size", o.beam_size, f"0 (the model's default) to {max_beam}")
     if not 1 <= o.num_hypotheses <= (o.beam_size or max_beam):  # beam 0 widens to num_hypotheses (resolved)
         bad("num_hypotheses", o.num_hypotheses, f"1 to beam_size ({o.beam_size})" if o.beam_size else f"1 to {max_beam}")
-    if o.length_penalty_type not in LENGTH_PENALTY_TYPES:
+    if o.length_penalty_type and o.length_penalty_type not in LENGTH_PENALTY_TYPES:  # "": the model's default
         raise ValueError(f"length_penalty_type={o.length_penalty_type!r} is not one of {', '.join(LENGTH_PENALTY_TYPES)}")
     if o.length_penalty is not None and not 0 <= o.length_penalty <= MAX_LENGTH_PENALTY:
         bad("length_penalty", o.length_penalty, f"0 to {MAX_LENGTH_PENALTY:g}")

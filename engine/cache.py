@@ -10,7 +10,7 @@ and copying the whole cache each time (as compacting would) cost about a quarter
 (bench/serve.py's profile). ``keep`` compacts when released slots would otherwise be computed
 for nothing; leading columns that no live row uses are dropped once they are a quarter of the cache.
 
-With IOBinding (``Engine.io_binding``, the default on CUDA) the self-attention cache lives in
+With IOBinding (``Runner.io_binding``, the default on CUDA) the self-attention cache lives in
 device memory between steps: ``advance`` keeps the step's present K/V as OrtValues, so a plain
 step never copies the cache through the host, and neither does the commonest change under load:
 a row released and refilled by a newcomer touches only host-side masks and the cross K/V
@@ -84,20 +84,28 @@ class DecodeBatch:
     def past_len(self) -> int:
         return self.past_mask.shape[1]
 
-    def add(self, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
-        """Append rows (their encoder's cross K/V and source mask); they start at position 0."""
+    def add(self, cross: list[np.ndarray], src_mask: np.ndarray, tokens: np.ndarray,
+            first_kv: list[np.ndarray] | None = None) -> None:
+        """Append rows (their encoder's cross K/V and source mask) fed ``tokens`` (one each). Without ``first_kv``
+        they start at position 0; with it (per layer (b_new, H, 1, Dh): a beam's first step, run before it joined,
+        ``Generator.add``) they hold that position's K/V in the last cache column and go on at position 1."""
         b_new = src_mask.shape[0]
         self.dev_cross = None
+        tokens = np.asarray(tokens, np.int64).reshape(b_new, 1)
         if not len(self):  # an idle batch: the newcomers are the batch (no padding, no copies)
             self.dev_past = None
             self.cross, self.src_mask = list(cross), src_mask
-            self.past = [np.zeros((b_new, *self.shape_hd[:1], 0, self.shape_hd[1]), self.dtype)] * (2 * self.n_layers)
-            self.past_mask = np.zeros((b_new, 0), np.int64)
-            self.tokens = np.full((b_new, 1), first_token, np.int64)
-            self.positions = np.zeros((b_new, 1), np.int64)
+            p = 0 if first_kv is None else 1
+            self.past = ([np.zeros((b_new, *self.shape_hd[:1], 0, self.shape_hd[1]), self.dtype)] * (2 * self.n_layers)
+                         if first_kv is None else [np.ascontiguousarray(a, self.dtype) for a in first_kv])
+            self.past_mask = np.ones((b_new, p), np.int64)
+            self.tokens = tokens
+            self.positions = np.full((b_new, 1), p, np.int64)
             if self.history is not None:
-                self.history = np.full((b_new, 0), -1, np.int64)
+                self.history = np.full((b_new, p), -1, np.int64)
             return
+        if first_kv is not None:
+            raise ValueError("rows with their first step done join an idle batch only")
         self._host()
         s = max(self.src_mask.shape[1], src_mask.shape[1])
         self.cross = [np.concatenate([pad_axis(old, 2, s), pad_axis(new, 2, s)]) for old, new in zip(self.cross, cross)]
@@ -106,7 +114,7 @@ class DecodeBatch:
         hole = np.zeros((b_new, *self.shape_hd[:1], p, self.shape_hd[1]), self.dtype)
         self.past = [np.concatenate([old, hole]) for old in self.past]
         self.past_mask = np.concatenate([self.past_mask, np.zeros((b_new, p), np.int64)])
-        self.tokens = np.concatenate([self.tokens, np.full((b_new, 1), first_token, np.int64)])
+        self.tokens = np.concatenate([self.tokens, tokens])
         self.positions = np.concatenate([self.positions, np.zeros((b_new, 1), np.int64)])
         if self.history is not None:
             self.history = np.concatenate([self.history, np.full((b_new, p), -1, np.int64)])

@@ -3,7 +3,8 @@
 This is iteration-level (continuous) batching's mechanism; the scheduler decides *when* to
 call ``add`` and ``step``, and ``step`` returns what happened (``StepOutput``: the sequences that
 finished, the tokens streaming sequences got) instead of calling back into it, as vLLM's
-schedule -> execute -> update. ``run`` drives the same loop to completion for in-process use.
+schedule -> execute -> update. ``run`` drives the same loop to completion for in-process use. It works on
+ids and a ``runner.Runner``; texts are ``engine.translator``'s.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contract.decoding import DecodingOptions
 from engine.cache import DecodeBatch, pad_axis
-from contract.decoding import DecodingOptions, check
 from engine.logits import RowOptions
 from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
-from engine.session import Engine
+from engine.runner import Runner
 
 _ids = itertools.count()
 
@@ -52,6 +53,8 @@ class Sequence:
         if self.options.beam_size < 1:
             raise ValueError("Sequence options need a resolved beam_size (0 means the model's default): "
                              "pass options.resolved(engine.config.task.beam_size, budget)")
+        if not self.options.length_penalty_type:  # unresolved: the rule of a model that names none
+            self.options = self.options.replace(length_penalty_type="gnmt")
         self.beam = self.options.beam_size
         if self.options.sampling and self.rng is None:
             self.rng = np.random.Generator(np.random.PCG64(self.options.seed))
@@ -97,15 +100,16 @@ def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Generator:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Runner):
         self.engine = engine
         self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
         self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
         self.n_pass = 0  # sequences whose rows go through the logits pass; 0: plain argmax, as ever
         self.row_options: RowOptions | None = None  # their options as vectors; None: rebuild before the next step
+        self.early: list[Sequence] = []  # finished while joining (at their first step): the next step reports them
 
     def __len__(self) -> int:
-        return len(self.seqs)
+        return len(self.seqs) + len(self.early)
 
     @property
     def n_rows(self) -> int:
@@ -132,21 +136,35 @@ class Generator:
 
     def add(self, seqs: list[Sequence]) -> None:
         """Encode the newcomers that are not yet; greedy ones take released rows in place, the rest are appended
-        (a beam's rows stay consecutive and repeat its encoder output)."""
+        (a beam's rows stay consecutive and repeat its encoder output). Into an idle batch, a plain beam runs its
+        first step on one row (``_first_steps``) and joins with its width's rows from the second step on."""
         if not seqs:
             return
         self.encode(seqs)
         sp, b = self.engine.special, self.batch
-        appended: list[Sequence] = []
         for s in seqs:
             if s.search is None:
                 o = s.options
                 s.search = (Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha) if s.beam == 1 else
                             Beam(sp.eos, self.budget(s), s.beam, o.alpha, o.length_penalty_type, o.num_hypotheses, s.prefix))
+        # Only into an idle batch, where this call takes the place of the batch's first step: into a running one it
+        # is one more decoder call on a few rows, which cost what the rows saved (beam 4, 640 held-out inputs, paired:
+        # 1.23x at batch 1, 1.00x at 16, 0.99x at 64 when done on every join).
+        apart = [] if self.seqs else [s for s in seqs if s.n_rows > 1 and not s.needs_pass and isinstance(s.search, Beam)
+                                      and s.search.step == 0 and not s.prefix]
+        first = self._first_steps(apart)
+        for s in seqs:
+            if s.search.done:  # ended at its first step (a budget of one token, or every beam ended)
+                self._finish(s)
+        seqs = [s for s in seqs if not s.search.done]
+        appended: dict[bool, list[Sequence]] = {True: [], False: []}  # first-step-done rows make the idle batch
+        for s in seqs:
             if s.needs_pass:
                 self.n_pass += 1
                 self.row_options = None
-            if s.n_rows == 1 and b.free:
+            if id(s) in first:  # into an idle batch: appended, as its first rows
+                appended[True].append(s)
+            elif s.n_rows == 1 and b.free:
                 s.row = b.free[-1]
                 b.fill(s.row, *s.encoded, sp.bos)
             elif s.n_rows > 1 and (start := free_run(b.free, s.n_rows)) is not None:
@@ -154,15 +172,19 @@ class Generator:
                 for r in range(start, start + s.n_rows):
                     b.fill(r, *s.encoded, sp.bos)
             else:
-                appended.append(s)
-        if appended:
-            width = max(s.encoded[1].shape[0] for s in appended)
-            rows = [s for s in appended for _ in range(s.n_rows)]
+                appended[False].append(s)
+        for started, group in appended.items():
+            if not group:
+                continue
+            width = max(s.encoded[1].shape[0] for s in group)
+            rows = [s for s in group for _ in range(s.n_rows)]
             cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in rows]) for k in range(len(b.cross))]
             mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in rows])
+            tokens = np.concatenate([first[id(s)][0] if started else [sp.bos] * s.n_rows for s in group])
+            kv = [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))] if started else None
             start = len(b)
-            b.add(cross, mask, sp.bos)
-            for s in appended:
+            b.add(cross, mask, tokens, kv)
+            for s in group:
                 s.row, start = start, start + s.n_rows
         for s in seqs:
             s.encoded = None  # joined: the batch holds its cross K/V now
@@ -170,8 +192,39 @@ class Generator:
         if any(s.options.repetition_penalty != 1 or s.options.no_repeat_ngram_size for s in seqs):
             b.track_history()
 
+    def _first_steps(self, seqs: list[Sequence]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
+        """The first decoder step of beams, one row each (CTranslate2 expands to beams after it): its k rows would
+        all read BOS with the same cache, and only row 0's candidates count (the others start at score -inf).
+        Returns per sequence (by id) its k rows' next tokens and the step's K/V (per layer (H, 1, Dh))."""
+        if not seqs:
+            return {}
+        e = self.engine
+        width = max(s.encoded[1].shape[0] for s in seqs)
+        cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in seqs]) for k in range(2 * e.n_layers)]
+        mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in seqs])
+        n = len(seqs)
+        past = [np.zeros((n, e.n_heads, 0, e.d_head), np.float32)] * (2 * e.n_layers)
+        logits, present = e.decode(np.full((n, 1), e.special.bos, np.int64), np.zeros((n, 1), np.int64),
+                                   np.zeros((n, 0), np.int64), past, cross, mask)
+        top_lp, top_tok = e.top_logprobs(logits[:, -1], 2 * max(s.n_rows for s in seqs))
+        out = {}
+        for i, s in enumerate(seqs):
+            k = s.n_rows  # the step's candidates as the k-row step would rank them: rows 1.. are at -inf
+            tokens, _ = s.search.advance_top(np.repeat(top_lp[i : i + 1], k, 0), np.repeat(top_tok[i : i + 1], k, 0))
+            out[id(s)] = (tokens, [np.asarray(p[i]) for p in present])
+        return out
+
+    def _finish(self, s: Sequence) -> None:
+        s.hypotheses = s.search.hypotheses()
+        s.result = s.hypotheses[0].tokens if s.hypotheses else []
+        s.encoded = None
+        self.early.append(s)
+
     def step(self) -> StepOutput:
         """One decoder step for every row."""
+        early, self.early = self.early, []
+        if not self.seqs:
+            return StepOutput(early, [])
         b = self.batch
         if b.free:  # no newcomer took them before this step: stop computing them
             self._compact()
@@ -232,11 +285,14 @@ class Generator:
             s.result = s.hypotheses[0].tokens if s.hypotheses else []
         if finished:
             self.remove(finished)
-        return StepOutput(finished, streamed)
+        return StepOutput(early + finished, streamed)
 
     def remove(self, seqs: list[Sequence]) -> None:
         """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""
         gone = {id(s) for s in seqs}
+        self.early = [s for s in self.early if id(s) not in gone]
+        live = {id(s) for s in self.seqs}
+        seqs = [s for s in seqs if id(s) in live]
         passed = sum(s.needs_pass for s in seqs)
         if passed:
             self.n_pass -= passed
@@ -256,7 +312,7 @@ class Generator:
         self.row_options = None  # rows moved
 
 
-def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
+def run(engine: Runner, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
     """Decode sequences to completion, at most batch_size rows at a time, refilling as rows finish."""
     gen = Generator(engine)
     pending = list(seqs)
@@ -271,88 +327,3 @@ def run(engine: Engine, seqs: list[Sequence], batch_size: int = 64) -> list[Sequ
             pending = pending[take:]
         gen.step()
     return seqs
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One of an input's n-best hypotheses."""
-
-    text: str
-    tokens: list[int]  # EOS excluded, the target prefix included
-    score: float  # see contract.decoding (0 unless return_scores)
-
-
-@dataclass(frozen=True)
-class Result:
-    """One input's output, as ``Engine.generate`` returns it: the best hypothesis, and all of them."""
-
-    text: str
-    tokens: list[int]  # generated ids, EOS excluded
-    input_tokens: int  # source ids, EOS included
-    score: float = 0.0
-    hypotheses: list[Candidate] = field(default_factory=list)  # best first; hypotheses[0] is text/tokens/score
-
-
-def results(engine: Engine, texts: list[str], *, target_prefixes: list[str | None] | None = None,
-            max_batch_size: int = 64, options: DecodingOptions | None = None) -> list[Result]:
-    """``Engine.generate``: decode texts to completion, refilling the batch as rows finish."""
-    task, m = engine.config.task, engine.config.model
-    o = (options or DecodingOptions()).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens)
-    check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
-    if target_prefixes is not None and len(target_prefixes) != len(texts):
-        raise ValueError(f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text")
-    budget = o.max_new_tokens
-    prefixes = [engine.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
-    seqs = [Sequence(engine.codec.source_ids(t), budget, options=o, prefix=p) for t, p in zip(texts, prefixes)]
-    # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches
-    # and cross-attention widths, and tend to finish together (10-20% less CPU on 640 held-out inputs, greedy
-    # and beam 4). Every row decodes as it would alone, so the order changes no output; results keep input order.
-    run(engine, sorted(seqs, key=lambda s: len(s.src_ids)), max_batch_size)
-    out = []
-    for s in seqs:
-        hyps = [Candidate(engine.codec.decode(h.tokens), h.tokens, h.score if o.return_scores else 0.0)
-                for h in s.hypotheses]
-        best = hyps[0]
-        out.append(Result(best.text, best.tokens, len(s.src_ids), best.score, hyps))
-    return out
-
-
-def generate(engine: Engine, texts: list[str], max_new_tokens: int | None = None, beam: int = 1,
-             batch_size: int = 64, ignore_eos: bool = False) -> list[str]:
-    """Decode texts to completion in batches (in-process use: export validation, benchmarks, tests).
-
-    ignore_eos (greedy only): generate exactly max_new_tokens per input, as benchmarks force lengths.
-    """
-    budget = max_new_tokens or engine.config.task.max_new_tokens
-    seqs = [Sequence(engine.codec.source_ids(t), budget, beam) for t in texts]
-    if ignore_eos:  # never past the positions the model has
-        for s in seqs:
-            s.search = Greedy(eos=-1, budget=min(budget, engine.config.model.max_len - 1))
-    run(engine, seqs, batch_size)
-    return [engine.codec.decode(s.result) for s in seqs]
-
-
-def generate_no_cache(engine: Engine, texts: list[str], max_new_tokens: int | None = None, ignore_eos: bool = False) -> list[str]:
-    """Greedy decoding that feeds the whole prefix at every step with an empty cache: the baseline
-    that the KV cache is measured against (bench/decode.py) and checked against (tests)."""
-    sp = engine.special
-    budget = max_new_tokens or engine.config.task.max_new_tokens
-    src = [engine.codec.source_ids(t) for t in texts]
-    ids, mask = pad_batch(src, sp.pad)
-    cross = engine.encode(ids, mask)
-    b = len(texts)
-    limit = budget if ignore_eos else max(min(budget, len(r) + 50, engine.config.model.max_len - 1) for r in src)
-    tgt = np.full((b, 1), sp.bos, np.int64)
-    empty = [np.zeros((b, engine.n_heads, 0, engine.d_head), np.float32)] * (2 * engine.n_layers)
-    no_past = np.zeros((b, 0), np.int64)
-    for _ in range(limit):
-        positions = np.broadcast_to(np.arange(tgt.shape[1]), tgt.shape).copy()
-        logits, _ = engine.decode(tgt, positions, no_past, empty, cross, mask)
-        tgt = np.concatenate([tgt, logits[:, -1].argmax(-1)[:, None]], axis=1)
-        if not ignore_eos and (tgt[:, 1:] == sp.eos).any(axis=1).all():
-            break
-    out = []
-    for r, row in zip(src, tgt[:, 1:].tolist()):
-        row = row if ignore_eos else row[: min(budget, len(r) + 50, engine.config.model.max_len - 1)]
-        out.append(engine.codec.decode(row))
-    return out

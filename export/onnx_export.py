@@ -41,6 +41,8 @@ class ExportOptions:
     # Attention as ONNX Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py; format 3 bundles)
     # rather than standard ONNX nodes (format 2, any ONNX runtime).
     fused: bool = False
+    # The length penalty rule a request gets when it names none (task.length_penalty_type; format 4 unless gnmt).
+    length_penalty_type: str | None = None
 
 
 def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
@@ -99,13 +101,17 @@ def export(opts: ExportOptions) -> Path:
 
             quantize(out, quantization)
         shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
+        task = ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size)
+        if opts.length_penalty_type is not None:
+            task = dataclasses.replace(task, length_penalty_type=opts.length_penalty_type)
         cfg = BundleConfig(
             name=opts.name, version=version, model=c, opset=OPSET,
-            task=ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size),
+            task=task,
             files={f: bundle.sha256_file(out / f) for f in bundle.PAYLOAD_FILES},
             source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=quantization,
             source_language=opts.source_language, target_language=opts.target_language,
-            format_version=bundle.FORMAT_CONTRIB_OPS if opts.fused else bundle.FORMAT_VERSION,
+            format_version=(bundle.FORMAT_PENALTY_RULE if task.length_penalty_type != "gnmt" else
+                            bundle.FORMAT_CONTRIB_OPS if opts.fused else bundle.FORMAT_VERSION),
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.

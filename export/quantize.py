@@ -15,6 +15,11 @@ Both leave Gather (embeddings), LayerNorm and the attention internals in float32
 share of the time and most of the accuracy risk. bench/int8_variants.py measures each variant's speed
 and its chrF / exact-match change against float32 (docs/BENCHMARKS.md#int8-variants); ``INT8`` names
 the variant ``int8`` resolves to.
+
+``fp16`` (for GPUs): every float initializer and operator in half precision (ONNX Runtime's own
+``float16`` converter), the graphs' inputs and outputs kept float32 so that the engine, its KV cache
+layout and the bundle's tensor names stay as they are. ``convert_bundle`` makes any of these from a
+float32 bundle without PyTorch (what ``scripts/gpu_check.py`` does on a GPU host).
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import logging
 from pathlib import Path
 
 from contract import bundle
+from contract.bundle import BundleConfig
 
 VARIANTS = ("int8-dynamic", "int8-nbits")
 INT8 = "int8-dynamic"  # what `--quantize int8` means: the faster within the accuracy bar in docs/BENCHMARKS.md#int8-variants
-CHOICES = ("none", "int8", *VARIANTS)
+FP16 = "fp16"
+CHOICES = ("none", "int8", *VARIANTS, FP16)
 NBITS_BLOCK = 32  # weights per scale: 32 keeps the 8-bit error well below the float32 export tolerance's scale
 
 
@@ -88,12 +95,45 @@ def fold_weight_transposes(model) -> int:
     return folded
 
 
+def convert_bundle(src: Path, dst: Path, variant: str) -> BundleConfig:
+    """A float32 bundle -> a ``variant`` copy at ``dst`` (config.json's hashes and quantization rewritten; its
+    validation says what was converted from what). Torch-free; the caller checks the result's outputs."""
+    import shutil
+
+    cfg = bundle.read_bundle(src)
+    if cfg.quantization != "none":
+        raise ValueError(f"{src}: already {cfg.quantization}; convert a float32 bundle")
+    variant = resolve(variant)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in (*bundle.PAYLOAD_FILES,):
+        shutil.copy(src / f, dst / f)
+    quantize(dst, variant)
+    out = BundleConfig(**{**cfg.__dict__, "files": {f: bundle.sha256_file(dst / f) for f in bundle.PAYLOAD_FILES},
+                          "quantization": variant,
+                          "validation": {"converted_from": str(src), "source_files": cfg.files}})
+    out.write(dst)
+    return out
+
+
+def _fp16(src: Path, tmp: Path) -> None:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    # keep_io_types: float32 at the graph's edges (Casts inserted there), so the engine's arrays and the cache
+    # it keeps between steps are what a float32 bundle uses; inside, MatMuls and attention run in half.
+    onnx.save(convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(tmp))
+
+
 def _quantize(folder: Path, variant: str) -> None:
     import onnx
 
     for name in (bundle.ENCODER_FILE, bundle.DECODER_FILE):
         src = folder / name
         tmp = folder / f"{name}.{variant}"
+        if variant == FP16:
+            _fp16(src, tmp)
+            tmp.replace(src)
+            continue
         model = onnx.load(str(src))
         if fold_weight_transposes(model):
             onnx.save(model, str(src))

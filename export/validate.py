@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine import Engine, EngineOptions, Generator, Sequence
+from engine import EngineOptions, Generator, Runner, Sequence
 from training.decoding import greedy
 from training.model import Transformer
 
@@ -29,7 +29,7 @@ def validate_bundle(model: Transformer, folder: Path, atol: float | None = 1e-4,
     model.eval()
     c = model.config
     g = torch.Generator().manual_seed(seed)
-    engine = Engine(folder, EngineOptions(device="cpu", verify_hashes=True))
+    engine = Runner(folder, EngineOptions(device="cpu", verify_hashes=True))
     report: dict = {"atol": atol}
 
     # Encoder, with source padding.

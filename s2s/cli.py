@@ -122,7 +122,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = export(ExportOptions(Path(args.checkpoint), Path(args.repo), args.name, args.version, args.quantize, args.atol,
                                source_language=args.source_lang, target_language=args.target_lang,
-                               beam_size=args.beam_size, fused=args.fused_attention))
+                               beam_size=args.beam_size, fused=args.fused_attention,
+                               length_penalty_type=args.length_penalty_type))
     print(out)
     return 0
 
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the beam a request gets when it names none (beam_size 0), written to config.json; "
                    "default: the checkpoint's (1 = greedy). The paper's is 4: choose it where it raises quality "
                    "enough for its cost (docs/experiments.md, bench/serve.py's option table)")
+    p.add_argument("--length-penalty-type", choices=("gnmt", "ctranslate2"), default=None,
+                   help="the length penalty rule a beam request gets when it names none, written to config.json "
+                   "(default: gnmt, the paper's; docs/DECODING.md)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("serve", help="serve a model repository over gRPC (seq2seq.v1, KServe v2) with /metrics",
@@ -252,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beam-size", type=int, default=0, help="0 = the model's default (ListModels shows it); 1 = greedy")
     g = p.add_argument_group("decoding options (CTranslate2's names; docs/DECODING.md has defaults and ranges)")
     for flag, typ, hlp in (
-        ("--length-penalty", float, "length penalty alpha (default: the type's, gnmt 0.6)"),
-        ("--length-penalty-type", str, "gnmt (the paper's beam) | ctranslate2"),
+        ("--length-penalty", float, "length penalty alpha (default: the rule's, gnmt 0.6, ctranslate2 1)"),
+        ("--length-penalty-type", str, "gnmt (the paper's beam) | ctranslate2 (default: the model's)"),
         ("--repetition-penalty", float, "CTranslate2's repetition penalty (1 = off)"),
         ("--no-repeat-ngram-size", int, "forbid repeating any n-gram of this size (0 = off)"),
         ("--min-new-tokens", int, "generate at least this many tokens (after a prefix)"),

@@ -27,7 +27,7 @@ N_TEST = 2000  # pairs scored per test split (the en-ja split has 9,715)
 def main() -> int:
     import torch
 
-    from engine import Engine, EngineOptions, generate
+    import engine
     from training import checkpoint, tasks
     from training.evaluate import evaluate
 
@@ -43,8 +43,8 @@ def main() -> int:
         srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
         translation = ckpt.task.name == "translation"
         m = evaluate(ckpt.model, ckpt.codec, pairs, batch_size=256, translation=translation, bleu_tokenize="char")
-        engine = Engine(ROOT / "models" / name / "1", EngineOptions(device="cpu"))
-        hyps = generate(engine, srcs, batch_size=64)
+        bundle = engine.load(ROOT / "models" / name / "1", device="cpu")
+        hyps = [r.text for r in bundle.generate(srcs, beam_size=1, max_batch_size=64)]
         trained = json.loads((ck_dir / "metrics.json").read_text())
         epochs, minutes = trained.get("epoch"), (trained.get("time_s") or 0) / 60
         if translation:

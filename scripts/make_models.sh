@@ -30,7 +30,7 @@ PY
   case $name in  # what config.json says the model translates (the LibreTranslate API routes by it), and
     # the beam a request gets by default: the paper's 4 where it raised chrF on the unseen projects
     # (docs/experiments.md, scripts/eval_en_ja.py); greedy is already exact on addition.
-    translate-en-ja) extra="--source-lang en --target-lang ja --beam-size 4" ;;
+    translate-en-ja) extra="--source-lang en --target-lang ja --beam-size 4 --length-penalty-type ctranslate2" ;;
     *) extra="" ;;
   esac
   # shellcheck disable=SC2086  # $extra is zero or more words

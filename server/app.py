@@ -170,7 +170,7 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
     try:
-        web = await start_http(config, repo, tracker, metrics, refusals, control) if config.http_port else None
+        web = await start_http(config, repo, tracker, control) if config.http_port else None
     except BaseException:
         await server.stop(0)
         raise

@@ -61,6 +61,15 @@ class ServerConfig:
     grace_s: float = 10.0
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_streams: int = 256  # HTTP/2 streams (calls) at once per client connection
+    # The HTTP port: a request's headers, and then its body, must each arrive within this many seconds
+    # (an idle keep-alive connection is closed after it too); at most this many connections open at once
+    # (each is a file descriptor, and the usual `ulimit -n` is 1024).
+    http_read_timeout_s: float = 30.0
+    http_max_connections: int = 512
+    cors_allow_origin: str | None = None  # comma-separated origins (or *) whose browsers may call the HTTP API
+    # An engine core with requests in flight that reports nothing for this long (a working core reports
+    # every 50 ms) is marked down, its requests failed with UNAVAILABLE, and it is killed and restarted.
+    core_stall_s: float = 10.0
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None  # set: clients must present a certificate (mTLS)
@@ -99,6 +108,13 @@ _FLAGS = {
     "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),
     "max-message-bytes": (int, "largest gRPC message accepted (bigger ones: RESOURCE_EXHAUSTED before any work)"),
     "max-concurrent-streams": (int, "calls in flight at once per client connection (HTTP/2 streams; more wait)"),
+    "http-read-timeout-s": (float, "HTTP: seconds a client gets to send a request's headers, and then its body (an "
+                                   "idle keep-alive connection is closed after as long); 0 = no limit"),
+    "http-max-connections": (int, "HTTP: connections open at once; more are answered 503 and closed (0 = no limit)"),
+    "cors-allow-origin": (str, "HTTP: comma-separated origins (or *) allowed to call the REST and LibreTranslate "
+                               "APIs from a browser (CORS; preflight answered); default off"),
+    "core-stall-s": (float, "an engine core with requests in flight that reports nothing for this long is marked "
+                            "down, its requests get UNAVAILABLE, and it is killed and restarted"),
     "stream-max-pending": (int, "ModelStreamInfer: requests of one stream read but not yet answered; beyond, "
                                 "the server stops reading it"),
     "stream-max-pending-bytes": (int, "ModelStreamInfer: bytes of those requests and answers; beyond, the "

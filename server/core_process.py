@@ -26,7 +26,7 @@ import threading
 from multiprocessing.connection import Connection
 
 from contract.decoding import DecodingOptions
-from engine import Engine, Sequence
+from engine import Runner, Sequence
 from server.core_events import Failed, Stats
 from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
@@ -56,7 +56,7 @@ def main(conn: Connection, spec: CoreSpec) -> None:
     logging.basicConfig(level=spec.log_level.upper(),
                         format=f"%(asctime)s %(levelname)s %(name)s[{spec.model}#{spec.index}]: %(message)s")
     try:
-        engine = Engine(spec.folder, spec.engine)
+        engine = Runner(spec.folder, spec.engine)
     except Exception as e:  # BundleError names the file; anything else is reported, not raised into the void
         conn.send(LoadFailed(str(e)))
         return
@@ -118,6 +118,6 @@ def _handle(msg, sched: Scheduler, send, start_drain) -> None:
         sched.abort()
 
 
-if __name__ == "__main__":  # python -m server.core_process FD: started by server/cores.py
+if __name__ == "__main__":  # python -m server.core_process FD: started by server/core_client.py
     channel = Connection(int(sys.argv[1]))
     main(channel, channel.recv())

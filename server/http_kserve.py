@@ -18,11 +18,13 @@ import json
 from aiohttp import web
 
 from s2s import __version__
-from server.errors import InvalidInput, ModelNotFound, ModelNotReady, ServingError
-from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
+from server.errors import InvalidInput, ModelNotFound, ModelNotReady
+from server.http_body import parse_json_off_loop, read_body, read_json
+from server.http_door import HttpDoor, deadline_of, json_response
 from server.kserve.json_codec import from_json, to_json
-from server.kserve.parse import infer
+from server.kserve.parse import Parsed, infer
 from server.kserve.protocol import EXTENSIONS, model_config, model_metadata
+from server.results import Generation
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -31,23 +33,19 @@ async def _body(request: web.Request) -> tuple[dict, bytes]:
     length = request.headers.get(HEADER_LENGTH)
     if length is None:
         return await read_json(request), b""
-    body = await request.read()
-    try:
-        n = int(length)
-    except ValueError:
-        raise InvalidInput(f"header {HEADER_LENGTH} must be an integer, not {length[:40]!r}") from None
-    if not 0 <= n <= len(body):
+    if not (length.isascii() and length.isdigit() and len(length) <= 12):  # int() would take "+1", " 1", "1_0" and "²"
+        raise InvalidInput(f"header {HEADER_LENGTH} must be a non-negative integer, not {length[:40]!r}")
+    body = await read_body(request)
+    n = int(length)
+    if n > len(body):
         raise InvalidInput(f"header {HEADER_LENGTH} says {n} bytes of JSON but the body has {len(body)}")
-    try:
-        header = json.loads(body[:n])
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"the JSON header ({n} bytes) is not valid JSON ({e})") from None
+    header = await parse_json_off_loop(body[:n], f"the JSON header ({n} bytes)")
     if not isinstance(header, dict):
         raise InvalidInput("the JSON header must be a JSON object")
     return header, body[n:]
 
 
-def _answer(rid: str, p, g, binary: bool) -> web.Response:
+def _answer(rid: str, p: Parsed, g: Generation, binary: bool) -> web.Response:
     head, blobs = to_json(rid, p, g, binary)
     if not binary:
         return json_response(head)
@@ -56,15 +54,12 @@ def _answer(rid: str, p, g, binary: bool) -> web.Response:
                         headers={HEADER_LENGTH: str(len(header))})
 
 
-# ---- routes ---------------------------------------------------------------------------------------------------
-def routes(doors: Doors) -> list[web.RouteDef]:
-    repo = doors.repo
+def routes(door: HttpDoor) -> list[web.RouteDef]:
+    repo = door.repo
 
     def _model(request: web.Request):
-        try:
-            return repo.get(request.match_info["model"], request.match_info.get("version", ""))
-        except ServingError as e:  # NOT_FOUND, or UNAVAILABLE for an unloaded model
-            raise HttpError(e.code, str(e)) from None
+        # NOT_FOUND, or UNAVAILABLE for an unloaded model: the error middleware maps it
+        return repo.get(request.match_info["model"], request.match_info.get("version", ""))
 
     async def live(request: web.Request) -> web.Response:
         return json_response({"live": True})
@@ -93,7 +88,7 @@ def routes(doors: Doors) -> list[web.RouteDef]:
 
     async def infer_route(request: web.Request) -> web.Response:
         name, version = request.match_info["model"], request.match_info.get("version", "")
-        async with doors.track(request, name, "ModelInfer"):
+        async with door.track(name, "ModelInfer"):
             repo.get(name, version)  # an unknown model is 404 whatever the body holds (as Triton answers)
             header, binary = await _body(request)
             req, binary_out = from_json(name, version, header, binary)

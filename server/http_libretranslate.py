@@ -34,21 +34,25 @@ an unknown pair (naming what is served); 401 no or wrong key; 429/503/504 as the
 
 from __future__ import annotations
 
-import html
-import json
+import asyncio
+import re
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qsl
 
 from aiohttp import web
+from aiohttp.helpers import parse_mimetype
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import MultiDict
 
 from server.errors import InvalidInput, clip
-from server.http_server import Doors, HttpError, deadline_of, json_response, read_json
+from server.http_body import READ_TIMEOUT_S, parse_json_off_loop, read_body, read_json
+from server.http_door import HttpDoor, deadline_of, json_response
+from server.libretranslate_html import check_html, parse_all
 from contract.decoding import DecodingOptions
 
 AUTO = "auto"
+_COUNT = re.compile(r"\s*[0-9]{1,9}\s*")
 FORMATS = ("text", "html")
 
 # English names of common ISO 639-1 codes (LibreTranslate lists a name with every code); others show the code.
@@ -69,7 +73,7 @@ def language_name(code: str) -> str:
 
 
 # ---- the served pairs ------------------------------------------------------------------------------------------
-def served_pairs(doors: Doors) -> dict[tuple[str, str], str]:
+def served_pairs(doors: HttpDoor) -> dict[tuple[str, str], str]:
     """(source, target) -> model name, over the served models whose latest loaded version declares both
     languages. Two models declaring one pair: the first by name serves it (deterministic)."""
     pairs: dict[tuple[str, str], str] = {}
@@ -115,32 +119,46 @@ async def _params(request: web.Request) -> MultiDict | dict:
     if request.content_type == "application/json":
         return await read_json(request)
     if request.content_type == "multipart/form-data" and request.method == "POST":
-        form = await request.post()
-        fields = MultiDict({**fields, **{k: v for k, v in form.items() if isinstance(v, str)}})
-    elif request.can_read_body:
-        raw = await request.read()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InvalidInput(f"the request body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-        if text.lstrip().startswith("{"):  # JSON sent without its content type (curl -d '{...}')
-            try:
-                body = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise InvalidInput(f"the request body is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-            return body
-        form = MultiDict(parse_qsl(text, keep_blank_values=True))
-        fields = MultiDict({**fields, **{k: form[k] for k in form}})  # the first of a repeated field, as Flask's
-    return fields
+        return MultiDict({**fields, **await _multipart(request)})
+    text = _utf8(await read_body(request))
+    if text.lstrip().startswith("{"):  # JSON sent without its content type (curl -d '{...}')
+        return await parse_json_off_loop(text)
+    form = MultiDict(parse_qsl(text, keep_blank_values=True))
+    return MultiDict({**fields, **{k: form[k] for k in form}})  # the first of a repeated field, as Flask's
 
 
-async def _read(doors: Doors, request: web.Request) -> MultiDict | dict:
+def _utf8(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInput(f"the request body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+async def _multipart(request: web.Request) -> dict[str, str]:
+    """A multipart form's text fields (files are not fields of this API)."""
+    if not parse_mimetype(request.headers.get("Content-Type", "")).parameters.get("boundary"):
+        raise InvalidInput("Content-Type multipart/form-data needs a boundary parameter (multipart/form-data; "
+                           "boundary=...)")
+    try:
+        async with asyncio.timeout(request.app.get(READ_TIMEOUT_S)):
+            form = await request.post()
+    except TimeoutError:
+        raise InvalidInput("the request body did not arrive within the read timeout (--http-read-timeout-s)") from None
+    except (ValueError, AssertionError, LookupError, HttpProcessingError) as e:  # what aiohttp's parser raises
+        raise InvalidInput(f"the multipart/form-data body is malformed ({' '.join(str(e).split())[:120]})") from None
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+async def _read(doors: HttpDoor, request: web.Request, method: str) -> MultiDict | dict:
     """The request's fields, once it is authenticated (api_key in them, or the header)."""
     try:
         params = await _params(request)
-    except InvalidInput as e:
+    except InvalidInput:
         doors.check_auth(request)  # an unreadable body carries no key: only the header can authenticate
-        raise HttpError(e.code, str(e)) from None
+        raise
+    except (asyncio.CancelledError, ConnectionError):  # hung up mid-body: counted as a cancelled call of its own
+        doors.tracker.count(method, "http", "CANCELLED")
+        raise
     key = params.get("api_key")
     doors.check_auth(request, key if isinstance(key, str) and key else None)
     return params
@@ -184,7 +202,7 @@ def parse_translate(params) -> TranslateRequest:
     if fmt not in FORMATS:
         raise InvalidInput(f"Invalid request: format must be 'text' or 'html', not {clip(fmt)}")
     alt = params.get("alternatives", 0)
-    if isinstance(alt, str) and alt.strip().lstrip("-").isdigit():
+    if isinstance(alt, str) and _COUNT.fullmatch(alt):  # ASCII digits only: str.isdigit() takes "²", int() does not
         alt = int(alt)
     if alt in (None, ""):
         alt = 0
@@ -193,108 +211,22 @@ def parse_translate(params) -> TranslateRequest:
     return TranslateRequest(q if isinstance(q, list) else [q], isinstance(q, list), source, target, fmt, alt)
 
 
-# ---- format=html -----------------------------------------------------------------------------------------------
-class _Segments(HTMLParser):
-    """Cuts an HTML string into its markup and its text nodes, each as the exact characters it was sent as.
-
-    Every parser event starts where ``getpos()`` says; its raw text runs to the next event's start. Markup is
-    kept verbatim; a text node is (raw, decoded text) so that only text is replaced, re-escaped."""
-
-    def __init__(self, source: str):
-        super().__init__(convert_charrefs=True)
-        self.source = source
-        self.line_starts = [0] + [i + 1 for i, c in enumerate(source) if c == "\n"]
-        self.events: list[tuple[int, str | None]] = []  # (offset, decoded text of a text node, or None: markup)
-        self.raw_text = 0  # depth inside <script>/<style>, whose content is not text to translate
-
-    def _mark(self, data: str | None = None) -> None:
-        line, col = self.getpos()
-        self.events.append((self.line_starts[line - 1] + col, data))
-
-    def handle_starttag(self, tag, attrs):
-        self._mark()
-        if tag in ("script", "style"):
-            self.raw_text += 1
-
-    def handle_startendtag(self, tag, attrs):
-        self._mark()
-
-    def handle_endtag(self, tag):
-        self._mark()
-        if tag in ("script", "style") and self.raw_text:
-            self.raw_text -= 1
-
-    def handle_data(self, data):
-        self._mark(None if self.raw_text else data)
-
-    def handle_comment(self, data):
-        self._mark()
-
-    def handle_decl(self, decl):
-        self._mark()
-
-    def handle_pi(self, data):
-        self._mark()
-
-    def unknown_decl(self, data):
-        self._mark()
-
-    def segments(self) -> list[tuple[str, str | None]]:
-        """(raw, text) in order: text None for markup (and for text kept as it is)."""
-        self.feed(self.source)
-        self.close()
-        out: list[tuple[str, str | None]] = []
-        ends = [off for off, _ in self.events[1:]] + [len(self.source)]
-        if self.events and self.events[0][0] > 0:  # nothing should precede the first event; keep it if it does
-            out.append((self.source[:self.events[0][0]], None))
-        for (start, text), end in zip(self.events, ends):
-            raw = self.source[start:end]
-            if text is not None and out and out[-1][1] is not None:  # one text node split in two events
-                prev_raw, prev_text = out.pop()
-                raw, text = prev_raw + raw, prev_text + text
-            out.append((raw, text))
-        # A node whose raw characters are not exactly its text (markup the parser skipped without an event)
-        # is kept as sent: never drop markup.
-        return [(raw, text if text is not None and html.unescape(raw) == text else None) for raw, text in out]
-
-
-@dataclass
-class _HtmlDoc:
-    segments: list[tuple[str, str | None]]
-    nodes: list[int]  # indexes of the segments to translate
-
-    @classmethod
-    def parse(cls, source: str) -> _HtmlDoc:
-        segs = _Segments(source).segments()
-        return cls(segs, [i for i, (_, text) in enumerate(segs) if text is not None and text.strip()])
-
-    def texts(self) -> list[str]:
-        return [self.segments[i][1].strip() for i in self.nodes]
-
-    def render(self, translations: list[str]) -> str:
-        parts = [raw for raw, _ in self.segments]
-        for i, out in zip(self.nodes, translations):
-            text = self.segments[i][1]
-            lead, trail = text[:len(text) - len(text.lstrip())], text[len(text.rstrip()):]
-            parts[i] = lead + html.escape(out, quote=False) + trail
-        return "".join(parts)
-
-
 # ---- routes ----------------------------------------------------------------------------------------------------
-def routes(doors: Doors) -> list[web.RouteDef]:
+def routes(doors: HttpDoor) -> list[web.RouteDef]:
     async def translate(request: web.Request) -> web.Response:
-        params = await _read(doors, request)
+        params = await _read(doors, request, "Translate")
         try:
             req = parse_translate(params)
             name, source = resolve(served_pairs(doors), req.source, req.target)
         except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
             req, name, error = None, "", e
-        async with doors.track(request, name, "Translate"):
+        async with doors.track(name, "Translate"):
             if req is None:
                 raise error
             model = doors.repo.get(name)
             if req.format == "html":
-                docs = [_HtmlDoc.parse(t) for t in req.texts]
+                check_html(req.texts)  # cheap counts first; the parser runs off the event loop
+                docs = await asyncio.to_thread(parse_all, req.texts)
                 texts = [t for d in docs for t in d.texts()]
                 if len(texts) > model.limits.max_inputs:
                     raise InvalidInput(f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "
@@ -343,21 +275,18 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             return json_response(body)
 
     async def list_languages(request: web.Request) -> web.Response:
-        await _read(doors, request)
+        await _read(doors, request, "Languages")
         return json_response(languages(served_pairs(doors)))
 
     async def detect(request: web.Request) -> web.Response:
-        params = await _read(doors, request)
-        try:
-            _string(params, "q")  # LibreTranslate's own refusal of a request without text
-        except InvalidInput as e:
-            raise HttpError(e.code, str(e)) from None
+        params = await _read(doors, request, "Detect")
+        _string(params, "q")  # LibreTranslate's own refusal of a request without text
         pairs = served_pairs(doors)
         sources = sorted({s for s, _ in pairs})
         if len(sources) != 1:
             why = ("no served model declares its languages" if not sources else
                    f"this server has no language detector and serves several source languages ({', '.join(sources)})")
-            raise HttpError("INVALID_ARGUMENT", f"language detection is not available: {why}; send source explicitly")
+            raise InvalidInput(f"language detection is not available: {why}; send source explicitly")
         # Honest without a detector: every model here reads this one language, so it is the only source this
         # server can translate from; for any text it can translate, this is the language to send.
         return json_response([{"confidence": 100.0, "language": sources[0]}])

@@ -11,6 +11,7 @@ end; the engine cores only ever see ids.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -23,9 +24,9 @@ from engine import EngineOptions
 from server.config import ServerConfig
 from server.core_events import Failed, Finished, Token
 from server.core_messages import CoreSpec
-from server.cores import CoreHandle, InFlight, Router
+from server.core_client import CoreHandle, InFlight, Router
 from server.detokenize import StreamingText
-from server.errors import ShuttingDown
+from server.errors import DeadlineExceeded, ShuttingDown
 from contract.decoding import DecodingOptions
 from server import distinct
 from server.prepare import Prepared, limits, prepare
@@ -56,7 +57,7 @@ class ModelAPI:
         encoder_thread = config.encoder_thread == "on" or (config.encoder_thread == "auto" and n_cores == 1)
         core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
         specs = [CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s) for i in range(n_cores)]
-        self.router = Router([CoreHandle(s, self.telemetry) for s in specs])
+        self.router = Router([CoreHandle(s, self.telemetry, config.core_stall_s) for s in specs])
 
     # ---- state -----------------------------------------------------------------------------------
     @property
@@ -153,12 +154,13 @@ class ModelAPI:
         core, req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
         done: list[Finished | None] = [None] * len(p.src_ids)
         try:
-            for _ in done:
-                ev = await req.events.get()  # no Token: not streamed
-                if isinstance(ev, Failed):
-                    raise ev.error()
-                done[ev.index] = ev
-        except BaseException:
+            async with _deadline(deadline):
+                for _ in done:
+                    ev = await req.events.get()  # no Token: not streamed
+                    if isinstance(ev, Failed):
+                        raise ev.error()
+                    done[ev.index] = ev
+        except BaseException:  # the client went away, the deadline passed: its rows leave the batch now
             core.cancel(req)
             raise
         outputs = [self._output(p, i, ev) for i, ev in enumerate(done)]
@@ -181,7 +183,8 @@ class ModelAPI:
         left = n
         try:
             while left:
-                ev = await req.events.get()
+                async with _deadline(deadline):  # not around the yield: the consumer's time is not ours to cut
+                    ev = await req.events.get()
                 if isinstance(ev, Token):
                     if delta := text.add(ev.index, ev.token):
                         yield StreamEvent(ev.index, delta)
@@ -239,3 +242,17 @@ class ModelAPI:
     def abort(self) -> None:
         for core in self.cores:
             core.abort()
+
+
+@contextlib.asynccontextmanager
+async def _deadline(deadline: float | None) -> AsyncIterator[None]:
+    """DeadlineExceeded once the deadline passes inside the block: the front end keeps every deadline itself,
+    whatever a core does (a core that hangs, a pipe that is slow to deliver)."""
+    if deadline is None:
+        yield
+        return
+    try:
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic())):
+            yield
+    except TimeoutError:
+        raise DeadlineExceeded("deadline exceeded before the request finished") from None

@@ -72,7 +72,8 @@ def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Li
                   max_new_tokens=m.max_len - 1, max_inputs=sched.max_inputs_per_request, max_beam=max_beam,
                   max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam),
                   vocab_size=m.tgt_vocab_size, max_prefix_tokens=max_prefix, default_beam=default_beam,
-                  options=decoding.ranges(max_beam, m.max_len - 1, m.tgt_vocab_size, max_prefix, default_beam))
+                  options=decoding.ranges(max_beam, m.max_len - 1, m.tgt_vocab_size, max_prefix, default_beam,
+                                          config.task.length_penalty_type))
 
 
 def check_options(options: DecodingOptions, lim: Limits) -> None:
@@ -90,7 +91,7 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
         raise InvalidInput(f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}")
     check_options(options, lim)  # the request's own values, as the client sent them, in any message
     # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
-    resolved = options.resolved(lim.default_beam, config.task.max_new_tokens)
+    resolved = options.resolved(lim.default_beam, config.task.max_new_tokens, config.task.length_penalty_type)
     if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
         check_options(resolved, lim)
     options = resolved

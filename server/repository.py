@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 from contract.bundle import BundleError
-from engine.session import cuda_probe, provider_reason
+from engine.device import cuda_probe, provider_reason
 from server.config import ServerConfig
-from server.cores import CoreLoadError
+from server.core_client import CoreLoadError
 from server.errors import ModelNotFound, ModelNotReady, clip
 from server.metrics import Metrics
 from server.telemetry import Telemetry

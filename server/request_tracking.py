@@ -27,11 +27,16 @@ class RequestTracker:
     def __init__(self, metrics: Metrics, repo: Repository, refusals: RefusalLog):
         self.metrics, self.repo, self.refusals = metrics, repo, refusals
 
-    def refused(self, method: str, protocol: str, code: str, message: str) -> None:
-        """A call refused before it reached a door (no token, a body that does not parse): counted without a
-        model (none was read) and logged at WARNING at most, rate-limited."""
+    def count(self, method: str, protocol: str, code: str) -> None:
+        """A call that ended before a door read its model (a hang-up mid-body, say): counted without one."""
         self.metrics.requests.labels("", method, protocol, code).inc()
-        self.refusals(code, message)
+
+    def refused(self, method: str, protocol: str, code: str, message: str, kind: str = "") -> None:
+        """A call refused before it reached a door (no token, a body or a connection that does not parse, a
+        connection over the cap): counted without a model (none was read) and logged at WARNING at most,
+        rate-limited, under ``kind`` (default: the code)."""
+        self.count(method, protocol, code)
+        self.refusals(kind or code, message)
 
     @contextlib.asynccontextmanager
     async def track(self, model: str, method: str, protocol: str = "grpc") -> AsyncIterator[None]:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import Engine, Generator, Sequence
+from engine import Generator, Runner, Sequence
 from server.batching import POLICIES, QueueView
 from server.config import SchedulerConfig
 from server.core_events import Failed, Finished, Stats, Token
@@ -65,7 +65,7 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, name: str, engine: Engine, config: SchedulerConfig, sink: Sink):
+    def __init__(self, name: str, engine: Runner, config: SchedulerConfig, sink: Sink):
         self.name, self.engine, self.config, self.sink = name, engine, config, sink
         self.policy = POLICIES[config.mode](config)
         self.gen = Generator(engine)

@@ -42,7 +42,7 @@ def _options_of(raw: bytes) -> DecodingOptions:
                                          "sampling_temperature", "seed") if name in given}
     return DecodingOptions(
         beam_size=o.beam_size, num_hypotheses=max(1, o.num_hypotheses), return_scores=o.return_scores,
-        length_penalty_type=o.length_penalty_type or "gnmt", no_repeat_ngram_size=o.no_repeat_ngram_size,
+        length_penalty_type=o.length_penalty_type, no_repeat_ngram_size=o.no_repeat_ngram_size,
         min_new_tokens=o.min_new_tokens, max_new_tokens=o.max_new_tokens, disable_unk=o.disable_unk,
         distinct_hypotheses=o.distinct_hypotheses, **kw)
 

@@ -1,7 +1,7 @@
 """Decoding options in the engine: CTranslate2 on the same weights as the oracle, and per-row options in one batch.
 
 The oracle: the en->ja checkpoint converted to CTranslate2 (bench/ct2_convert.py, as bench/decode.py
-does) and ``translate_batch`` with the same options must give the same tokens as ``Engine.generate``
+does) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
 with ``length_penalty_type="ctranslate2"``, on held-out inputs; scores agree within SCORE_ATOL
 (CTranslate2 accumulates in float32, the engine in float64). No output string is hard-coded: the
 committed model may be retrained.
@@ -133,12 +133,30 @@ def test_nbest_is_distinct_and_sorted(ja):
             assert (r.text, r.tokens, r.score) == (r.hypotheses[0].text, r.hypotheses[0].tokens, r.hypotheses[0].score)
 
 
-def test_default_beam_is_the_papers(ja):
-    """No option but beam_size: the paper's beam (alpha 0.6, gnmt), whatever num_hypotheses adds to it."""
+def test_default_search_is_the_bundles_rule(ja, tmp_path):
+    """No option but beam_size: the bundle's rule (translate-en-ja: CTranslate2's, alpha 1, as its default beam 4),
+    whatever num_hypotheses adds to it; a bundle that names no rule (formats 1-3) decodes with the paper's (gnmt
+    0.6), and length_penalty_type picks either per request."""
+    import json
+    import shutil
+
+    import engine
+
     texts = english(24)
+    assert ja.config.task.length_penalty_type == "ctranslate2" and ja.config.format_version == 4
     plain = [r.text for r in ja.generate(texts, beam_size=4)]
-    assert plain == [r.text for r in ja.generate(texts, beam_size=4, length_penalty=0.6, length_penalty_type="gnmt")]
+    assert plain == [r.text for r in ja.generate(texts, beam_size=4, length_penalty=1.0, length_penalty_type="ctranslate2")]
     assert plain == [r.text for r in ja.generate(texts, beam_size=4, num_hypotheses=4)]
+    old = tmp_path / "1"
+    shutil.copytree(MODEL_REPO / "translate-en-ja" / "1", old)
+    cfg = json.loads((old / "config.json").read_text())
+    cfg["format_version"] = 2
+    del cfg["task"]["length_penalty_type"]
+    (old / "config.json").write_text(json.dumps(cfg))
+    older = engine.load(old, device="cpu")
+    assert older.config.task.length_penalty_type == "gnmt"
+    gnmt = [r.text for r in older.generate(texts, beam_size=4)]
+    assert gnmt == [r.text for r in ja.generate(texts, beam_size=4, length_penalty=0.6, length_penalty_type="gnmt")]
 
 
 def test_topk_1_is_greedy_and_temperature_0_is_greedy(ja):
@@ -215,12 +233,12 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
 
     alone = []
     for i in range(len(texts)):
-        g, s = Generator(ja), seq(i)
+        g, s = Generator(ja.runner), seq(i)
         g.add([s])
         while len(g):
             g.step()
         alone.append(hyps(s))
-    g = Generator(ja)
+    g = Generator(ja.runner)
     seqs = [seq(i) for i in range(len(texts))]
     for k, s in enumerate(seqs):  # one newcomer every step: rows join a batch already running
         g.add([s])

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import CHECKPOINTS, MODEL_REPO, ROOT
 from contract.bundle import BundleError
-from engine import Engine, EngineOptions, Generator, Sequence, generate, generate_no_cache
+from bench.baselines import generate, generate_no_cache
+from engine import EngineOptions, Generator, Sequence, Translator
 from engine.search import Beam
 
 
@@ -26,40 +27,40 @@ def bundle(name: str) -> Path:
 
 
 @pytest.fixture(scope="module", params=models_present())
-def engine(request) -> Engine:
-    return Engine(bundle(request.param), EngineOptions(device="cpu"))
+def engine(request) -> Translator:
+    return Translator(bundle(request.param), EngineOptions(device="cpu"))
 
 
-def sample_inputs(engine: Engine, n: int = 24) -> list[str]:
+def sample_inputs(engine: Translator, n: int = 24) -> list[str]:
     """Held-out sources of the model's own test split (written by `s2s train` next to the checkpoint)."""
     lines = (CHECKPOINTS / engine.config.name / "test.tsv").read_text(encoding="utf-8").splitlines()
     return [line.split("\t")[0] for line in lines[:n]]
 
 
-def test_export_parity_with_pytorch(engine: Engine):
+def test_export_parity_with_pytorch(engine: Translator):
     from export.validate import validate_bundle
     from training import checkpoint
 
     ckpt = checkpoint.load(CHECKPOINTS / engine.config.name)
     assert engine.config.source_checkpoint_sha256 == checkpoint.weights_sha256(CHECKPOINTS / engine.config.name)
-    report = validate_bundle(ckpt.model, engine.folder, atol=1e-4, seed=11)  # raises if off
+    report = validate_bundle(ckpt.model, engine.runner.folder, atol=1e-4, seed=11)  # raises if off
     assert report["greedy_identical"] == "16/16"
 
 
-def test_cached_equals_uncached_decoding(engine: Engine):
+def test_cached_equals_uncached_decoding(engine: Translator):
     texts = sample_inputs(engine, 16)
     assert generate(engine, texts, max_new_tokens=24) == generate_no_cache(engine, texts, max_new_tokens=24)
 
 
-def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Engine):
+def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Translator):
     texts = sample_inputs(engine, 6)
     ids = [engine.codec.source_ids(t) for t in texts]
-    alone = Generator(engine)
+    alone = Generator(engine.runner)
     a = Sequence(ids[0], 20)
     alone.add([a])
     while len(alone):
         alone.step()
-    gen = Generator(engine)
+    gen = Generator(engine.runner)
     others = [Sequence(i, 20) for i in ids[1:4]]
     gen.add(others)
     for _ in range(3):  # the batch is 3 steps in when the row joins: its cache has 3 holes
@@ -71,30 +72,30 @@ def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Engine):
     assert late.result == a.result
 
 
-def test_ragged_encode_equals_each_row_alone(engine: Engine):
+def test_ragged_encode_equals_each_row_alone(engine: Translator):
     """Rows are encoded in groups of equal length (no padding computed); each row's cross K/V must equal
     encoding it alone, and its padding columns must be zero."""
     from engine.generator import pad_batch
 
     rows = [engine.codec.source_ids(t) for t in sample_inputs(engine, 12)]
     assert len({len(r) for r in rows}) > 2, "the sample should have ragged lengths"
-    ids, mask = pad_batch(rows, engine.special.pad)
-    batched = engine.encode(ids, mask)
+    ids, mask = pad_batch(rows, engine.runner.special.pad)
+    batched = engine.runner.encode(ids, mask)
     for i, r in enumerate(rows):
-        alone = engine.encode(np.array([r]), np.ones((1, len(r)), np.int64))
+        alone = engine.runner.encode(np.array([r]), np.ones((1, len(r)), np.int64))
         for got, want in zip(batched, alone):
             np.testing.assert_allclose(got[i, :, : len(r)], want[0], atol=1e-5)
             assert not got[i, :, len(r):].any()
 
 
-def test_beam_of_one_equals_greedy(engine: Engine):
+def test_beam_of_one_equals_greedy(engine: Translator):
     texts = sample_inputs(engine, 8)
-    gen = Generator(engine)
+    gen = Generator(engine.runner)
     greedy = [Sequence(engine.codec.source_ids(t), 20) for t in texts]
     beams = []
     for t in texts:
         s = Sequence(engine.codec.source_ids(t), 20)
-        s.search = Beam(engine.special.eos, gen.budget(s), width=1)
+        s.search = Beam(engine.runner.special.eos, gen.budget(s), width=1)
         beams.append(s)
     gen.add(greedy + beams)
     while len(gen):
@@ -102,7 +103,7 @@ def test_beam_of_one_equals_greedy(engine: Engine):
     assert [s.result for s in greedy] == [s.result for s in beams]
 
 
-def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Engine):
+def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Translator):
     """engine.topk (LogSoftmax + TopK in ONNX Runtime, what beams use) against numpy: the same tokens in the same
     order, ties to the lower id, log-probabilities to float32 rounding."""
     from engine.search import top_sorted
@@ -116,12 +117,12 @@ def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Engine):
     x = (3 * rng.standard_normal((37, 8000))).astype(np.float32)
     x[5, [7, 700, 7000]] = x[5].max() + 1  # a three-way tie at the top
     x[6] = 0.0  # all tied
-    lp, ids = engine.top_logprobs(x, 8)
+    lp, ids = engine.runner.top_logprobs(x, 8)
     ref_lp, ref_ids = top_logprobs(x, 8)
     assert ids.tolist() == ref_ids.tolist()
     assert ids[5, :3].tolist() == [7, 700, 7000] and ids[6].tolist() == list(range(8))
     np.testing.assert_allclose(lp, ref_lp, rtol=0, atol=1e-5)
-    assert engine.top_logprobs(x[:2, :5], 8)[1].shape == (2, 5)  # n above the vocabulary: all of it
+    assert engine.runner.top_logprobs(x[:2, :5], 8)[1].shape == (2, 5)  # n above the vocabulary: all of it
 
 
 @pytest.mark.parametrize("kind,alpha", [("gnmt", 0.6), ("ctranslate2", 0.6), ("ctranslate2", 0.0)])
@@ -154,29 +155,29 @@ def test_beams_advanced_together_choose_as_the_loop_does_alone(kind: str, alpha:
     assert sum(len(b.finished) for b in alone) >= n_beams and all(b.done for b in alone)  # ends happened, all stopped
 
 
-def _normalised_score(engine: Engine, src: list[int], out: list[int]) -> float:
+def _normalised_score(engine: Translator, src: list[int], out: list[int]) -> float:
     """log P(out + EOS | src) / lp(|out| + 1), by one uncached decoder pass over the whole target."""
     from engine.generator import pad_batch
     from engine.search import log_softmax
 
-    ids, mask = pad_batch([src], engine.special.pad)
-    cross = engine.encode(ids, mask)
-    tgt = [engine.special.bos, *out]
-    empty = [np.zeros((1, engine.n_heads, 0, engine.d_head), np.float32)] * (2 * engine.n_layers)
-    logits, _ = engine.decode(np.array([tgt]), np.arange(len(tgt))[None], np.zeros((1, 0), np.int64), empty, cross, mask)
+    ids, mask = pad_batch([src], engine.runner.special.pad)
+    cross = engine.runner.encode(ids, mask)
+    tgt = [engine.runner.special.bos, *out]
+    empty = [np.zeros((1, engine.runner.n_heads, 0, engine.runner.d_head), np.float32)] * (2 * engine.runner.n_layers)
+    logits, _ = engine.runner.decode(np.array([tgt]), np.arange(len(tgt))[None], np.zeros((1, 0), np.int64), empty, cross, mask)
     lp = log_softmax(logits[0].astype(np.float64))
-    total = sum(lp[i, t] for i, t in enumerate([*out, engine.special.eos]))
-    return total / Beam(engine.special.eos, 1, 1).lp(len(out) + 1)
+    total = sum(lp[i, t] for i, t in enumerate([*out, engine.runner.special.eos]))
+    return total / Beam(engine.runner.special.eos, 1, 1).lp(len(out) + 1)
 
 
-def test_beam_search_scores_at_least_as_well_as_greedy(engine: Engine):
+def test_beam_search_scores_at_least_as_well_as_greedy(engine: Translator):
     """Beam 4's hypothesis has a length-normalised score >= greedy's on every input (when both ended with EOS)."""
     texts = sample_inputs(engine, 12)
     seqs = {w: [Sequence(engine.codec.source_ids(t), 20, w) for t in texts] for w in (1, 4)}
     from engine.generator import run
 
     for w in seqs:
-        run(engine, seqs[w])
+        run(engine.runner, seqs[w])
     for g, b in zip(seqs[1], seqs[4]):
         if len(g.result) < g.search.budget and len(b.result) < 20:
             assert _normalised_score(engine, b.src_ids, b.result) >= _normalised_score(engine, g.src_ids, g.result) - 1e-6
@@ -187,7 +188,7 @@ def test_beam_search_keeps_addition_exact():
     (A stopping rule that ended at k finished hypotheses answered 864+394 with "258" under beam 4.)"""
     import random
 
-    addition = Engine(bundle("addition"))
+    addition = Translator(bundle("addition"))
     rng = random.Random(0)
     problems = [(rng.randint(0, 999), rng.randint(0, 999)) for _ in range(200)]
     texts = [f"{a}+{b}" for a, b in problems]
@@ -208,7 +209,7 @@ def test_truncated_onnx_file_is_named(tmp_path: Path):
     data = (b / "decoder.onnx").read_bytes()
     (b / "decoder.onnx").write_bytes(data[: len(data) // 2])
     with pytest.raises(BundleError, match=r"decoder\.onnx: sha256"):
-        Engine(b)
+        Translator(b)
     # Even with the hash "fixed", ONNX Runtime's refusal is reported with the file's name.
     cfg = json.loads((b / "config.json").read_text())
     from contract.bundle import sha256_file
@@ -216,7 +217,7 @@ def test_truncated_onnx_file_is_named(tmp_path: Path):
     cfg["files"]["decoder.onnx"] = sha256_file(b / "decoder.onnx")
     (b / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(BundleError, match=r"decoder\.onnx: ONNX Runtime cannot load it"):
-        Engine(b)
+        Translator(b)
 
 
 def test_wrong_hash_is_named(tmp_path: Path):
@@ -225,14 +226,14 @@ def test_wrong_hash_is_named(tmp_path: Path):
     cfg["files"]["encoder.onnx"] = "0" * 64
     (b / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(BundleError, match=r"encoder\.onnx: sha256 .* does not match"):
-        Engine(b)
+        Translator(b)
 
 
 def test_missing_tokenizer_is_named(tmp_path: Path):
     b = _copy(tmp_path)
     (b / "tokenizer.json").unlink()
     with pytest.raises(BundleError, match=r"tokenizer\.json: missing"):
-        Engine(b)
+        Translator(b)
 
 
 def test_engine_runs_with_torch_blocked_from_import():
@@ -243,10 +244,10 @@ class Block:
         if name == "torch" or name.startswith("torch."):
             raise ImportError("torch is blocked in this test")
 sys.meta_path.insert(0, Block())
-from engine import Engine, generate
+import engine
 import server.app, server.servicer, server.scheduler  # the whole server, too
-e = Engine({str(bundle('addition'))!r})
-print(generate(e, ["12+30", "999+1"]))
+e = engine.load({str(bundle('addition'))!r})
+print([r.text for r in e.generate(["12+30", "999+1"], beam_size=1)])
 assert "torch" not in sys.modules
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -265,7 +266,7 @@ def test_addition_exact_match_on_10000_held_out_problems_matches_pytorch():
     pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()]
     assert len(pairs) == 10_000
     srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
-    engine = Engine(bundle("addition"), EngineOptions(device="cpu"))
+    engine = Translator(bundle("addition"), EngineOptions(device="cpu"))
     ours = generate(engine, srcs, batch_size=256)
     torch.set_num_threads(1)
     theirs = torch_generate(ckpt.model, ckpt.codec, srcs, 500, "cpu", ckpt.task.max_new_tokens)
@@ -283,7 +284,7 @@ def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
     from export.quantize import INT8
 
     out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, quantize=variant))
-    e = Engine(out)
+    e = Translator(out)
     assert e.config.quantization == (INT8 if variant == "int8" else variant)
     import onnx
 
@@ -295,43 +296,43 @@ def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
     pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]]
     srcs = [s for s, _ in pairs]
     acc = np.mean([o == r for o, (_, r) in zip(generate(e, srcs), pairs)])
-    acc32 = np.mean([o == r for o, (_, r) in zip(generate(Engine(MODEL_REPO / "addition" / "1"), srcs), pairs)])
+    acc32 = np.mean([o == r for o, (_, r) in zip(generate(Translator(MODEL_REPO / "addition" / "1"), srcs), pairs)])
     assert acc >= acc32 - 1 / 300, (acc, acc32)
 
 
-def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Engine):
+def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Translator):
     """Continuous batching churn: with 4 rows, every finished sequence's row is taken over in place by the
     next one (and longer sources widen the batch); each result must equal decoding that input alone."""
     from engine.generator import run
 
     texts = sample_inputs(engine, 24)
     alone = [generate(engine, [t], max_new_tokens=20)[0] for t in texts]
-    seqs = run(engine, [Sequence(engine.codec.source_ids(t), 20) for t in texts], batch_size=4)
+    seqs = run(engine.runner, [Sequence(engine.codec.source_ids(t), 20) for t in texts], batch_size=4)
     assert [engine.codec.decode(s.result) for s in seqs] == alone
 
 
-def test_io_binding_path_decodes_exactly_like_the_numpy_path(engine: Engine):
+def test_io_binding_path_decodes_exactly_like_the_numpy_path(engine: Translator):
     """The device-resident cache (IOBinding, the default on CUDA) runs here on CPU OrtValues: same tokens
     for greedy with rows joining, leaving and reusing slots, and for beams (which reorder the cache)."""
-    bound = Engine(engine.folder, EngineOptions(device="cpu", io_binding="on"))
-    assert bound.io_binding and not engine.io_binding
+    bound = Translator(engine.runner.folder, EngineOptions(device="cpu", io_binding="on"))
+    assert bound.runner.io_binding and not engine.runner.io_binding
     texts = sample_inputs(engine, 24)
     assert generate(bound, texts, max_new_tokens=20, batch_size=5) == generate(engine, texts, max_new_tokens=20, batch_size=5)
     assert generate(bound, texts[:4], max_new_tokens=12, beam=3) == generate(engine, texts[:4], max_new_tokens=12, beam=3)
 
 
-def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Engine):
+def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Translator):
     import onnxruntime as ort
 
     from engine.search import Greedy
 
-    bound = Engine(engine.folder, EngineOptions(device="cpu", io_binding="on"))
+    bound = Translator(engine.runner.folder, EngineOptions(device="cpu", io_binding="on"))
     ids = [bound.codec.source_ids(t) for t in sample_inputs(engine, 4)]
 
     def seq(i: int) -> Sequence:  # never stops at EOS, so only the test changes the batch
         return Sequence(ids[i], 30, search=Greedy(eos=-1, budget=30))
 
-    gen = Generator(bound)
+    gen = Generator(bound.runner)
     first = [seq(0), seq(1)]
     gen.add(first)
     gen.step()
@@ -347,13 +348,13 @@ def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: En
     assert isinstance(gen.batch.dev_past[0], ort.OrtValue) and gen.batch.host_syncs == 1
 
 
-def test_sequences_encoded_ahead_join_like_the_others(engine: Engine):
+def test_sequences_encoded_ahead_join_like_the_others(engine: Translator):
     """The scheduler's encoder thread calls ``Generator.encode`` before ``add``: greedy rows refilling released
     slots, appended rows and beams must decode exactly as when ``add`` encodes them itself."""
     ids = [engine.codec.source_ids(t) for t in sample_inputs(engine, 6)]
 
     def decode(pre_encode: bool) -> list[list[int]]:
-        gen = Generator(engine)
+        gen = Generator(engine.runner)
         first = [Sequence(ids[0], 12), Sequence(ids[1], 12, beam=2)]
         later = [Sequence(i, 12) for i in ids[2:]] + [Sequence(ids[0], 12, beam=3)]
         gen.add(first)
@@ -369,17 +370,17 @@ def test_sequences_encoded_ahead_join_like_the_others(engine: Engine):
     assert decode(pre_encode=True) == decode(pre_encode=False)
 
 
-def test_beams_reusing_a_finished_beams_rows_decode_as_they_would_alone(engine: Engine):
+def test_beams_reusing_a_finished_beams_rows_decode_as_they_would_alone(engine: Translator):
     """Beam churn: with 8 rows two beams of 4 run at once, and each newcomer takes the rows a finished beam
     released, in place (the batch never grows past 8 rows); greedy rows between them are reordered around.
     Each result must equal decoding that input alone."""
     from engine.generator import run
 
     texts = sample_inputs(engine, 16)
-    alone = [run(engine, [Sequence(engine.codec.source_ids(t), 20, 4)])[0].result for t in texts]
+    alone = [run(engine.runner, [Sequence(engine.codec.source_ids(t), 20, 4)])[0].result for t in texts]
     seqs = [Sequence(engine.codec.source_ids(t), 20, 4 if i % 3 else 1) for i, t in enumerate(texts)]
-    greedy = [run(engine, [Sequence(engine.codec.source_ids(t), 20, 1)])[0].result for t in texts]
-    run(engine, seqs, batch_size=9)
+    greedy = [run(engine.runner, [Sequence(engine.codec.source_ids(t), 20, 1)])[0].result for t in texts]
+    run(engine.runner, seqs, batch_size=9)
     assert [s.result for s in seqs] == [alone[i] if i % 3 else greedy[i] for i in range(len(texts))]
 
 
@@ -392,8 +393,8 @@ def test_free_run_finds_consecutive_released_rows():
     assert free_run([9, 8], 2) == 8
 
 
-def test_unresolved_default_beam_is_refused_by_sequence_and_resolved_by_generate(engine: Engine):
-    """beam_size 0 means the model's default: Engine.generate resolves it from the bundle (task.beam_size), a bare
+def test_unresolved_default_beam_is_refused_by_sequence_and_resolved_by_generate(engine: Translator):
+    """beam_size 0 means the model's default: Translator.generate resolves it from the bundle (task.beam_size), a bare
     Sequence cannot know the model and says how to resolve it."""
     from contract.decoding import DecodingOptions
 
@@ -412,11 +413,11 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
     cfg["format_version"] = 1
     cfg["task"].pop("beam_size", None)
     (b / "config.json").write_text(json.dumps(cfg))
-    assert Engine(b).config.task.beam_size == 1
+    assert Translator(b).config.task.beam_size == 1
     cfg["format_version"] = 99
     (b / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3: upgrade s2s"):
-        Engine(b)
+    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3, 4: upgrade s2s"):
+        Translator(b)
 
 
 @pytest.mark.slow
@@ -430,17 +431,86 @@ def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path):
     from export.onnx_export import ExportOptions, export
 
     out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, fused=True))
-    fused = Engine(out)
+    fused = Translator(out)
     assert fused.config.format_version == 3 and fused.config.validation["greedy_identical"] == "16/16"
     ops = {(n.domain, n.op_type) for n in onnx.load(str(out / "decoder.onnx")).graph.node}
     assert ("com.microsoft", "MultiHeadAttention") in ops
-    standard = Engine(MODEL_REPO / "addition" / "1")
+    standard = Translator(MODEL_REPO / "addition" / "1")
     assert standard.config.format_version in (1, 2)
     assert {n.domain for n in onnx.load(str(standard.folder / "decoder.onnx")).graph.node} <= {"", "ai.onnx"}
     texts = sample_inputs(standard, 64)
     results = {}
     for name, e in (("fused", fused), ("standard", standard)):
         seqs = [Sequence(e.codec.source_ids(t), 12) for t in texts]
-        run(e, seqs, 4)  # 4 rows: every finished row is taken over by the next input (churn)
+        run(e.runner, seqs, 4)  # 4 rows: every finished row is taken over by the next input (churn)
         results[name] = [s.result for s in seqs]
     assert results["fused"] == results["standard"]
+
+
+def test_engine_modules_import_no_circle():
+    """The engine's roles are layers: runner (graphs) <- generator (step loop) <- translator (text API); no module
+    imports one that imports it back, directly or not (the session <-> generator circle is gone)."""
+    import ast
+
+    graph = {}
+    for p in (ROOT / "engine").glob("*.py"):
+        deps = set()
+        for n in ast.walk(ast.parse(p.read_text())):
+            mods = [n.module] if isinstance(n, ast.ImportFrom) and n.module else [a.name for a in getattr(n, "names", [])] \
+                if isinstance(n, ast.Import) else []
+            deps |= {m for m in mods if m.startswith("engine.")}
+        graph["engine" if p.stem == "__init__" else f"engine.{p.stem}"] = deps
+
+    def reaches(a: str, b: str, seen: set) -> bool:
+        return any(d == b or (d not in seen and reaches(d, b, seen | {d})) for d in graph.get(a, ()))
+
+    assert not [m for m in graph if reaches(m, m, {m})]
+    assert "engine.translator" not in graph["engine.runner"] | graph["engine.generator"]
+    assert not any(d in graph["engine.runner"] for d in ("engine.generator", "engine.translator", "engine.search"))
+
+
+def test_translate_batch_takes_tokens_as_ctranslate2_does_and_equals_generate():
+    import engine
+
+    ja = engine.load(bundle("translate-en-ja"), device="cpu")
+    texts = sample_inputs(ja, 6)
+    res = ja.translate_batch([ja.source_tokens(t) for t in texts], beam_size=4, num_hypotheses=2, return_scores=True)
+    want = ja.generate(texts, beam_size=4, num_hypotheses=2, return_scores=True)
+    tok = ja.codec.tokenizer
+    assert [[[tok.token_to_id(x) for x in h] for h in r.hypotheses] for r in res] == \
+        [[c.tokens for c in w.hypotheses] for w in want]
+    assert [r.scores for r in res] == [[c.score for c in w.hypotheses] for w in want]
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        ja.translate_batch([["no-such-token-xyz"]])
+
+
+def test_a_beam_into_an_idle_batch_takes_its_first_step_on_one_row_and_decodes_as_in_a_running_one():
+    """Into an idle batch a beam's first step runs on one row, then the beam joins with its width (CTranslate2's
+    expansion after the first step); joining a running batch it takes all its rows at once. Same hypotheses either
+    way, and a beam that ends at that first step is reported by the next step."""
+    from engine.generator import Generator
+
+    ja = Translator(bundle("translate-en-ja"), EngineOptions(device="cpu"))
+    ids = [ja.codec.source_ids(t) for t in sample_inputs(ja, 6)]
+    for budget in (20, 1):
+        apart = Generator(ja.runner)
+        s = Sequence(ids[0], budget, 4)
+        apart.add([s])
+        assert len(apart.batch) == (4 if budget > 1 else 0) and len(apart) == 1
+        if budget > 1:
+            assert (apart.batch.positions == 1).all() and apart.batch.past_len == 1
+        while len(apart):
+            apart.step()
+        running = Generator(ja.runner)
+        greedy = Sequence(ids[1], 30)
+        running.add([greedy])
+        running.step()  # the batch runs: the beam joins with all its rows
+        t = Sequence(ids[0], budget, 4)
+        running.add([t])
+        assert len(running.batch) == 5
+        while t.result is None:
+            running.step()
+        assert [h.tokens for h in s.hypotheses] == [h.tokens for h in t.hypotheses]
+        # The running batch's holes move a float32 sum's rounding: scores equal to float32 precision.
+        assert np.allclose([h.score for h in s.hypotheses], [h.score for h in t.hypotheses], atol=1e-5)
+        assert budget > 1 or len(s.result) <= 1

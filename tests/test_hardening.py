@@ -77,6 +77,7 @@ def served(tmp_path_factory, model_repo):
     srv = Served(tmp_path_factory.mktemp("served"))
     yield srv
     srv.stop()
+    assert_no_traceback(srv.log_path.read_text())  # whatever the module's tests sent it
 
 
 def assert_no_traceback(log: str) -> None:

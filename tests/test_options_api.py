@@ -1,6 +1,6 @@
 """Every decoding option through every front door: seq2seq.v1, KServe v2 over gRPC and over HTTP (tritonclient).
 
-Each door's answer is compared with the engine in process (``Engine.generate``, the same options), so no
+Each door's answer is compared with the engine in process (``Translator.generate``, the same options), so no
 output string is hard-coded; out-of-range values are INVALID_ARGUMENT (HTTP 400) naming the limit; options
 in one request mix with other requests' in the server's running batch.
 """

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import english, MODEL_REPO
-from engine import Engine, EngineOptions, Sequence
+from engine import EngineOptions, Sequence, Translator
 from engine.generator import run
 from server.config import SchedulerConfig
 from server.core_events import Failed, Finished, Token
@@ -47,12 +47,12 @@ def ended(request: int, n: int):
 
 @pytest.fixture(scope="module")
 def engines():
-    return {m: Engine(MODEL_REPO / m / "1", EngineOptions(device="cpu")) for m in (ADD, JA)}
+    return {m: Translator(MODEL_REPO / m / "1", EngineOptions(device="cpu")) for m in (ADD, JA)}
 
 
-def scheduler(engine: Engine, **cfg) -> tuple[Scheduler, Collector]:
+def scheduler(engine: Translator, **cfg) -> tuple[Scheduler, Collector]:
     sink = Collector()
-    sched = Scheduler("test", engine, SchedulerConfig(**cfg), sink)
+    sched = Scheduler("test", engine.runner, SchedulerConfig(**cfg), sink)
     sched.start()
     return sched, sink
 
@@ -71,7 +71,7 @@ def test_a_request_reports_tokens_then_its_outputs_and_matches_the_engine(engine
         sched.drain(5)
     finished = {e.index: e.tokens for e in sink.of(1) if isinstance(e, Finished)}
     streamed = {i: [e.token for e in sink.of(1) if isinstance(e, Token) and e.index == i] for i in range(len(texts))}
-    alone = [s.result for s in run(engine, [Sequence(engine.codec.source_ids(t), 40) for t in texts])]
+    alone = [s.result for s in run(engine.runner, [Sequence(engine.codec.source_ids(t), 40) for t in texts])]
     assert [finished[i] for i in range(len(texts))] == alone
     assert [streamed[i] for i in range(len(texts))] == alone  # every token streamed, EOS not
 
@@ -97,8 +97,8 @@ def test_full_queue_is_refused_whole_and_cancel_is_silent(engines):
 def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving(engines):
     """Fault injection: the real engine's decode step raises once (as ONNX Runtime would on a device
     error); the request in that batch fails INTERNAL, the loop survives, the next request works."""
-    engine = Engine(MODEL_REPO / ADD / "1", EngineOptions(device="cpu"))
-    real = engine.decode
+    engine = Translator(MODEL_REPO / ADD / "1", EngineOptions(device="cpu"))
+    real = engine.runner.decode
     calls = {"n": 0}
 
     def failing_once(*args, **kw):
@@ -107,7 +107,7 @@ def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving(engines
             raise RuntimeError("injected ONNX Runtime failure")
         return real(*args, **kw)
 
-    engine.decode = failing_once
+    engine.runner.decode = failing_once
     sched, sink = scheduler(engine)
     try:
         sched.submit(1, [Sequence(engine.codec.source_ids("12+30"), 6)], None)
@@ -125,8 +125,8 @@ def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving(engines
 def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines):
     """Fault injection on the encoder thread's path: while a batch decodes, a newcomer's encoder run raises;
     that request fails INTERNAL, the decoding ones finish, and the next request works."""
-    engine = Engine(MODEL_REPO / JA / "1", EngineOptions(device="cpu"))
-    real = engine.encode
+    engine = Translator(MODEL_REPO / JA / "1", EngineOptions(device="cpu"))
+    real = engine.runner.encode
     marker = engine.codec.source_ids("Open file")
     failed_on: list[str] = []
 
@@ -138,9 +138,9 @@ def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines)
 
     # Inputs with the longest outputs (greedy is deterministic): they decode together for many steps.
     pool = english(300)
-    lengths = [len(s.result) for s in run(engine, [Sequence(engine.codec.source_ids(t), 60) for t in pool])]
+    lengths = [len(s.result) for s in run(engine.runner, [Sequence(engine.codec.source_ids(t), 60) for t in pool])]
     long_inputs = [t for _, t in sorted(zip(lengths, pool), key=lambda x: -x[0])[:6]]
-    engine.encode = failing_for_marker
+    engine.runner.encode = failing_for_marker
     sched, sink = scheduler(engine)
     try:
         for i, t in enumerate(long_inputs):
@@ -152,11 +152,11 @@ def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines)
         sched.submit(1, [Sequence(marker, 60)], None)  # joins while the six decode: the encoder thread takes it
         assert sink.wait(ended(1, 1))
         assert sink.wait(lambda evs: all(ended(10 + i, 1)(evs) for i in range(len(long_inputs))))
-        engine.encode = real
+        engine.runner.encode = real
         sched.submit(2, [Sequence(marker, 60)], None)
         assert sink.wait(ended(2, 1))
     finally:
-        engine.encode = real
+        engine.runner.encode = real
         sched.drain(5)
     (fail,) = sink.of(1)
     assert isinstance(fail, Failed) and fail.code == "INTERNAL" and "encoder failed" in fail.message

@@ -299,7 +299,7 @@ def test_device_resident_cache_serves_concurrent_requests(model_repo):
         srv.stop()
     wrong = [(a, b, r.outputs[0].text) for (a, b), r in zip(problems, replies) if r.outputs[0].text != str(a + b)]
     assert len(wrong) <= 1, wrong
-    from engine import Engine, EngineOptions
+    import engine
 
-    want = [r.text for r in Engine(model_repo / JA / "1", EngineOptions(device="cpu")).generate(texts)]  # its default beam
+    want = [r.text for r in engine.load(model_repo / JA / "1", device="cpu").generate(texts)]  # its default beam
     assert [r.outputs[0].text for r in replies[len(problems):]] == want

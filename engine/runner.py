@@ -1,10 +1,11 @@
-"""ONNX Runtime sessions for one bundle: load, verify against config.json, run encoder and decoder steps."""
+"""The graph runner: one bundle's ONNX Runtime sessions, verified against config.json, running encoder and decoder steps.
+
+It knows ids and arrays only (no tokenizer, no text, no search): the step loop (``engine.generator``) drives it,
+and the text API (``engine.translator``) sits on top of both.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ import onnxruntime as ort
 
 from contract import bundle, names
 from contract.bundle import BundleConfig, BundleError
-from contract.text import TextCodec
+from engine.device import disabled_optimizers, log_provider_once, providers_for
 from engine.topk import TopLogprobs
 
 log = logging.getLogger("s2s.engine")
@@ -34,83 +35,25 @@ class EngineOptions:
     io_binding: str = "auto"  # auto | on | off
 
 
-# What onnxruntime-gpu's CUDA provider links against (its GPU requirements page): without any of
-# them ORT prints red ERROR lines at every session and falls back to CPU.
-CUDA_LIBRARIES = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13", "libcudnn.so.9")
-
-
-@functools.lru_cache(maxsize=1)
-def cuda_probe() -> tuple[bool, str]:
-    """Can the CUDA provider load here? Decided before asking ONNX Runtime for it, and why."""
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return False, "this onnxruntime build has no CUDA provider"
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False, "no NVIDIA driver (libcuda.so.1 not found)"
-    if hasattr(ort, "preload_dlls"):  # loads CUDA/cuDNN from the nvidia-* wheels when they are installed
-        with contextlib.suppress(Exception):
-            ort.preload_dlls(directory="")
-    for lib in CUDA_LIBRARIES:
-        try:
-            ctypes.CDLL(lib)
-        except OSError:
-            return False, f"{lib} not found (the CUDA provider needs CUDA 13 and cuDNN 9)"
-    return True, "NVIDIA driver, CUDA 13 and cuDNN 9 found"
-
-
-def _providers(device: str) -> list[str]:
-    if device == "cpu":
-        return ["CPUExecutionProvider"]
-    usable, why = cuda_probe()
-    if usable:
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    if device == "cuda":
-        raise BundleError(f"--device cuda asked, but the CUDA provider cannot load: {why}")
-    return ["CPUExecutionProvider"]
-
-
-@functools.lru_cache(maxsize=None)
-def _log_provider_once(device: str, provider: str) -> None:
-    """One line per process and device setting: which provider runs, and why (the server logs it at INFO once)."""
-    log.debug("ONNX Runtime runs %s (--device %s: %s)", provider, device, provider_reason(device))
-
-
-def provider_reason(device: str) -> str:
-    return "asked for" if device == "cpu" else cuda_probe()[1]
-
-
-# ONNX Runtime fusions that slow these graphs down on the CPU. SkipLayerNormalization (Add + LayerNormalization in
-# one node) is slower there than the two nodes it replaces: bench/profile_step.py times both in every run (decoder
-# step at batch 64 1.04-1.06x faster without it, the encoder 1.05-1.09x; int8 end to end 1.15x in a one-off A/B),
-# outputs equal to float rounding. CUDA keeps every fusion.
-CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
-
-
-def _disabled(providers: list[str]) -> list[str]:
-    return [] if providers[0] == "CUDAExecutionProvider" else list(CPU_DISABLED_OPTIMIZERS)
-
-
-class Engine:
-    """The two ONNX graphs of a bundle and its tokenizer codec."""
+class Runner:
+    """The two ONNX graphs of a bundle: encoder and decoder steps on ids and arrays."""
 
     def __init__(self, folder: Path, options: EngineOptions = EngineOptions()):
         self.folder = Path(folder)
         self.config: BundleConfig = bundle.read_bundle(self.folder, verify_hashes=options.verify_hashes)
         m = self.config.model
         self.n_layers, self.n_heads, self.d_head, self.special = m.n_decoder_layers, m.n_heads, m.d_head, m.special
-        self.codec = TextCodec.from_file(self.folder / bundle.TOKENIZER_FILE, self.config.task, m.special)
         so = ort.SessionOptions()
         so.intra_op_num_threads = options.intra_op_threads
         so.inter_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3
-        providers = _providers(options.device)
+        providers = providers_for(options.device)
         self.encoder = self._session(bundle.ENCODER_FILE, so, providers, self.config.encoder_io)
         self.decoder = self._session(bundle.DECODER_FILE, so, providers, self.config.decoder_io)
         # What really runs (get_available_providers() lists CUDA even without a GPU).
         self.provider = self.decoder.get_providers()[0]
-        _log_provider_once(options.device, self.provider)
+        log_provider_once(options.device, self.provider)
         if options.device == "cuda" and self.provider != "CUDAExecutionProvider":
             raise BundleError(f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)")
         self.device_type = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
@@ -126,7 +69,7 @@ class Engine:
     def _session(self, file: str, so: ort.SessionOptions, providers: list[str], io: names.GraphIO) -> ort.InferenceSession:
         path = self.folder / file
         try:
-            sess = ort.InferenceSession(str(path), so, providers=providers, disabled_optimizers=_disabled(providers))
+            sess = ort.InferenceSession(str(path), so, providers=providers, disabled_optimizers=disabled_optimizers(providers))
         except Exception as e:  # ORT raises its own exception types for unreadable models
             raise BundleError(f"{path}: ONNX Runtime cannot load it ({str(e).splitlines()[0][:300]})") from e
         got_in, got_out = [i.name for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]
@@ -134,21 +77,6 @@ class Engine:
             raise BundleError(f"{path}: tensor names {got_in} -> {got_out} differ from config.json "
                               f"{list(io.inputs)} -> {list(io.outputs)}")
         return sess
-
-    def generate(self, texts: list[str], *, target_prefixes: list[str | None] | None = None, max_batch_size: int = 64,
-                 **options) -> list:
-        """Texts in, one ``Result`` (``.text``, ``.tokens``, ``.input_tokens``, ``.score``, ``.hypotheses``) each, in
-        order: the in-process API (CTranslate2's ``translate_batch`` shape). ``options``: the fields of
-        ``contract.decoding.DecodingOptions`` by name (``beam_size=4``, ``num_hypotheses=4``, ``sampling_topk=10``,
-        ...); ``target_prefixes``: one text (or None) per input, forced as the start of its output. Rows are decoded
-        together, at most ``max_batch_size`` at a time (a beam counts its width), and refilled as they finish."""
-        from contract.decoding import DecodingOptions
-        from engine.generator import results  # the step loop builds on this module
-
-        if options.get("max_new_tokens") is None:  # None, as 0: the model's default
-            options.pop("max_new_tokens", None)
-        return results(self, texts, target_prefixes=target_prefixes, max_batch_size=max_batch_size,
-                       options=DecodingOptions(**options))
 
     def top_logprobs(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's n best tokens by log-probability (float64), best first: ``engine.topk``."""

@@ -3,9 +3,15 @@
 ``CoreHandle`` owns one child process (``server/core_process.py``) and its pipe. The pipe is read on the
 event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
 the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
-to the model version's telemetry (``server/telemetry.py``). A core that dies (SIGKILL, segfault, OOM) is noticed by EOF on its pipe: its
-requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
+to the model version's telemetry (``server/telemetry.py``). A core that dies (SIGKILL, segfault, OOM)
+is noticed by EOF on its pipe: its requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
 growing delay if it keeps dying.
+
+A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
+every 50 ms while it has work (``server.scheduler.STATS_EVERY_S``), so a watchdog timer treats a
+core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is SIGKILLed
+and handled as above (marked down, its requests failed with UNAVAILABLE, restarted). Writes to the
+pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ import itertools
 import logging
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
@@ -72,8 +80,10 @@ class CoreState:
 
 
 class CoreHandle:
-    def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry):
-        self.spec, self.telemetry = spec, telemetry
+    def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry, stall_s: float = 10.0):
+        self.spec, self.telemetry, self.stall_s = spec, telemetry, stall_s
+        self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
+        self._watchdog: asyncio.TimerHandle | None = None
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
         self.rows = 0  # rows of the requests in flight: the load the router balances
@@ -85,6 +95,9 @@ class CoreHandle:
         self._exited: asyncio.Event = asyncio.Event()
         self._restart: asyncio.TimerHandle | None = None
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
+        self._wsock: socket.socket | None = None
+        self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
+        self._writing = False  # waiting for the pipe to take more
 
     @property
     def label(self) -> str:
@@ -105,14 +118,35 @@ class CoreHandle:
                                          pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
+        self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
         self.conn = Connection(ours.detach())
         self.conn.send(self.spec)
         self._exited = asyncio.Event()
         self._ready = loop.create_future()
         loop.add_reader(self.conn.fileno(), self._readable)
+        if self._watchdog is None and self.stall_s > 0:
+            self._watchdog = loop.call_later(self.stall_s / 4, self._watch)
         return self._ready
 
+    def _watch(self) -> None:
+        """Every stall_s / 4: a core with work that has said nothing for stall_s is SIGKILLed. EOF on its pipe then
+        does the rest, as for any core that dies (``_died``). The pipe is never written with a blocking write
+        (``_write``), so a hung core cannot stop the event loop, and this timer, from running."""
+        self._watchdog = None
+        if self.stopping:
+            return
+        silent = time.monotonic() - self.heard_at
+        proc = self.proc
+        if self.inflight and self.state.up and silent > self.stall_s and proc is not None and proc.poll() is None:
+            log.warning("engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "
+                        "(--core-stall-s %g): killing it", self.label, self.state.pid, silent, len(self.inflight),
+                        self.stall_s)
+            proc.kill()
+            self.heard_at = time.monotonic() + self.stall_s  # once: EOF takes it from here
+        self._watchdog = self.loop.call_later(self.stall_s / 4, self._watch)
+
     def _readable(self) -> None:
+        self.heard_at = time.monotonic()
         conn = self.conn
         try:
             while conn is not None and conn.poll():
@@ -151,6 +185,13 @@ class CoreHandle:
             loop.remove_reader(self.conn.fileno())
             self.conn.close()
             self.conn = None
+        if self._wsock is not None:
+            if self._writing:
+                loop.remove_writer(self._wsock.fileno())
+                self._writing = False
+            self._wsock.close()
+            self._wsock = None
+        self._unsent.clear()
         was_up = self.state.up
         self.state.up = False
         code = None
@@ -195,6 +236,8 @@ class CoreHandle:
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
         req = InFlight(next(_request_ids), len(sequences) * options.beam_size, len(sequences))
+        if not self.inflight:  # the silence the watchdog measures starts now, not when the core last went idle
+            self.heard_at = time.monotonic()
         self.inflight[req.id] = req
         self.rows += req.rows
         self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival))
@@ -209,12 +252,30 @@ class CoreHandle:
 
     def _flush(self) -> None:
         batch, self._outbox = self._outbox, []
-        if self.conn is None:
+        if self._wsock is None or not batch:
             return  # died meanwhile: _died failed the requests in flight
+        data = ForkingPickler.dumps(batch)
+        self._unsent += struct.pack("!i", len(data)) + data  # Connection's framing: the core reads with recv()
+        self._write()
+
+    def _write(self) -> None:
+        """What the pipe takes now, never blocking. A core that hangs stops reading; once the pipe's buffer was
+        full, a blocking write would stop the event loop, and every door and health check with it, until the
+        watchdog killed the core. The rest goes when the pipe is writable again."""
+        sock = self._wsock
         try:
-            self.conn.send(batch)
+            while self._unsent:
+                del self._unsent[:sock.send(self._unsent, socket.MSG_DONTWAIT)]
+        except BlockingIOError:
+            if not self._writing:
+                self.loop.add_writer(sock.fileno(), self._write)
+                self._writing = True
+            return
         except OSError:
-            pass  # the core is gone; EOF on the pipe reports it and fails what is in flight
+            self._unsent.clear()  # the core is gone; EOF on the pipe reports it and fails what is in flight
+        if self._writing:
+            self.loop.remove_writer(sock.fileno())
+            self._writing = False
 
     def cancel(self, req: InFlight) -> None:
         if self._forget(req) and self.conn is not None:
@@ -231,20 +292,17 @@ class CoreHandle:
         self.stopping = True
         if self._restart is not None:
             self._restart.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self.conn is not None:
-            self._flush()  # what was submitted before goes first
-            try:
-                self.conn.send(Drain(grace_s))
-            except OSError:
-                pass
+            self._outbox.append(Drain(grace_s))  # after what was submitted before
+            self._flush()
 
     def abort(self) -> None:
         if self.conn is not None:
+            self._outbox.append(Abort())
             self._flush()
-            try:
-                self.conn.send(Abort())
-            except OSError:
-                pass
 
     async def wait_exited(self, timeout: float) -> None:
         if self.conn is None:

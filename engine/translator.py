@@ -1,0 +1,121 @@
+"""The in-process text API, CTranslate2's ``Translator`` shape: texts (or tokens) in, translations out.
+
+It sits on the other two roles: a ``runner.Runner`` (the graphs) and the step loop
+(``generator.run``); it adds the tokenizer and the decoding options' checks and defaults::
+
+    import engine
+    en_ja = engine.load("models/translate-en-ja/1")
+    [r.text for r in en_ja.generate(["Save changes"], beam_size=4)]
+    en_ja.translate_batch([en_ja.source_tokens("Save changes")], beam_size=4, num_hypotheses=2, return_scores=True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contract import bundle
+from contract.decoding import DecodingOptions, check
+from contract.text import TextCodec
+from engine.generator import Sequence, run
+from engine.runner import EngineOptions, Runner
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One of an input's n-best hypotheses."""
+
+    text: str
+    tokens: list[int]  # EOS excluded, the target prefix included
+    score: float  # see contract.decoding (0 unless return_scores)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One input's output, as ``Translator.generate`` returns it: the best hypothesis, and all of them."""
+
+    text: str
+    tokens: list[int]  # generated ids, EOS excluded
+    input_tokens: int  # source ids, EOS included
+    score: float = 0.0
+    hypotheses: list[Candidate] = field(default_factory=list)  # best first; hypotheses[0] is text/tokens/score
+
+
+@dataclass(frozen=True)
+class TranslationResult:
+    """CTranslate2's ``TranslationResult``: n-best token strings, best first, and their scores (empty unless asked)."""
+
+    hypotheses: list[list[str]]
+    scores: list[float]
+
+
+class Translator:
+    """A bundle's runner and tokenizer: ``generate`` on texts, ``translate_batch`` on tokens as CTranslate2 takes them."""
+
+    def __init__(self, folder: str | Path, options: EngineOptions = EngineOptions()):
+        self.runner = Runner(Path(folder), options)
+        self.folder, self.config = self.runner.folder, self.runner.config
+        m = self.config.model
+        self.codec = TextCodec.from_file(self.runner.folder / bundle.TOKENIZER_FILE, self.config.task, m.special)
+
+    def generate(self, texts: list[str], *, target_prefixes: list[str | None] | None = None, max_batch_size: int = 64,
+                 **options) -> list[Result]:
+        """Texts in, one ``Result`` (``.text``, ``.tokens``, ``.input_tokens``, ``.score``, ``.hypotheses``) each, in
+        order. ``options``: the fields of ``contract.decoding.DecodingOptions`` by name (``beam_size=4``,
+        ``num_hypotheses=4``, ``sampling_topk=10``, ...; 0 or None: the model's default); ``target_prefixes``: one text
+        (or None) per input, forced as the start of its output. Rows are decoded together, at most ``max_batch_size``
+        at a time (a beam counts its width), and refilled as they finish."""
+        if target_prefixes is not None and len(target_prefixes) != len(texts):
+            raise ValueError(f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text")
+        sources = [self.codec.source_ids(t) for t in texts]
+        prefixes = [self.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
+        seqs = self._decode(sources, prefixes, max_batch_size, options)
+        out = []
+        for s, src in zip(seqs, sources):
+            hyps = [Candidate(self.codec.decode(h.tokens), h.tokens, h.score if s.options.return_scores else 0.0)
+                    for h in s.hypotheses]
+            best = hyps[0]
+            out.append(Result(best.text, best.tokens, len(src), best.score, hyps))
+        return out
+
+    def source_tokens(self, text: str) -> list[str]:
+        """A text as ``translate_batch`` takes it: the model's source tokens (preprocessed, EOS included)."""
+        return [self.codec.tokenizer.id_to_token(i) for i in self.codec.source_ids(text)]
+
+    def translate_batch(self, source: list[list[str]], target_prefix: list[list[str] | None] | None = None, *,
+                        max_batch_size: int = 64, **options) -> list[TranslationResult]:
+        """CTranslate2's call: the model's source tokens (preprocessed as the model reads them, e.g. reversed for a
+        reversed-input task; EOS appended when missing), optional target prefix tokens; the same options as
+        ``generate``. Returns token strings, EOS excluded."""
+        tok = self.codec.tokenizer
+        eos = self.config.model.special.eos
+
+        def ids(tokens: list[str]) -> list[int]:
+            out = [tok.token_to_id(t) for t in tokens]
+            if None in out:
+                raise ValueError(f"tokens not in the vocabulary: {[t for t, i in zip(tokens, out) if i is None][:10]}")
+            return out
+
+        if target_prefix is not None and len(target_prefix) != len(source):
+            raise ValueError(f"{len(target_prefix)} target prefixes for {len(source)} sources; give one (or None) each")
+        sources = [(lambda x: x if x[-1:] == [eos] else x + [eos])(ids(s)) for s in source]
+        prefixes = [ids(p) if p else [] for p in (target_prefix or [None] * len(source))]
+        seqs = self._decode(sources, prefixes, max_batch_size, options)
+        return [TranslationResult([[tok.id_to_token(i) for i in h.tokens] for h in s.hypotheses],
+                                  [h.score for h in s.hypotheses] if s.options.return_scores else [])
+                for s in seqs]
+
+    def _decode(self, sources: list[list[int]], prefixes: list[list[int]], max_batch_size: int,
+                options: dict) -> list[Sequence]:
+        task, m = self.config.task, self.config.model
+        if options.get("max_new_tokens") is None:  # None, as 0: the model's default
+            options.pop("max_new_tokens", None)
+        o = DecodingOptions(**options).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens,
+                                                task.length_penalty_type)
+        check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
+        seqs = [Sequence(src, o.max_new_tokens, options=o, prefix=p) for src, p in zip(sources, prefixes)]
+        # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches
+        # and cross-attention widths, and tend to finish together (10-20% less CPU on 640 held-out inputs, greedy
+        # and beam 4). Every row decodes as it would alone, so the order changes no output; results keep input order.
+        run(self.runner, sorted(seqs, key=lambda s: len(s.src_ids)), max_batch_size)
+        return seqs
