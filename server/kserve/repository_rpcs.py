@@ -1,6 +1,6 @@
 """Triton's model repository extension over gRPC: ``RepositoryIndex``, ``RepositoryModelLoad`` and
 ``RepositoryModelUnload``, as tritonclient's ``get_model_repository_index``, ``load_model`` and
-``unload_model`` call them. A mixin of the KServe servicer (``server/kserve.py``), mapping protobuf to
+``unload_model`` call them. A mixin of the KServe servicer (``server/kserve/grpc_servicer.py``), mapping protobuf to
 ``server/model_control.py`` and nothing else; the servicer supplies the protobuf module (``pb``), the
 model control and the request tracker (which counts each call and maps its domain error to a status,
 as for every other call). Auth is the interceptor's, as for every call."""
