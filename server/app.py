@@ -15,6 +15,7 @@ import signal
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -22,11 +23,14 @@ from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
 from s2s import __version__
 from server.config import ServerConfig
 from server.http_server import HttpServer, start_http
-from server.interceptors import GuardInterceptor, RefusalLog
+from server.interceptors import GuardInterceptor
 from server.metrics import Metrics, MetricsServer
 from server.model_control import ModelControl
 from server.repository import Repository
-from server.servicer import RequestTracker, Seq2SeqServicer
+from server.refusals import RefusalLog
+from server.request_tracking import RequestTracker
+from server.servicer import Seq2SeqServicer
+from server.telemetry import Telemetry
 
 log = logging.getLogger("s2s.server")
 
@@ -95,25 +99,34 @@ class HealthBoard:
         self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.update()))
 
 
-def _services() -> list[str]:
-    names = [seq2seq_pb2.DESCRIPTOR.services_by_name["Seq2Seq"].full_name]
-    try:
+def _reflection(server: grpc.aio.Server, kserve: bool) -> list[str]:
+    """Server reflection over every service, from a pool of its own: the KServe protocol lives in a private
+    pool (protos/inference/__init__.py), the others in protobuf's default one. Returns the business services."""
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    files = [seq2seq_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR]
+    names = [seq2seq_pb2.DESCRIPTOR.services_by_name["Seq2Seq"].full_name,
+             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+    if kserve:
         from protos.inference import grpc_service_pb2
 
-        names.append(grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name)
-    except ImportError:
-        pass
-    return names
+        files.append(grpc_service_pb2.DESCRIPTOR)
+        names.insert(1, grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name)
+    pool = descriptor_pool.DescriptorPool()
+    for f in files:
+        pool.AddSerializedFile(f.serialized_pb)
+    reflection.enable_server_reflection(names, server, pool)
+    return names[:2] if kserve else names[:1]
 
 
 async def start(config: ServerConfig) -> Running:
     metrics = Metrics()
     metrics.build_info.info({"version": __version__})
     health_servicer = health.aio.HealthServicer()
-    board: list[HealthBoard] = []  # set once the services are known; core state changes before that wait for it
-    repo = Repository(config, metrics, lambda: board and board[0].changed())  # BundleError names the file
+    telemetry = Telemetry(metrics)  # the health board watches it once the services are known
+    repo = Repository(config, telemetry)  # BundleError names the file
     try:
-        return await _start(config, metrics, health_servicer, board, repo)
+        return await _start(config, metrics, health_servicer, telemetry, repo)
     except BaseException:  # whatever failed (a bundle, a port in use), no engine core is left behind
         for model in repo.all():
             model.stop()
@@ -124,28 +137,26 @@ async def start(config: ServerConfig) -> Running:
 
 
 async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health.aio.HealthServicer,
-                 board: list, repo: Repository) -> Running:
+                 telemetry: Telemetry, repo: Repository) -> Running:
     await repo.start(asyncio.get_running_loop(), metrics)  # every engine core loaded (BundleError names the file)
 
     refusals = RefusalLog()
-    server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, metrics, refusals)], options=[
+    tracker = RequestTracker(metrics, repo, refusals)  # every call of every door is counted here
+    server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, tracker)], options=[
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),
     ])
-    tracker = RequestTracker(metrics, repo, refusals)
     seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, tracker), server)
     try:
-        from server.kserve import add_kserve
+        from server.kserve.grpc_servicer import add_kserve
     except ImportError:
         add_kserve = None
     control = ModelControl(repo)
     if add_kserve is not None:
         add_kserve(server, repo, config.stream, tracker, control)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    services = _services()
-    reflection.enable_server_reflection([*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                                         reflection.SERVICE_NAME], server)
+    services = _reflection(server, add_kserve is not None)
 
     address = f"{config.host}:{config.port}"
     if config.tls_cert:
@@ -159,14 +170,15 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
     try:
-        web = await start_http(config, repo, tracker, metrics, refusals, control) if config.http_port else None
+        web = await start_http(config, repo, tracker, control) if config.http_port else None
     except BaseException:
         await server.stop(0)
         raise
     metrics_host = config.metrics_host or config.host
     http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
-    board.append(HealthBoard(health_servicer, repo, services))
-    await board[0].update()
+    board = HealthBoard(health_servicer, repo, services)
+    telemetry.watch(board.changed)
+    await board.update()
     control.start()
     log.info("serving %s (model control: %s): gRPC on %s (%s), HTTP on %s, metrics on %s",
              ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()) or "no model", config.model_control_mode,

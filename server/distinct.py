@@ -12,7 +12,7 @@ widest beam holds fewer different texts (a tiny vocabulary, a one-token answer).
 from __future__ import annotations
 
 from contract.decoding import DecodingOptions
-from server.requests import Limits
+from server.prepare import Limits
 
 
 def wanted(options: DecodingOptions) -> bool:

@@ -75,3 +75,9 @@ def clip(value: str, limit: int = ECHO_CHARS) -> str:
 
 def clip_details(details: str) -> str:
     return details if len(details) <= MAX_DETAILS_CHARS else details[:MAX_DETAILS_CHARS] + "... (truncated)"
+
+
+class Unauthenticated(ServingError):
+    """No valid bearer token (HTTP: no single 'Authorization: Bearer' header, or a LibreTranslate api_key)."""
+
+    code = "UNAUTHENTICATED"

@@ -26,21 +26,16 @@ import sys
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from server.interceptors import RefusalLog
-from server.metrics import Metrics
+from server.request_tracking import RequestTracker
 
 log = logging.getLogger("s2s.http")
-
-
-def _count(metrics: Metrics, code: str) -> None:
-    metrics.requests.labels("", "HTTP", "http", code).inc()
 
 
 class ProtocolLog:
     """A stand-in for aiohttp's ``aiohttp.server`` logger (it calls debug and exception)."""
 
-    def __init__(self, refusals: RefusalLog, metrics: Metrics):
-        self.refusals, self.metrics = refusals, metrics
+    def __init__(self, tracker: RequestTracker):
+        self.tracker = tracker
 
     def debug(self, msg, *args, **kw) -> None:
         kw.pop("exc_info", None)  # aiohttp logs non-HTTP traffic (TLS to a plain port) here with a traceback
@@ -58,12 +53,12 @@ class ProtocolLog:
     def exception(self, msg, *args, exc_info=True, **kw) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
         if isinstance(exc, HttpProcessingError):
-            _count(self.metrics, "INVALID_ARGUMENT")
             reason = " ".join(str(getattr(exc, "message", exc) or type(exc).__name__).split())[:200]
-            self.refusals("HTTP_PROTOCOL", f"{msg % args if args else msg}: malformed HTTP request ({reason})")
+            self.tracker.refused("HTTP", "http", "INVALID_ARGUMENT",
+                                 f"{msg % args if args else msg}: malformed HTTP request ({reason})", "HTTP_PROTOCOL")
         elif isinstance(exc, (ConnectionError, asyncio.CancelledError)):
-            _count(self.metrics, "CANCELLED")
-            self.refusals("HANGUP", f"{msg % args if args else msg}: the client hung up ({type(exc).__name__})")
+            self.tracker.refused("HTTP", "http", "CANCELLED",
+                                 f"{msg % args if args else msg}: the client hung up ({type(exc).__name__})", "HANGUP")
         else:
             log.error(msg, *args, exc_info=exc_info, **kw)
 
@@ -77,10 +72,10 @@ def _refusal(status: str, message: str) -> bytes:
 class Connections:
     """The listening socket's protocol factory: aiohttp's handler per connection, capped and timed."""
 
-    def __init__(self, max_connections: int, read_timeout_s: float, refusals: RefusalLog, metrics: Metrics):
+    def __init__(self, max_connections: int, read_timeout_s: float, tracker: RequestTracker):
         self.handlers: web.Server | None = None  # set once the runner is set up
         self.max, self.read_timeout_s = max_connections, read_timeout_s
-        self.refusals, self.metrics = refusals, metrics
+        self.tracker = tracker
         self.open = 0
         self.guards: dict[object, _Guard] = {}  # aiohttp's handler -> its guard (the middleware knows the handler)
         self.active = 0  # requests in a handler now
@@ -122,9 +117,8 @@ class _Refuse(asyncio.Protocol):
         self.owner = owner
 
     def connection_made(self, transport) -> None:
-        _count(self.owner.metrics, "RESOURCE_EXHAUSTED")
-        self.owner.refusals("RESOURCE_EXHAUSTED", f"HTTP: {self.owner.open} connections open, the limit is "
-                                                  f"{self.owner.max} (--http-max-connections): refused one")
+        self.owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.owner.open} connections open, "
+                                   f"the limit is {self.owner.max} (--http-max-connections): refused one")
         transport.write(_refusal("503 Service Unavailable", f"too many connections open ({self.owner.max}, "
                                                             "--http-max-connections); retry"))
         transport.close()
@@ -182,9 +176,9 @@ class _Guard(asyncio.Protocol):
         if self.requests or self.transport is None:
             return
         if self.received:  # part of a request came, not the whole of its headers: a slow or stuck client
-            _count(self.owner.metrics, "DEADLINE_EXCEEDED")
-            self.owner.refusals("HTTP_READ_TIMEOUT", f"HTTP: no whole request within {self.owner.read_timeout_s:g} s "
-                                                     "(--http-read-timeout-s); connection closed")
+            self.owner.tracker.refused("HTTP", "http", "DEADLINE_EXCEEDED", f"HTTP: no whole request within "
+                                       f"{self.owner.read_timeout_s:g} s (--http-read-timeout-s); connection closed",
+                                       "HTTP_READ_TIMEOUT")
             self.transport.write(_refusal("408 Request Timeout", "the request's headers did not arrive within "
                                           f"{self.owner.read_timeout_s:g} s (--http-read-timeout-s)"))
         self.transport.close()  # an idle keep-alive connection: closed quietly, as keep-alive timeouts are

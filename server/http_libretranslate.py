@@ -47,7 +47,7 @@ from multidict import MultiDict
 
 from server.errors import InvalidInput, clip
 from server.http_body import READ_TIMEOUT_S, parse_json_off_loop, read_body, read_json
-from server.http_server import Doors, HttpError, deadline_of, json_response
+from server.http_door import HttpDoor, deadline_of, json_response
 from server.libretranslate_html import check_html, parse_all
 from contract.decoding import DecodingOptions
 
@@ -73,7 +73,7 @@ def language_name(code: str) -> str:
 
 
 # ---- the served pairs ------------------------------------------------------------------------------------------
-def served_pairs(doors: Doors) -> dict[tuple[str, str], str]:
+def served_pairs(doors: HttpDoor) -> dict[tuple[str, str], str]:
     """(source, target) -> model name, over the served models whose latest loaded version declares both
     languages. Two models declaring one pair: the first by name serves it (deterministic)."""
     pairs: dict[tuple[str, str], str] = {}
@@ -149,15 +149,15 @@ async def _multipart(request: web.Request) -> dict[str, str]:
     return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
-async def _read(doors: Doors, request: web.Request, method: str) -> MultiDict | dict:
+async def _read(doors: HttpDoor, request: web.Request, method: str) -> MultiDict | dict:
     """The request's fields, once it is authenticated (api_key in them, or the header)."""
     try:
         params = await _params(request)
-    except InvalidInput as e:
+    except InvalidInput:
         doors.check_auth(request)  # an unreadable body carries no key: only the header can authenticate
-        raise HttpError(e.code, str(e)) from None
+        raise
     except (asyncio.CancelledError, ConnectionError):  # hung up mid-body: counted as a cancelled call of its own
-        doors.metrics.requests.labels("", method, "http", "CANCELLED").inc()
+        doors.tracker.count(method, "http", "CANCELLED")
         raise
     key = params.get("api_key")
     doors.check_auth(request, key if isinstance(key, str) and key else None)
@@ -212,7 +212,7 @@ def parse_translate(params) -> TranslateRequest:
 
 
 # ---- routes ----------------------------------------------------------------------------------------------------
-def routes(doors: Doors) -> list[web.RouteDef]:
+def routes(doors: HttpDoor) -> list[web.RouteDef]:
     async def translate(request: web.Request) -> web.Response:
         params = await _read(doors, request, "Translate")
         try:
@@ -220,7 +220,7 @@ def routes(doors: Doors) -> list[web.RouteDef]:
             name, source = resolve(served_pairs(doors), req.source, req.target)
         except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
             req, name, error = None, "", e
-        async with doors.track(request, name, "Translate"):
+        async with doors.track(name, "Translate"):
             if req is None:
                 raise error
             model = doors.repo.get(name)
@@ -280,16 +280,13 @@ def routes(doors: Doors) -> list[web.RouteDef]:
 
     async def detect(request: web.Request) -> web.Response:
         params = await _read(doors, request, "Detect")
-        try:
-            _string(params, "q")  # LibreTranslate's own refusal of a request without text
-        except InvalidInput as e:
-            raise HttpError(e.code, str(e)) from None
+        _string(params, "q")  # LibreTranslate's own refusal of a request without text
         pairs = served_pairs(doors)
         sources = sorted({s for s, _ in pairs})
         if len(sources) != 1:
             why = ("no served model declares its languages" if not sources else
                    f"this server has no language detector and serves several source languages ({', '.join(sources)})")
-            raise HttpError("INVALID_ARGUMENT", f"language detection is not available: {why}; send source explicitly")
+            raise InvalidInput(f"language detection is not available: {why}; send source explicitly")
         # Honest without a detector: every model here reads this one language, so it is the only source this
         # server can translate from; for any text it can translate, this is the language to send.
         return json_response([{"confidence": 100.0, "language": sources[0]}])

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from server.errors import InvalidInput
 from server.http_body import read_json
-from server.http_server import Doors, json_response
+from server.http_door import HttpDoor, json_response
 
 
 async def _parameters(request: web.Request) -> dict:
@@ -29,7 +29,7 @@ async def _parameters(request: web.Request) -> dict:
     return params
 
 
-def routes(doors: Doors) -> list[web.RouteDef]:
+def routes(doors: HttpDoor) -> list[web.RouteDef]:
     control = doors.control
 
     async def index(request: web.Request) -> web.Response:
@@ -41,13 +41,13 @@ def routes(doors: Doors) -> list[web.RouteDef]:
 
     async def load(request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        async with doors.track(request, name, "RepositoryModelLoad"):
+        async with doors.track(name, "RepositoryModelLoad"):
             await control.load(name, await _parameters(request))
         return web.Response(status=200)
 
     async def unload(request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        async with doors.track(request, name, "RepositoryModelUnload"):
+        async with doors.track(name, "RepositoryModelUnload"):
             await control.unload(name, await _parameters(request))
         return web.Response(status=200)
 

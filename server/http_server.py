@@ -7,10 +7,10 @@ and the metrics with no second server process or thread, and one SIGTERM drains 
 Routes: KServe v2 REST (``server/http_kserve.py``), the LibreTranslate API
 (``server/http_libretranslate.py``), the playground page at ``/`` (``server/playground/``) and the
 OpenAPI document at ``/openapi.json`` (``server/openapi.py``). Each door is a thin map onto the model
-API; this module adds what they share: errors as ``{"error": "..."}`` with the status that the
-domain error's code maps to (``server.errors.HTTP_STATUS``), bearer-token auth, request-size
-limits, deadlines (the ``X-Timeout-Seconds`` header), metrics (``protocol="http"``) and TLS; and,
-from modules of their own, bodies read within a time limit and parsed safely (``server/http_body.py``),
+API, built with what they share (``server/http_door.py``: the repository, the request tracker,
+the auth check, the ``X-Timeout-Seconds`` deadline). This module assembles the app: the one
+mapping of domain errors to statuses and ``{"error": "..."}`` (``server.errors.HTTP_STATUS``), auth,
+request-size limits and TLS; and, from modules of their own, bodies read within a time limit and parsed safely (``server/http_body.py``),
 the connection cap and header timeout (``server/http_guard.py``) and CORS (``server/http_cors.py``).
 A client that hangs up cancels its handler (aiohttp's ``handler_cancellation``), and so its request.
 """
@@ -18,124 +18,40 @@ A client that hangs up cancels its handler (aiohttp's ``handler_cancellation``),
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
 import logging
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 
-import grpc
 from aiohttp import web
 
-from server.calls import RequestTracker
+from server import http_kserve, http_libretranslate, http_repository, openapi, playground
 from server.config import ServerConfig
-from server.errors import HTTP_STATUS, InvalidInput, ServingError, clip_details
+from server.errors import HTTP_STATUS, ServingError, clip_details
 from server.http_body import READ_TIMEOUT_S
 from server.http_cors import cors_middleware, parse_origins
 from server.http_guard import Connections, ProtocolLog
-from server.interceptors import RefusalLog
-from server.metrics import Metrics
+from server.http_door import HttpDoor, json_response
 from server.model_control import ModelControl
 from server.repository import Repository
+from server.request_tracking import RequestTracker
 
 log = logging.getLogger("s2s.http")
 
-TIMEOUT_HEADER = "X-Timeout-Seconds"
 MAX_BYTES = web.AppKey("max_bytes", int)
 # Paths anyone may call with auth on: probes, the page itself (it asks for the token) and the API description.
 OPEN_PATHS = ("/v2/health/", "/openapi.json")
 OPEN_EXACT = ("/", "/playground.js", "/playground.css")
 
 
-class HttpError(Exception):
-    """Ends a request with ``{"error": message}`` and the HTTP status of a gRPC status name."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code, self.message = code, message
-
-    @property
-    def status(self) -> int:
-        return HTTP_STATUS.get(self.code, 500)
-
-
-class CallContext:
-    """What ``RequestTracker.track`` needs of a call, for an HTTP request: an abort that raises the HTTP
-    error (as gRPC's context.abort raises its own). Doors read the deadline with ``deadline_of`` inside
-    the tracked block, so a malformed header is counted like any other refusal."""
-
-    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()) -> None:
-        raise HttpError(code.name, details)
-
-    def code(self):
-        return None
-
-
-def deadline_of(request: web.Request) -> float | None:
-    """The X-Timeout-Seconds header as a time.monotonic() deadline; InvalidInput if it is malformed (a domain
-    error, so the tracker counts it as INVALID_ARGUMENT)."""
-    raw = request.headers.get(TIMEOUT_HEADER)
-    if raw is None:
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        raise InvalidInput(f"header {TIMEOUT_HEADER} must be a number of seconds, not {raw[:40]!r}") from None
-    if not 0 < seconds < 1e9:  # NaN, inf and 1e999 too: a deadline is a time a timer can be set for
-        raise InvalidInput(f"header {TIMEOUT_HEADER} must be a positive number of seconds, not {raw[:40]!r}")
-    return time.monotonic() + seconds
-
-
-def json_response(data, status: int = 200, **kw) -> web.Response:
-    """JSON as UTF-8 text (not \\u escapes): translations are read by people and by clients alike."""
-    return web.json_response(data, status=status, dumps=_dumps, **kw)
-
-
-def _dumps(data) -> str:
-    return json.dumps(data, ensure_ascii=False)
-
-
 def error_response(code: str, message: str) -> web.Response:
     return json_response({"error": clip_details(message)}, status=HTTP_STATUS.get(code, 500))
-
-
-class Doors:
-    """What every HTTP front door gets: the model API, the shared request tracker, the auth check."""
-
-    def __init__(self, repo: Repository, tracker: RequestTracker, config: ServerConfig, metrics: Metrics,
-                 refusals: RefusalLog, control: ModelControl | None = None):
-        self.repo, self.tracker, self.config, self.metrics, self.refusals = repo, tracker, config, metrics, refusals
-        self.control = control or ModelControl(repo)
-        self.expected = f"Bearer {config.auth_token}".encode() if config.auth_token else None
-
-    def track(self, request: web.Request, model: str, method: str):
-        return self.tracker.track(CallContext(), model, method, protocol="http")
-
-    def check_auth(self, request: web.Request, api_key: str | None = None) -> None:
-        """Exactly one 'Authorization: Bearer <token>' header (or, for LibreTranslate, api_key = the token)."""
-        if self.expected is None:
-            return
-        given = request.headers.getall("Authorization", [])
-        # surrogatepass: header bytes that are not UTF-8 arrive as surrogates (aiohttp decodes with
-        # surrogateescape); they are a wrong token, not an encoding error.
-        if len(given) == 1 and hmac.compare_digest(given[0].encode("utf-8", "surrogatepass"), self.expected):
-            return
-        if not given and api_key is not None and hmac.compare_digest(f"Bearer {api_key}".encode("utf-8", "surrogatepass"),
-                                                                     self.expected):
-            return
-        path = request.path
-        self.metrics.requests.labels("", path.rsplit("/", 1)[-1] or path, "http", "UNAUTHENTICATED").inc()
-        self.refusals("UNAUTHENTICATED", f"HTTP {request.method} {path[:80]}: no valid bearer token")
-        raise HttpError("UNAUTHENTICATED", "missing or wrong bearer token: send one header 'Authorization: Bearer "
-                                           "<token>' (LibreTranslate clients: api_key)")
 
 
 # LibreTranslate clients send the key as the ``api_key`` field: that door checks it or the header itself.
 SELF_AUTH_PATHS = ("/translate", "/detect", "/languages")
 
 
-def _auth_middleware(doors: Doors):
+def _auth_middleware(doors: HttpDoor):
     @web.middleware
     async def auth(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
         path = request.path
@@ -160,15 +76,13 @@ def _guard_middleware(connections: Connections):
     return guard
 
 
-def _errors_middleware(refusals: RefusalLog):
+def _errors_middleware(tracker: RequestTracker):
     @web.middleware
     async def errors(request: web.Request, handler):
         """Every failure as {"error": ...} with its status: never an HTML page, never a traceback."""
         try:
             return await handler(request)
-        except HttpError as e:
-            return error_response(e.code, e.message)
-        except ServingError as e:  # raised before a request is tracked (a body that does not parse, say)
+        except ServingError as e:  # the one HTTP mapping of a domain error: its code's status, its message
             return error_response(e.code, str(e))
         except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
             if e.status == 413:
@@ -180,7 +94,7 @@ def _errors_middleware(refusals: RefusalLog):
                 return json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
             return json_response({"error": e.reason}, status=e.status)
         except ConnectionError as e:  # the client hung up mid-body: nobody to answer, a line in the log at most
-            refusals("HANGUP", f"HTTP {request.method} {request.path[:80]}: the client hung up ({type(e).__name__})")
+            tracker.refusals("HANGUP", f"HTTP {request.method} {request.path[:80]}: the client hung up ({type(e).__name__})")
             return web.Response(status=499)
         except Exception:
             log.exception("HTTP %s %s failed", request.method, request.path[:80])
@@ -205,17 +119,15 @@ class HttpServer:
         await self.listener.wait_closed()
 
 
-async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTracker, metrics: Metrics,
-                     refusals: RefusalLog, control: ModelControl | None = None) -> HttpServer:
-    from server import http_kserve, http_libretranslate, http_repository, openapi, playground
-
-    doors = Doors(repo, tracker, config, metrics, refusals, control)
-    connections = Connections(config.http_max_connections, config.http_read_timeout_s, refusals, metrics)
+async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTracker,
+                     control: ModelControl | None = None) -> HttpServer:
+    doors = HttpDoor(repo, tracker, config, control)
+    connections = Connections(config.http_max_connections, config.http_read_timeout_s, tracker)
     middlewares = [_guard_middleware(connections)]
     origins = parse_origins(config.cors_allow_origin)
     if origins:
         middlewares.append(cors_middleware(origins))
-    middlewares += [_errors_middleware(refusals), _auth_middleware(doors)]
+    middlewares += [_errors_middleware(tracker), _auth_middleware(doors)]
     app = web.Application(client_max_size=config.max_message_bytes, middlewares=middlewares)
     app[MAX_BYTES] = config.max_message_bytes
     app[READ_TIMEOUT_S] = config.http_read_timeout_s or None
@@ -227,7 +139,7 @@ async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTra
     # handler_cancellation: a client that hangs up cancels its handler, so its rows leave the batch at once
     # (as a cancelled gRPC call's do) instead of decoding to the end for nobody.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handle_signals=False,
-                           handler_cancellation=True, logger=ProtocolLog(refusals, metrics))
+                           handler_cancellation=True, logger=ProtocolLog(tracker))
     await runner.setup()
     connections.handlers = runner.server  # aiohttp's factory of connection handlers, which the guards wrap
     ssl_context = None

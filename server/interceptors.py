@@ -1,9 +1,11 @@
-"""Cross-cutting gRPC concerns, applied to every call before a servicer sees it: request bodies that
-do not parse, and bearer-token authentication.
+"""Cross-cutting gRPC concerns, applied to every call around the servicers: request bodies that do not
+parse, bearer-token authentication, and the one mapping of domain errors to gRPC statuses.
 
-Both are the client's fault, so both end in a status the client can act on (INVALID_ARGUMENT,
-UNAUTHENTICATED), a counted request and at most a rate-limited WARNING: never a traceback, which
-anyone could otherwise write to the log once per malformed call.
+Bodies and tokens are the client's fault, so both end in a status the client can act on
+(INVALID_ARGUMENT, UNAUTHENTICATED), a counted request and at most a rate-limited WARNING: never a
+traceback, which anyone could otherwise write to the log once per malformed call. A ``ServingError``
+raised by a servicer (the request tracker has counted it already) leaves as the status its ``code``
+names, with its message.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from server.metrics import Metrics
+from server.errors import ServingError, clip_details
+from server.request_tracking import RequestTracker
 
 log = logging.getLogger("s2s.server")
 
@@ -25,23 +28,15 @@ UNAUTHENTICATED_METHODS = ("/grpc.health.v1.Health/",)
 AUTH_HELP = "missing or wrong bearer token: send one metadata entry 'authorization: Bearer <token>'"
 
 
-class RefusalLog:
-    """WARNING lines for refused calls, at most one per kind every ``every_s`` seconds (with a count of
-    those not written), so a flood of bad calls costs the log a line every few seconds."""
+def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
+    """The call's gRPC deadline as a time.monotonic() deadline (None: the client set none)."""
+    left = context.time_remaining()
+    return None if left is None else time.monotonic() + left
 
-    def __init__(self, every_s: float = 10.0):
-        self.every_s = every_s
-        self.last: dict[str, float] = {}
-        self.skipped: dict[str, int] = {}
 
-    def __call__(self, kind: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self.last.get(kind, -self.every_s) < self.every_s:
-            self.skipped[kind] = self.skipped.get(kind, 0) + 1
-            return
-        skipped = self.skipped.pop(kind, 0)
-        self.last[kind] = now
-        log.warning("refused (%s): %s%s", kind, message, f" [{skipped} more like it not logged]" if skipped else "")
+async def abort(context: grpc.aio.ServicerContext, err: ServingError) -> None:
+    """The one mapping of a domain error to a gRPC status: its code, its message (clipped)."""
+    await context.abort(grpc.StatusCode[err.code], clip_details(str(err)))
 
 
 class Undecodable:
@@ -100,9 +95,9 @@ async def _responses(result) -> AsyncIterator:
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, token: str | None, metrics: Metrics, refusals: RefusalLog):
+    def __init__(self, token: str | None, tracker: RequestTracker):
         self._expected = f"Bearer {token}".encode() if token else None
-        self.metrics, self.refusals = metrics, refusals
+        self.tracker = tracker
         self._guarded: dict[str, grpc.RpcMethodHandler] = {}  # per registered method, built once
 
     def _authorized(self, metadata) -> bool:
@@ -113,8 +108,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         return hmac.compare_digest(got, self._expected)
 
     def _refuse(self, method: str, code: grpc.StatusCode, message: str) -> None:
-        self.metrics.requests.labels("", method.rsplit("/", 1)[-1], "grpc", code.name).inc()
-        self.refusals(code.name, f"{method}: {message}")
+        self.tracker.refused(method.rsplit("/", 1)[-1], "grpc", code.name, f"{method}: {message}")
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
@@ -167,21 +161,33 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             async def behavior(request, context):
                 if isinstance(request, Undecodable):
                     await refuse(request, context)
-                result = inner(request, context)
-                return await result if inspect.isawaitable(result) else result
+                try:
+                    result = inner(request, context)
+                    return await result if inspect.isawaitable(result) else result
+                except ServingError as e:
+                    await abort(context, e)
         elif kind == "unary_stream":
             async def behavior(request, context):
                 if isinstance(request, Undecodable):
                     await refuse(request, context)
-                async for response in _responses(inner(request, context)):
-                    yield response
+                try:
+                    async for response in _responses(inner(request, context)):
+                        yield response
+                except ServingError as e:
+                    await abort(context, e)
         elif kind == "stream_unary":
             async def behavior(requests, context):
-                result = inner(checked(requests, context), context)
-                return await result if inspect.isawaitable(result) else result
+                try:
+                    result = inner(checked(requests, context), context)
+                    return await result if inspect.isawaitable(result) else result
+                except ServingError as e:
+                    await abort(context, e)
         else:
             async def behavior(requests, context):
-                async for response in _responses(inner(checked(requests, context), context)):
-                    yield response
+                try:
+                    async for response in _responses(inner(checked(requests, context), context)):
+                        yield response
+                except ServingError as e:
+                    await abort(context, e)
 
         return _FACTORIES[kind](behavior, _safe(handler.request_deserializer), handler.response_serializer)

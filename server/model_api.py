@@ -11,126 +11,53 @@ end; the engine cores only ever see ids.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from contract import bundle
 from contract.text import TextCodec
 from engine import EngineOptions
 from server.config import ServerConfig
-from server.core import CoreSpec
-from server.cores import CoreHandle, Router
-from server.errors import DeadlineExceeded, ServingError, ShuttingDown
-from server.metrics import Metrics
+from server.core_events import Failed, Finished, Token
+from server.core_messages import CoreSpec
+from server.core_client import CoreHandle, InFlight, Router
+from server.detokenize import StreamingText
+from server.errors import DeadlineExceeded, ShuttingDown
 from contract.decoding import DecodingOptions
 from server import distinct
-from server.requests import Limits, Prepared, limits, prepare
-from server.scheduler import Finished, Stats
+from server.prepare import Prepared, limits, prepare
+from server.results import Generation, ModelInfo, Output, StreamEvent, TextHypothesis, Timings
+from server.telemetry import Telemetry
 
 log = logging.getLogger("s2s.model")
 
 
-# ---- what front doors get back -------------------------------------------------------------------
-@dataclass(frozen=True)
-class Hypothesis:
-    text: str
-    score: float  # 0 unless the request asked for scores
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class Output:
-    text: str  # hypotheses[0].text
-    input_tokens: int
-    output_tokens: int
-    hypotheses: tuple[Hypothesis, ...] = ()  # num_hypotheses of them, best first
-
-
-@dataclass(frozen=True)
-class Timings:
-    queue_seconds: float  # arrival until the last of its inputs joined a batch
-    time_to_first_token_seconds: float
-    total_seconds: float
-
-
-@dataclass(frozen=True)
-class Generation:
-    model: str
-    version: str
-    outputs: list[Output]  # in input order
-    timings: Timings
-
-
-@dataclass(frozen=True)
-class StreamEvent:
-    index: int
-    text_delta: str
-    finished: bool = False
-    output: Output | None = None
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    version: str
-    task: str
-    provider: str
-    quantization: str
-    limits: Limits
-    cores: int
-    cores_up: int
-
-
-@dataclass
-class _Pending:
-    """Front-end state of one request in flight."""
-
-    done: list[Finished | None]  # per input, once it finished
-    future: asyncio.Future  # set when all are done, or failed with the request's error
-    left: int  # inputs not finished yet
-    events: asyncio.Queue | None = None  # streaming: (index, token), ("done", Finished) and ("error", err)
-
-
 class ModelAPI:
-    def __init__(self, name: str, version: str, folder: Path, config: ServerConfig, metrics: Metrics, n_cores: int,
-                 on_change: Callable[[], None]):
+    def __init__(self, name: str, version: str, folder: Path, config: ServerConfig, telemetry: Telemetry, n_cores: int):
         self.name, self.version, self.folder = name, version, folder
         self.bundle = bundle.read_bundle(folder, verify_hashes=False)  # each core verifies every hash as it loads
         m = self.bundle.model
         self.codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special)
         self.sched = config.scheduler
         self.limits = limits(self.bundle, self.codec, config.scheduler)
-        self.metrics = metrics
+        self.telemetry = telemetry.model(name, n_cores)
         self.stopping = False
         self.stop_reason = "server is shutting down; retry on another replica"
         self.retired = False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
-        self.staged = False  # loading beside a serving version: the model's gauges are still that version's
         # Calls that submit more than once (distinct hypotheses) and are between submissions: a retired version
         # lets them finish before its cores drain.
         self._multi_pass = 0
         self._settled = asyncio.Event()
         self._settled.set()
-        self._on_change = on_change
         opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
         encoder_thread = config.encoder_thread == "on" or (config.encoder_thread == "auto" and n_cores == 1)
         core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
         specs = [CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s) for i in range(n_cores)]
-        self.router = Router([CoreHandle(s, self._stats, self._changed, config.core_stall_s) for s in specs])
-        self.m_input_tokens = metrics.input_tokens.labels(name)
-        self.m_queue, self.m_ttft = metrics.queue_duration.labels(name), metrics.ttft.labels(name)
-        self.m_tpot, self.m_generated = metrics.tpot.labels(name), metrics.generated_tokens.labels(name)
-        self.m_step = [metrics.step_duration.labels(name, str(i)) for i in range(n_cores)]
-        self.m_batch = [metrics.batch_size.labels(name, str(i)) for i in range(n_cores)]
-        self.m_queued = [metrics.queued.labels(name, str(i)) for i in range(n_cores)]
-        self.m_active = [metrics.active.labels(name, str(i)) for i in range(n_cores)]
-        self.m_cores_up = metrics.cores_up.labels(name)
-        self.m_restarts = metrics.core_restarts.labels(name)
-        self._restarts_seen = 0
-        self.encoded_ahead = 0  # sequences encoded on the cores' encoder threads while they decoded
+        self.router = Router([CoreHandle(s, self.telemetry, config.core_stall_s) for s in specs])
 
     # ---- state -----------------------------------------------------------------------------------
     @property
@@ -152,36 +79,17 @@ class ModelAPI:
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
         await asyncio.gather(*(core.start(loop) for core in self.cores))
 
-    def _changed(self, core: CoreHandle | None) -> None:
-        if self.retired or self.staged:
-            self._on_change()
-            return
-        self.m_cores_up.set(sum(c.state.up for c in self.cores))
-        restarts = sum(c.state.restarts for c in self.cores)
-        if restarts > self._restarts_seen:
-            self.m_restarts.inc(restarts - self._restarts_seen)
-            self._restarts_seen = restarts
-        self._on_change()
+    @property
+    def staged(self) -> bool:
+        """Loading beside a serving version: the model's gauges are still that version's."""
+        return not self.telemetry.serving and not self.retired
 
-    def _stats(self, spec: CoreSpec, s: Stats) -> None:
-        i = spec.index
-        for v in s.step_s:
-            self.m_step[i].observe(v)
-        for v in s.batch_rows:
-            self.m_batch[i].observe(v)
-        for v in s.queue_s:
-            self.m_queue.observe(v)
-        for v in s.ttft_s:
-            self.m_ttft.observe(v)
-        for v in s.tpot_s:
-            self.m_tpot.observe(v)
-        if s.generated:
-            self.m_generated.inc(s.generated)
-        self.encoded_ahead += s.encoded_ahead
-        if self.retired or self.staged:
-            return
-        self.m_queued[i].set(s.queued)
-        self.m_active[i].set(s.active)
+    def stage(self) -> None:
+        self.telemetry.serving = False
+
+    @property
+    def encoded_ahead(self) -> int:
+        return self.telemetry.encoded_ahead
 
     # ---- requests --------------------------------------------------------------------------------
     def prepare(self, texts: list[str], options: DecodingOptions = DecodingOptions(),
@@ -190,44 +98,22 @@ class ModelAPI:
         return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes)
 
     def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool,
-                core: CoreHandle | None = None, accepted: bool = False) -> tuple[CoreHandle, object, _Pending]:
+                core: CoreHandle | None = None, accepted: bool = False) -> tuple[CoreHandle, InFlight]:
         if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
             raise ShuttingDown(self.stop_reason)
         core = core or self.router.pick()
-        loop = asyncio.get_running_loop()
-        n = len(p.src_ids)
-        pending = _Pending([None] * n, loop.create_future(), n, asyncio.Queue() if stream else None)
-
-        def finished(ev: Finished) -> None:
-            pending.done[ev.index] = ev
-            pending.left -= 1
-            if pending.events is not None:
-                pending.events.put_nowait(("done", ev))
-            if pending.left == 0:
-                core.done(req)
-                if not pending.future.done():
-                    pending.future.set_result(None)
-
-        def failed(err: ServingError) -> None:
-            if pending.events is not None:  # a stream reads its events, never the future: an exception set on
-                pending.events.put_nowait(("error", err))  # it would be "never retrieved"
-                return
-            if not pending.future.done():
-                pending.future.set_exception(err)
-
-        on_token = (lambda index, token: pending.events.put_nowait((index, token))) if stream else None
-        req = core.submit(list(zip(p.src_ids, p.prefixes)), p.options, stream, deadline, t0, finished, failed, on_token)
-        self.m_input_tokens.inc(sum(len(ids) for ids in p.src_ids))
-        return core, req, pending
+        req = core.submit(list(zip(p.src_ids, p.prefixes)), p.options, stream, deadline, t0)
+        self.telemetry.input_tokens.inc(sum(len(ids) for ids in p.src_ids))
+        return core, req
 
     def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
         scored = p.options.return_scores
-        hyps = tuple(Hypothesis(self.codec.decode(h.tokens), h.score if scored else 0.0, len(h.tokens))
-                     for h in ev.hypotheses) or (Hypothesis(self.codec.decode(ev.tokens), 0.0, len(ev.tokens)),)
+        hyps = tuple(TextHypothesis(self.codec.decode(h.tokens), h.score if scored else 0.0, len(h.tokens))
+                     for h in ev.hypotheses) or (TextHypothesis(self.codec.decode(ev.tokens), 0.0, len(ev.tokens)),)
         return Output(hyps[0].text, len(p.src_ids[i]), hyps[0].output_tokens, hyps)
 
-    def _timings(self, pending: _Pending, t0: float) -> Timings:
-        done = pending.done  # all set: called once every input finished
+    @staticmethod
+    def _timings(done: list[Finished], t0: float) -> Timings:
         return Timings(queue_seconds=max(d.admitted for d in done) - t0,
                        time_to_first_token_seconds=min(d.first_token for d in done) - t0,
                        total_seconds=time.monotonic() - t0)
@@ -265,14 +151,20 @@ class ModelAPI:
     async def _generate(self, p: Prepared, deadline: float | None, core: CoreHandle | None = None,
                         accepted: bool = False) -> Generation:
         t0 = time.monotonic()
-        core, req, pending = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
+        core, req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
+        done: list[Finished | None] = [None] * len(p.src_ids)
         try:
-            await _until(pending.future, deadline)
+            async with _deadline(deadline):
+                for _ in done:
+                    ev = await req.events.get()  # no Token: not streamed
+                    if isinstance(ev, Failed):
+                        raise ev.error()
+                    done[ev.index] = ev
         except BaseException:  # the client went away, the deadline passed: its rows leave the batch now
             core.cancel(req)
             raise
-        outputs = [self._output(p, i, ev) for i, ev in enumerate(pending.done)]
-        return Generation(self.name, self.version, outputs, self._timings(pending, t0))
+        outputs = [self._output(p, i, ev) for i, ev in enumerate(done)]
+        return Generation(self.name, self.version, outputs, self._timings(done, t0))
 
     async def stream(self, p: Prepared, deadline: float | None) -> AsyncIterator[StreamEvent]:
         """Text as it is produced (greedy and sampled inputs: token by token, a target prefix first; a beam's text
@@ -284,31 +176,29 @@ class ModelAPI:
                 yield StreamEvent(i, out.text, True, out)
             return
         t0 = time.monotonic()
-        core, req, pending = self._submit(p, deadline, t0, stream=True)
-        n = len(pending.done)
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        sent = [""] * n
-        finished = 0
+        core, req = self._submit(p, deadline, t0, stream=True)
+        n = len(p.src_ids)
+        done: list[Finished | None] = [None] * n
+        text = StreamingText(self.codec, n)
+        left = n
         try:
-            while finished < n:
-                a, b = await _until(pending.events.get(), deadline)
-                if a == "error":
-                    raise b
-                if a == "done":
-                    finished += 1
-                    continue
-                tokens[a].append(b)
-                text = self.codec.decode(tokens[a])
-                # Subword decoding can rewrite the tail (e.g. a space): send only what extends the prefix.
-                if text != sent[a] and text.startswith(sent[a]):
-                    delta, sent[a] = text[len(sent[a]):], text
-                    yield StreamEvent(a, delta)
+            while left:
+                async with _deadline(deadline):  # not around the yield: the consumer's time is not ours to cut
+                    ev = await req.events.get()
+                if isinstance(ev, Token):
+                    if delta := text.add(ev.index, ev.token):
+                        yield StreamEvent(ev.index, delta)
+                elif isinstance(ev, Finished):
+                    done[ev.index] = ev
+                    left -= 1
+                else:
+                    raise ev.error()
         except BaseException:
             core.cancel(req)
             raise
-        for i, ev in enumerate(pending.done):
+        for i, ev in enumerate(done):
             out = self._output(p, i, ev)
-            yield StreamEvent(i, out.text[len(sent[i]):] if out.text.startswith(sent[i]) else "", True, out)
+            yield StreamEvent(i, text.rest(i, out.text), True, out)
 
     async def warm_up(self, deadline_s: float = 60.0) -> None:
         """One short request through every engine core (encoder and a few decoder steps): a version takes
@@ -323,16 +213,17 @@ class ModelAPI:
         """New requests get UNAVAILABLE (with ``reason``) from now on; queued and running ones go on."""
         self.stopping = True
         self.stop_reason = reason or self.stop_reason
-        self._on_change()
+        self.telemetry.state_changed()
 
     def promote(self) -> None:
         """A staged version now serves: the model's gauges are its own."""
-        self.staged = False
-        self._changed(None)
+        self.telemetry.serving = True
+        self.telemetry.state_changed()
 
     def retire(self, reason: str) -> None:
         """Replaced by another version, or unloaded: refuse new requests, leave the model's gauges alone."""
         self.retired = True
+        self.telemetry.serving = False
         self.stop(reason)
 
     async def settle(self, timeout: float) -> None:
@@ -353,13 +244,15 @@ class ModelAPI:
             core.abort()
 
 
-async def _until(awaitable, deadline: float | None):
-    """``awaitable``'s result, or DeadlineExceeded once the deadline passes: the front end keeps every deadline
-    itself, whatever a core does (a core that hangs, a pipe that is slow to deliver)."""
+@contextlib.asynccontextmanager
+async def _deadline(deadline: float | None) -> AsyncIterator[None]:
+    """DeadlineExceeded once the deadline passes inside the block: the front end keeps every deadline itself,
+    whatever a core does (a core that hangs, a pipe that is slow to deliver)."""
     if deadline is None:
-        return await awaitable
+        yield
+        return
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic())):
-            return await awaitable
+            yield
     except TimeoutError:
         raise DeadlineExceeded("deadline exceeded before the request finished") from None

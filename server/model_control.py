@@ -153,7 +153,7 @@ class ModelControl:
             # being copied is named before anything starts (the cores check again as they load).
             await asyncio.to_thread(read_bundle, folder, True)
             new = repo.build(name, version)
-            new.staged = True
+            new.stage()
         except BundleError as e:  # names the file
             raise self._failed_load(name, version, str(e)) from None
         except Exception as e:  # a tokenizer.json that hashes right but does not parse (an edited config.json)
@@ -179,7 +179,7 @@ class ModelControl:
         repo.unloaded.discard(name)
         new.promote()
         repo.announce(new)
-        repo.on_change()
+        repo.telemetry.changed()
         await asyncio.gather(*(self._drain(api) for api in old.values()))
         for v, api in old.items():
             if v != version:
@@ -228,7 +228,7 @@ class ModelControl:
             try:
                 for v, api in versions.items():
                     api.retire(f"model {name!r} is being unloaded ({why}); load it again to serve it")
-                repo.on_change()
+                repo.telemetry.changed()
                 log.info("unloading model %s (%s): finishing requests in flight", name, why)
                 await asyncio.gather(*(self._drain(api) for api in versions.values()))
                 repo.metrics.forget_model(name)

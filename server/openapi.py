@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from s2s import __version__
-from server.kserve import DECODING_PARAMETERS
+from server.kserve.protocol import DECODING_PARAMETERS
 
 DECODING_TYPES = {name: {int: "integer", float: "number", bool: "boolean", str: "string"}[kind]
                   for name, kind in DECODING_PARAMETERS.items()}

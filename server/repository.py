@@ -6,15 +6,15 @@ import asyncio
 import logging
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from contract.bundle import BundleError
 from engine.device import cuda_probe, provider_reason
 from server.config import ServerConfig
-from server.cores import CoreLoadError
+from server.core_client import CoreLoadError
 from server.errors import ModelNotFound, ModelNotReady, clip
 from server.metrics import Metrics
+from server.telemetry import Telemetry
 from server.model_api import ModelAPI
 
 log = logging.getLogger("s2s.repository")
@@ -100,10 +100,10 @@ class Repository:
     """Served models by name and version: what every front door reads. ``server/model_control.py`` changes it
     (load, unload, poll); loading fails fast, naming the broken file."""
 
-    def __init__(self, config: ServerConfig, metrics: Metrics, on_change: Callable[[], None] = lambda: None):
+    def __init__(self, config: ServerConfig, telemetry: Telemetry):
         self.models: dict[str, dict[str, ModelAPI]] = {}
         self.unloaded: set[str] = set()  # unloaded through the API (or their folder removed, in poll mode)
-        self.config, self.metrics, self.on_change = config, metrics, on_change
+        self.config, self.telemetry, self.metrics = config, telemetry, telemetry.metrics
         self.device = config.device
         self._logged: set[str] = set()  # providers already logged
         self.mode = config.model_control_mode
@@ -154,7 +154,7 @@ class Repository:
         auto, why = self.auto_cores
         n = cores or self.config.instances or auto
         reason = ("--models @" if cores else "--instances") if (cores or self.config.instances) else why
-        api = ModelAPI(name, version, self.config.model_repo / name / version, self.config, self.metrics, n, self.on_change)
+        api = ModelAPI(name, version, self.config.model_repo / name / version, self.config, self.telemetry, n)
         log.info("model %s version %s: %d engine core(s) (%s)", name, version, n, reason)
         return api
 

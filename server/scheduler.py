@@ -1,6 +1,6 @@
 """Per-engine-core scheduling: the queue, the batching policy, the step loop thread, and the stats it records.
 
-It runs inside an engine core (``server/core.py``, a process of its own) and knows neither asyncio
+It runs inside an engine core (``server/core_process.py``, a process of its own) and knows neither asyncio
 nor gRPC nor Prometheus: requests come in through ``submit``/``cancel`` and everything that
 happens goes out through one ``sink(events, stats)`` call per loop iteration, as plain dataclasses
 (vLLM's schedule -> execute -> update: the Generator's ``step`` returns a ``StepOutput`` and this
@@ -12,13 +12,7 @@ the step loop no encoder time: the encoder is compute-bound and was about 40% of
 time at concurrency 64 on en->ja (short outputs). When the step loop is idle it encodes newcomers
 itself, so a lone request never pays a thread hand-off.
 
-Batching policies (small objects, ``POLICIES``):
-
-* ``continuous`` (iteration-level, as Orca/vLLM/TGI): newcomers are encoded and join the running
-  batch before the next step; finished sequences leave and are answered at once.
-* ``request`` (Triton's dynamic batcher): a batch is formed once (waiting up to
-  max_queue_delay_ms for company) and decoded to completion before the next is formed.
-* ``none``: one sequence at a time.
+The batching policy (``server/batching.py``) says how many rows each step may admit.
 """
 
 from __future__ import annotations
@@ -28,66 +22,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from engine import Generator, Hypothesis, Runner, Sequence
+from engine import Generator, Runner, Sequence
+from server.batching import POLICIES, QueueView
 from server.config import SchedulerConfig
+from server.core_events import Failed, Finished, Stats, Token
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
 log = logging.getLogger("s2s.scheduler")
-
-
-# ---- what the scheduler reports ------------------------------------------------------------------
-@dataclass(frozen=True)
-class Token:
-    """A streaming request's sequence ``index`` generated ``token`` (EOS excluded)."""
-
-    request: int
-    index: int
-    token: int
-
-
-@dataclass(frozen=True)
-class Finished:
-    """Sequence ``index`` of a request is done. Times are ``time.monotonic()`` (one clock for every process)."""
-
-    request: int
-    index: int
-    tokens: list[int]
-    admitted: float
-    first_token: float
-    hypotheses: list[Hypothesis] = field(default_factory=list)  # n-best, best first; empty: just tokens, unscored
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The whole request failed (nothing more comes for it); ``code`` is a gRPC status name."""
-
-    request: int
-    code: str
-    message: str
-
-
-@dataclass
-class Stats:
-    """Figures since the last report, for the front end's Prometheus metrics."""
-
-    step_s: list[float] = field(default_factory=list)
-    batch_rows: list[int] = field(default_factory=list)
-    queue_s: list[float] = field(default_factory=list)
-    ttft_s: list[float] = field(default_factory=list)
-    tpot_s: list[float] = field(default_factory=list)
-    generated: int = 0
-    encoded_ahead: int = 0
-    queued: int = 0  # rows waiting, now
-    active: int = 0  # sequences decoding, now
-
-    def take(self) -> Stats:
-        out = Stats(self.step_s, self.batch_rows, self.queue_s, self.ttft_s, self.tpot_s, self.generated,
-                    self.encoded_ahead, self.queued, self.active)
-        self.step_s, self.batch_rows, self.queue_s, self.ttft_s, self.tpot_s = [], [], [], [], []
-        self.generated = self.encoded_ahead = 0
-        return out
 
 
 Sink = Callable[[list, Stats], None]
@@ -121,46 +64,10 @@ class Job:
         return self.seq.n_rows
 
 
-# ---- batching policies ---------------------------------------------------------------------------
-class Continuous:
-    """Newcomers join the running batch between any two steps."""
-
-    def room(self, sched: Scheduler) -> int:
-        return sched.config.max_batch_size - sched.gen.n_rows
-
-
-class PerRequest:
-    """Triton's dynamic batcher: form a batch (waiting up to max_queue_delay_ms), decode it to the end."""
-
-    def room(self, sched: Scheduler) -> int:
-        cfg = sched.config
-        if len(sched.gen):
-            return 0
-        if cfg.max_queue_delay_ms > 0 and (sched.ready or sched.pending):
-            oldest = min(q[0].request.arrival for q in (sched.ready, sched.pending) if q)
-            wait_until = oldest + cfg.max_queue_delay_ms / 1000
-            while sched.queued_rows() < cfg.max_batch_size and not sched.stopping:
-                left = wait_until - time.monotonic()
-                if left <= 0:
-                    break
-                sched.cv.wait(left)  # called under sched.cv
-        return cfg.max_batch_size
-
-
-class OneAtATime:
-    """No batching: one sequence (a beam counts as one) decodes at a time."""
-
-    def room(self, sched: Scheduler) -> int:
-        return 0 if len(sched.gen) else 1
-
-
-POLICIES = {"continuous": Continuous, "request": PerRequest, "none": OneAtATime}
-
-
 class Scheduler:
     def __init__(self, name: str, engine: Runner, config: SchedulerConfig, sink: Sink):
         self.name, self.engine, self.config, self.sink = name, engine, config, sink
-        self.policy = POLICIES[config.mode]()
+        self.policy = POLICIES[config.mode](config)
         self.gen = Generator(engine)
         self.pending: collections.deque[Job] = collections.deque()  # queued, not encoded yet
         self.ready: collections.deque[Job] = collections.deque()  # queued and encoded (by the encoder thread)
@@ -232,6 +139,12 @@ class Scheduler:
         if self.encoder_thread is not None:
             self.encoder_thread.join(5)
 
+    def _view(self) -> QueueView:
+        """What the batching policy sees (under self.cv)."""
+        waiting = [q[0].request.arrival for q in (self.ready, self.pending) if q]
+        return QueueView(time.monotonic(), self.gen.n_rows, len(self.gen), self.queued_rows(),
+                         min(waiting) if waiting else None, self.stopping)
+
     def queued_rows(self) -> int:
         return sum(j.rows for q in (self.pending, self.ready, self.encoding) for j in q)
 
@@ -283,7 +196,12 @@ class Scheduler:
 
         Encoded jobs go first; unencoded ones only when the batch is idle (the step loop then encodes
         them itself rather than wait for the encoder thread)."""
-        rows_free = self.policy.room(self)
+        while True:
+            admission = self.policy.admit(self._view())
+            if admission.wait_until is None:
+                break
+            self.cv.wait(max(0.0, admission.wait_until - time.monotonic()))
+        rows_free = admission.rows
         picked: list[Job] = []
         now = time.monotonic()
         took_ready = False

@@ -10,9 +10,10 @@ import grpc
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from contract.decoding import DecodingOptions
-from server.calls import RequestTracker, deadline_of
-from server.model_api import Output
+from server.interceptors import deadline_of
+from server.results import Output
 from server.repository import Repository
+from server.request_tracking import RequestTracker
 
 DEFAULT_OPTIONS = DecodingOptions()
 
@@ -55,7 +56,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
         self.repo, self.tracker = repo, tracker
 
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> pb.GenerateResponse:
-        async with self.tracker.track(context, request.model, "Generate"):
+        async with self.tracker.track(request.model, "Generate"):
             model = self.repo.get(request.model, request.version)
             g = await model.generate(_prepare(model, request), deadline_of(context))
             t = g.timings
@@ -65,7 +66,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
                                    total_seconds=t.total_seconds))
 
     async def GenerateStream(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateStreamResponse]:
-        async with self.tracker.track(context, request.model, "GenerateStream"):
+        async with self.tracker.track(request.model, "GenerateStream"):
             model = self.repo.get(request.model, request.version)
             prepared = _prepare(model, request)
             async for ev in model.stream(prepared, deadline_of(context)):

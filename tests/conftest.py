@@ -13,17 +13,6 @@ from pathlib import Path
 
 import pytest
 
-
-
-def pytest_configure(config):
-    """tritonclient registers its own copy of the `inference` protos; under pytest it must load before
-    ours (see server/kserve.py). A hook, not a module-level import, so that scripts importing this
-    module (test_kserve's fresh-process check) stay free of tritonclient."""
-    try:
-        import tritonclient.grpc  # noqa: F401
-    except ImportError:
-        pass
-
 ROOT = Path(__file__).resolve().parents[1]
 # The committed default models; a test run can point elsewhere (e.g. while models are rebuilt).
 MODEL_REPO = Path(os.environ.get("S2S_TEST_MODEL_REPO", ROOT / "models"))

@@ -113,7 +113,7 @@ def test_no_core_outlives_the_server_however_it_stops(how):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             assert wait_for(lambda: _serving(stub), 60)
-        cores = {p for p in _children(proc.pid) if "server.core" in Path(f"/proc/{p}/cmdline").read_text()}
+        cores = {p for p in _children(proc.pid) if "server.core_process" in Path(f"/proc/{p}/cmdline").read_text()}
         assert len(cores) == 4  # 2 models x 2 cores
         proc.send_signal(getattr(signal, how))
         proc.wait(30)

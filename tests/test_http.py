@@ -11,7 +11,6 @@ import urllib.request
 import numpy as np
 import pytest
 
-import tritonclient.grpc  # noqa: F401  (registers its protos first, as conftest does)
 import tritonclient.http as th
 import tritonclient.http.aio as th_aio
 from tritonclient.utils import InferenceServerException

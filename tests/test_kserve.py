@@ -1,10 +1,9 @@
-"""The KServe v2 / Triton gRPC protocol (server/kserve.py) with the real tritonclient against a real server.
+"""The KServe v2 / Triton gRPC protocol (server/kserve/) with the real tritonclient against a real server.
 
-tritonclient is imported before anything from the server on purpose: it registers its own copy of the
-`inference` protobuf package, and protobuf's default pool then refuses a second file defining the
-same names; server/kserve.py detects that and serves with the registered (wire-identical) classes.
-The other order (our generated module first, tritonclient second) cannot work in one process.
-test_generated_module_in_a_fresh_process covers the server exactly as deployed, without tritonclient.
+tritonclient and our generated stubs both define the `inference` protobuf package; ours lives in a
+descriptor pool of its own (protos/inference/__init__.py), so the two load in any order in one process
+(test_either_import_order). test_generated_module_in_a_fresh_process covers the server exactly as
+deployed, without tritonclient.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import urllib.request
 import numpy as np
 import pytest
 
-# Order matters (see the module docstring): tritonclient, then server.kserve, then the generated stubs.
 import tritonclient.grpc as triton
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import service_pb2 as triton_pb
@@ -31,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from conftest import MODEL_REPO, ROOT, ServerThread, server_config
 from server.client import Seq2SeqClient
-from server.kserve import join_bytes
+from server.kserve.tensors import join_bytes
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
 
@@ -418,9 +416,9 @@ def test_generated_module_in_a_fresh_process(client):
         import grpc
         from conftest import ServerThread, server_config
         srv = ServerThread(server_config(models=({model!r},)))
-        import server.kserve
+        import server.kserve.grpc_servicer as kserve
         from protos.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc
-        assert server.kserve.pb is pb and pb.DESCRIPTOR.name == "protos/inference/grpc_service.proto", pb.DESCRIPTOR.name
+        assert kserve.pb is pb and pb.DESCRIPTOR.name == "protos/inference/grpc_service.proto", pb.DESCRIPTOR.name
         assert "tritonclient" not in sys.modules
         with grpc.insecure_channel(srv.address) as ch:
             stub = pb_grpc.GRPCInferenceServiceStub(ch)
@@ -436,3 +434,19 @@ def test_generated_module_in_a_fresh_process(client):
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == outputs_of(client.infer(model, [text_input(texts)]))
+
+
+@pytest.mark.parametrize("first", ["ours", "tritonclient"])
+def test_either_import_order(first):
+    """Our generated `inference` module and tritonclient's load in either order, and speak the same wire format."""
+    ours = "from protos.inference import grpc_service_pb2 as pb"
+    theirs = "from tritonclient.grpc import service_pb2 as tpb"
+    script = "\n".join([ours, theirs] if first == "ours" else [theirs, ours]) + textwrap.dedent("""
+        r = pb.ModelInferRequest(model_name="m", id="x")
+        r.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        assert tpb.ModelInferRequest.FromString(r.SerializeToString()).inputs[0].name == "text_input"
+        import server.kserve.grpc_servicer
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

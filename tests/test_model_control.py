@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tritonclient.grpc as triton  # before anything of the server (see tests/test_kserve.py)
+import tritonclient.grpc as triton
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 

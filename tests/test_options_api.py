@@ -12,7 +12,7 @@ import concurrent.futures
 import numpy as np
 import pytest
 
-import tritonclient.grpc as triton  # before the server's own copy of the protos (see tests/test_kserve.py)
+import tritonclient.grpc as triton
 import tritonclient.http as th
 from tritonclient.utils import InferenceServerException
 

@@ -1,6 +1,6 @@
 """Triton's model repository extension over gRPC: ``RepositoryIndex``, ``RepositoryModelLoad`` and
 ``RepositoryModelUnload``, as tritonclient's ``get_model_repository_index``, ``load_model`` and
-``unload_model`` call them. A mixin of the KServe servicer (``server/kserve.py``), mapping protobuf to
+``unload_model`` call them. A mixin of the KServe servicer (``server/kserve/grpc_servicer.py``), mapping protobuf to
 ``server/model_control.py`` and nothing else; the servicer supplies the protobuf module (``pb``), the
 model control and the request tracker (which counts each call and maps its domain error to a status,
 as for every other call). Auth is the interceptor's, as for every call."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 
-from server.calls import RequestTracker
+from server.request_tracking import RequestTracker
 from server.model_control import ModelControl
 
 
@@ -34,11 +34,11 @@ class RepositoryServicer:
         return index_response(self.pb, self.control, request.ready)
 
     async def RepositoryModelLoad(self, request, context):
-        async with self.tracker.track(context, request.model_name, "RepositoryModelLoad"):
+        async with self.tracker.track(request.model_name, "RepositoryModelLoad"):
             await self.control.load(request.model_name, parameters_of(request.parameters))
         return self.pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request, context):
-        async with self.tracker.track(context, request.model_name, "RepositoryModelUnload"):
+        async with self.tracker.track(request.model_name, "RepositoryModelUnload"):
             await self.control.unload(request.model_name, parameters_of(request.parameters))
         return self.pb.RepositoryModelUnloadResponse()

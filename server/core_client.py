@@ -1,9 +1,10 @@
 """The front end's side of the engine cores: start them, route requests, restart the ones that die.
 
-``CoreHandle`` owns one child process (``server/core.py``) and its pipe. The pipe is read on the
-event loop (``loop.add_reader``); each message is one decode step's report, dispatched to the
-requests in flight. A core that dies (SIGKILL, segfault, OOM) is noticed by EOF on its pipe: its
-requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
+``CoreHandle`` owns one child process (``server/core_process.py``) and its pipe. The pipe is read on the
+event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
+the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
+to the model version's telemetry (``server/telemetry.py``). A core that dies (SIGKILL, segfault, OOM)
+is noticed by EOF on its pipe: its requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
 growing delay if it keeps dying.
 
 A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
@@ -24,16 +25,16 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from server.core import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
+from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
-from server.scheduler import Failed, Finished, Stats, Token
+from server.core_events import Event, Failed, Finished
+from server.telemetry import ModelTelemetry
 
 log = logging.getLogger("s2s.cores")
 
@@ -58,13 +59,13 @@ class CoreLoadError(RuntimeError):
 
 @dataclass(eq=False)
 class InFlight:
-    """A request sent to a core: where its events go."""
+    """A request sent to a core, as its caller holds it: the core's typed events for it arrive on ``events``
+    in order (``Token`` while streaming, one ``Finished`` per input, or one ``Failed`` that ends it)."""
 
     id: int
     rows: int
-    on_token: Callable[[int, int], None] | None  # (index, token)
-    on_finished: Callable[[Finished], None]
-    on_failed: Callable[[ServingError], None]
+    left: int  # inputs not finished yet
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
 
 
 @dataclass
@@ -79,9 +80,8 @@ class CoreState:
 
 
 class CoreHandle:
-    def __init__(self, spec: CoreSpec, on_stats: Callable[[CoreSpec, Stats], None],
-                 on_change: Callable[[CoreHandle], None], stall_s: float = 10.0):
-        self.spec, self.on_stats, self.on_change, self.stall_s = spec, on_stats, on_change, stall_s
+    def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry, stall_s: float = 10.0):
+        self.spec, self.telemetry, self.stall_s = spec, telemetry, stall_s
         self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
         self._watchdog: asyncio.TimerHandle | None = None
         self.state = CoreState()
@@ -107,14 +107,14 @@ class CoreHandle:
     def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """Start the process; the returned future resolves once the engine is loaded (or fails naming why).
 
-        ``python -m server.core FD`` over one end of a socket pair, rather than multiprocessing's spawn:
+        ``python -m server.core_process FD`` over one end of a socket pair, rather than multiprocessing's spawn:
         a fresh interpreter that never re-imports the embedding program's ``__main__``. Called on the
         event loop thread: the kernel's parent-death signal is tied to the thread that starts the child,
         and the event loop thread lives as long as the server."""
         self.loop = loop
         ours, theirs = socket.socketpair()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "server.core", str(theirs.fileno())],
+            self.proc = subprocess.Popen([sys.executable, "-m", "server.core_process", str(theirs.fileno())],
                                          pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
@@ -160,22 +160,21 @@ class CoreHandle:
                 req = self.inflight.get(ev.request)
                 if req is None:
                     continue  # cancelled on this side already
-                if isinstance(ev, Token):
-                    if req.on_token is not None:
-                        req.on_token(ev.index, ev.token)
-                elif isinstance(ev, Finished):
-                    req.on_finished(ev)
+                req.events.put_nowait(ev)
+                if isinstance(ev, Finished):
+                    req.left -= 1
+                    if req.left == 0:
+                        self._forget(req)
                 elif isinstance(ev, Failed):
                     self._forget(req)
-                    req.on_failed(_error(ev.code, ev.message))
-            self.on_stats(self.spec, msg.stats)
+            self.telemetry.stats(self.spec.index, msg.stats)
         elif isinstance(msg, Ready):
             self.state.up, self.state.provider, self.state.io_binding, self.state.pid = True, msg.provider, msg.io_binding, msg.pid
             self.state.ready_at = time.monotonic()
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(self)
             log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
-            self.on_change(self)
+            self.telemetry.core_state(self.spec.index, True, self.state.restarts)
         elif isinstance(msg, LoadFailed):
             if self._ready is not None and not self._ready.done():
                 self._ready.set_exception(CoreLoadError(msg.message))
@@ -206,12 +205,12 @@ class CoreHandle:
         self.inflight.clear()
         self.rows = 0
         for req in failed:
-            req.on_failed(CoreUnavailable(f"model {self.spec.model!r}: its engine core stopped while decoding this "
-                                          "request; retry"))
+            req.events.put_nowait(Failed(req.id, CoreUnavailable.code, f"model {self.spec.model!r}: its engine core "
+                                         "stopped while decoding this request; retry"))
         self._exited.set()
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})"))
-        self.on_change(self)
+        self.telemetry.core_state(self.spec.index, False, self.state.restarts)
         if self.stopping:
             return
         # Dying again soon after a start counts as "in a row": back off instead of spinning.
@@ -232,10 +231,11 @@ class CoreHandle:
 
     # ---- requests --------------------------------------------------------------------------------
     def submit(self, sequences: list[tuple[list[int], list[int]]], options: DecodingOptions, stream: bool,
-               deadline: float | None, arrival: float, on_finished, on_failed, on_token=None) -> InFlight:
+               deadline: float | None, arrival: float) -> InFlight:
+        """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes)."""
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
-        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, on_token, on_finished, on_failed)
+        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, len(sequences))
         if not self.inflight:  # the silence the watchdog measures starts now, not when the core last went idle
             self.heard_at = time.monotonic()
         self.inflight[req.id] = req
@@ -276,10 +276,6 @@ class CoreHandle:
         if self._writing:
             self.loop.remove_writer(sock.fileno())
             self._writing = False
-
-    def done(self, req: InFlight) -> None:
-        """The request got all its outputs."""
-        self._forget(req)
 
     def cancel(self, req: InFlight) -> None:
         if self._forget(req) and self.conn is not None:
@@ -323,12 +319,6 @@ class CoreHandle:
         """Tests and emergencies: SIGKILL the process (it is restarted unless stopping)."""
         if self.proc is not None:
             self.proc.kill()
-
-
-def _error(code: str, message: str) -> ServingError:
-    err = ServingError(message)
-    err.code = code
-    return err
 
 
 @dataclass

@@ -5,10 +5,8 @@ GIL, and several cores of one model decode in parallel (Triton's ``instance_grou
 talk over a pipe with small pickled messages: token ids in, token ids and stats out, one message
 per decode step at most (as vLLM's ``EngineCore`` behind ``AsyncLLM``).
 
-front end -> core: ``Submit``, ``Cancel``, ``Drain`` (graceful: finish queued work within a grace
-period, then exit), ``Abort`` (fail what is left now).
-core -> front end: ``Ready`` (once loaded) or ``LoadFailed``; then ``Report`` (the scheduler's
-events and stats) until it exits.
+The messages both ways are ``server/core_messages.py``'s; the events and stats a ``Report``
+carries are ``server/core_events.py``'s.
 
 A core never outlives the front end: it asks the kernel for SIGKILL when its parent dies
 (``PR_SET_PDEATHSIG``) and exits on EOF of its pipe, whichever comes first.
@@ -25,73 +23,16 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from engine import EngineOptions, Runner, Sequence
-from server.config import SchedulerConfig
+from engine import Runner, Sequence
+from server.core_events import Failed, Stats
+from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
-from server.scheduler import Failed, Scheduler, Stats
+from server.scheduler import Scheduler
 
 log = logging.getLogger("s2s.core")
-
-
-@dataclass(frozen=True)
-class CoreSpec:
-    model: str
-    version: str
-    folder: Path
-    index: int  # this core's number among the model's cores (the ``core`` metrics label)
-    engine: EngineOptions
-    scheduler: SchedulerConfig
-    log_level: str = "INFO"
-    grace_s: float = 10.0  # a SIGTERM sent to the core itself drains it with this grace period
-
-
-# ---- messages ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Submit:
-    request: int
-    sequences: list[tuple[list[int], list[int]]]  # (source ids, target prefix ids) per input
-    options: tuple  # DecodingOptions.to_tuple(): max_new_tokens resolved, the seed drawn when sampling
-    stream: bool
-    deadline: float | None  # time.monotonic(): one clock for all processes of the machine
-    arrival: float
-
-
-@dataclass(frozen=True)
-class Cancel:
-    request: int
-
-
-@dataclass(frozen=True)
-class Drain:
-    grace_s: float
-
-
-@dataclass(frozen=True)
-class Abort:
-    pass
-
-
-@dataclass(frozen=True)
-class Ready:
-    provider: str
-    io_binding: bool
-    pid: int
-
-
-@dataclass(frozen=True)
-class LoadFailed:
-    message: str
-
-
-@dataclass(frozen=True)
-class Report:
-    events: list  # scheduler Token / Finished / Failed
-    stats: Stats
 
 
 def _die_with_parent() -> None:
@@ -177,10 +118,6 @@ def _handle(msg, sched: Scheduler, send, start_drain) -> None:
         sched.abort()
 
 
-if __name__ == "__main__":  # python -m server.core FD: started by server/cores.py
-    # Through the imported module, not this __main__ copy: the messages the front end pickles are
-    # server.core's classes, and isinstance() must see the same ones.
-    from server import core
-
+if __name__ == "__main__":  # python -m server.core_process FD: started by server/core_client.py
     channel = Connection(int(sys.argv[1]))
-    core.main(channel, channel.recv())
+    main(channel, channel.recv())
