@@ -133,3 +133,21 @@ def no_server_traceback():
     new = _TRACEBACKS.records[start:]
     assert not new, "server logged a traceback:\n" + "\n".join(
         f"{r.name}: {r.getMessage()}\n{logging.Formatter().formatException(r.exc_info)}" for r in new)
+
+
+def shell_examples(markdown: str, where: str) -> list[tuple[str, str]]:
+    """The ```sh commands of a document, each with the text its `# -> ` line says its output holds; a command
+    with no such line after it fails the collection (``where`` names the document in that message)."""
+    import re
+
+    out = []
+    for block in re.findall(r"```sh\n(.*?)```", markdown, re.S):
+        command: list[str] = []
+        for line in block.splitlines():
+            if line.startswith("# -> "):
+                out.append(("\n".join(command), line[len("# -> "):]))
+                command = []
+            elif line.strip():
+                command.append(line)
+        assert not command, f"a command in {where} has no '# -> ' line after it: {command}"
+    return out

@@ -3,29 +3,18 @@ commands, each followed by a `# -> TEXT` line naming text its output contains.""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, shell_examples
 
 DOC = ROOT / "docs" / "HTTP.md"
 
 
 def examples() -> list[tuple[str, str]]:
-    out = []
-    for block in re.findall(r"```sh\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S):
-        command: list[str] = []
-        for line in block.splitlines():
-            if line.startswith("# -> "):
-                out.append(("\n".join(command), line[len("# -> "):]))
-                command = []
-            elif line.strip():
-                command.append(line)
-        assert not command, f"a command in docs/HTTP.md has no '# -> ' line after it: {command}"
-    return out
+    return shell_examples(DOC.read_text(encoding="utf-8"), "docs/HTTP.md")
 
 
 def test_the_doc_has_examples_for_every_endpoint():

@@ -26,7 +26,7 @@ import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
 import grpc
-from conftest import MODEL_REPO, ROOT, ServerThread, server_config, wait_for
+from conftest import MODEL_REPO, ROOT, ServerThread, server_config, shell_examples, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos.seq2seq.v1 import seq2seq_pb2 as s2s_pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as s2s_grpc
@@ -425,16 +425,7 @@ def deployment_examples() -> list[tuple[str, str]]:
     `# -> ` line says its output holds."""
     text = (ROOT / "docs" / "DEPLOYMENT.md").read_text(encoding="utf-8")
     section = text.split("## New versions without a restart", 1)[1].split("\n## ", 1)[0]
-    out = []
-    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
-        command: list[str] = []
-        for line in block.splitlines():
-            if line.startswith("# -> "):
-                out.append(("\n".join(command), line[len("# -> "):]))
-                command = []
-            elif line.strip():
-                command.append(line)
-    return out
+    return shell_examples(section, "docs/DEPLOYMENT.md")
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
