@@ -106,6 +106,28 @@ async def run(args) -> None:
     print(json.dumps({"tree": str(tree), "load": args.load, "deadline_s": args.deadline_s}))
     print(f"HTTP  X-Timeout-Seconds {args.deadline_s}: {ms(http_t)}  {dict(http_codes)}")
     print(f"gRPC  deadline {args.deadline_s}:            {ms(grpc_t)}  {dict(grpc_codes)}")
+    if args.write:
+        import datetime as dt
+        import shlex
+
+        from bench.markdown import write_section
+
+        cmd = "python bench/http_deadlines.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        body = "\n".join([
+            "## A short HTTP deadline under load (`bench/http_deadlines.py`)",
+            "",
+            f"`{cmd}`, {dt.date.today().isoformat()}: {args.load} concurrent en->ja requests (16 inputs, beam 4) keep the "
+            f"engine cores busy while {args.probes} probes, one after another, ask with a {args.deadline_s * 1000:g} ms "
+            "deadline. Time from sending to the answer (the front end enforces the deadline itself; gRPC's figure is "
+            "the client's own deadline, shown for scale):",
+            "",
+            "| door | answered after | statuses |",
+            "|---|---|---|",
+            f"| KServe REST, `X-Timeout-Seconds` | {ms(http_t)} | {dict(http_codes)} |",
+            f"| gRPC (client deadline) | {ms(grpc_t)} | {dict(grpc_codes)} |",
+        ])
+        write_section(ROOT / "docs" / "BENCHMARKS.md", "bench-http-deadlines", body)
+        print("wrote docs/BENCHMARKS.md#bench-http-deadlines")
 
 
 def main() -> None:
@@ -114,6 +136,7 @@ def main() -> None:
     p.add_argument("--load", type=int, default=32, help="concurrent loading requests")
     p.add_argument("--probes", type=int, default=40, help="deadline probes per protocol")
     p.add_argument("--deadline-s", type=float, default=0.05)
+    p.add_argument("--write", action="store_true", help="also write the figures to docs/BENCHMARKS.md (its own section)")
     asyncio.run(run(p.parse_args()))
 
 
