@@ -127,6 +127,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "'none': only it, e.g. for a longer A/B against --baseline)")
     p.add_argument("--baseline", default="",
                    help="git commit whose server the option table's no-option row is compared with (A/B, interleaved)")
+    p.add_argument("--cost", action=argparse.BooleanOptionalAction, default=True,
+                   help="first, the CPU-per-request table (bench/serve_cost.py): greedy and the served default's beam at "
+                        "--cost-concurrency, KServe gRPC (tritonclient aio), against the engine and CTranslate2 in process")
+    p.add_argument("--cost-only", action="store_true", help="only the CPU-per-request table")
+    p.add_argument("--cost-concurrency", default="1,64", help="closed-loop workers of the cost table, comma-separated")
+    p.add_argument("--cost-instances", type=int, default=0, help="engine cores of the cost table's server (0: its default)")
+    p.add_argument("--cost-rounds", type=int, default=2, help="rounds of the cost table, served and in-process sides taking turns (ABBA)")
+    p.add_argument("--cost-seconds", type=float, default=6.0, help="a cost window lasts at least this long ...")
+    p.add_argument("--cost-min-requests", type=int, default=60, help="... and until max(this, 3*C) answers")
+    p.add_argument("--cost-single-inputs", type=int, default=120, help="inputs timed one at a time in process (C=1's reference)")
     p.add_argument("--quick", action="store_true",
                    help="development grid: C in {1, 8}, 16 answers or 3 s per cell, 64 inputs, short ceilings, ~1 minute; "
                         "writes no file unless --write")
@@ -142,6 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             if getattr(args, k) == p.get_default(k):
                 setattr(args, k, v)
     args.concurrency = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
+    args.cost_concurrency = [int(c) for c in str(args.cost_concurrency).split(",") if c.strip()]
     try:
         ks = [int(k) for k in str(args.instances).split(",") if k.strip()]
     except ValueError:
@@ -219,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.options_only:
         return options_section(args, inputs, started, load_before, t_all, log)
+    if args.cost or args.cost_only:
+        cost_section(args, inputs, bundle, started, load_before, log)
+        if args.cost_only:
+            return 0
     cells, single = asyncio.run(run_interleaved(args, inputs, engine, log))
 
     log("ceilings (in process, no server running)")
@@ -234,6 +249,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.options:
         return options_section(args, inputs, started, load_before, t_all, log)
     return 0
+
+
+def cost_section(args: argparse.Namespace, inputs: list[str], bundle: Path, started, load_before: str, log) -> None:
+    """The CPU-per-request table (bench/serve_cost.py), in its own marked section of the report."""
+    from bench import serve_cost
+
+    t = time.perf_counter()
+    log(f"CPU per request: C in {args.cost_concurrency}, {args.cost_rounds} rounds (ABBA)")
+    cells, meta = serve_cost.run(args, inputs, bundle, log)
+    cmd = "python bench/serve.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    text = ("### Acceptance (issue 25)\n\n" + serve_cost.acceptance(cells) + "\n\n### CPU per request\n\n"
+            + serve_cost.table(cells, meta, args) + "\n\n" + serve_cost.notes(meta, args)
+            + f"\n- date: {started:%Y-%m-%d %H:%M} UTC; CPU: {serve_cost.cpu_model()}; load average at start {load_before}; "
+            f"command: `{cmd}`; {time.perf_counter() - t:.0f} s\n")
+    print(text)
+    if args.write:
+        write_section(args.output, "bench-serve-cost", text)
+        log(f"wrote {args.output}")
 
 
 def options_section(args: argparse.Namespace, inputs: list[str], started, load_before: str, t_all: float, log) -> int:

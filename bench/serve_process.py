@@ -42,8 +42,10 @@ class ServerProcess:
     """`python -m s2s.cli serve` on loopback, one model, one batching mode, ``instances`` engine cores;
     always terminated on exit."""
 
-    def __init__(self, args: argparse.Namespace, mode: str, instances: int, root: Path = ROOT, label: str = ""):
-        """``root``: the source tree the server runs from (another commit's, for an A/B; see bench/option_cost.py)."""
+    def __init__(self, args: argparse.Namespace, mode: str, instances: int, root: Path = ROOT, label: str = "",
+                 defaults: bool = False):
+        """``root``: the source tree the server runs from (another commit's, for an A/B; see bench/option_cost.py).
+        ``defaults``: the server's own defaults for everything but the ports and ``instances`` (0: its own too)."""
         self.mode, self.instances, self.root, self._label = mode, instances, root, label
         self.port, self.metrics_port = free_port(), free_port()
         while self.metrics_port == self.port:
@@ -54,6 +56,10 @@ class ServerProcess:
                     "--batching", mode, "--instances", str(instances), "--max-batch-size", str(args.max_batch_size),
                     "--max-queue-size", str(args.max_queue_size), "--intra-op-threads", str(args.intra_op_threads),
                     "--grace-s", "2", "--log-level", "WARNING"]
+        if defaults:
+            self.cmd = self.cmd[: self.cmd.index("--batching")] + ["--grace-s", "2", "--log-level", "WARNING"]
+            if instances:
+                self.cmd += ["--instances", str(instances)]
         if mode == "request":
             self.cmd += ["--max-queue-delay-ms", str(args.queue_delay_ms)]
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"bench-serve-{mode}-x{instances}-", suffix=".log", delete=False)

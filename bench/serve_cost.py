@@ -1,0 +1,372 @@
+"""What one request costs, process by process: bench/serve.py's CPU-per-request table.
+
+For each search (greedy; the served default, beam 4 with CTranslate2's length rule) and each concurrency C of
+--cost-concurrency (default 1 and 64): one `s2s serve` (continuous batching, --cost-instances engine cores, its
+other flags its defaults) is loaded by C closed-loop tritonclient ``grpc.aio`` workers over KServe v2 gRPC, one
+held-out input per request (the same input order for every cell). The CPU time of the front-end process and of
+its engine-core processes is read from /proc at the window's edges (their own counters: every thread, user and
+system) and divided by the answers inside the window; the load client's own CPU is given for scale.
+
+References, on the same inputs and the same search, with no server running:
+
+* the engine in process: ``engine.load(bundle, threads=1).generate(texts, max_batch_size=64 rows)`` (its CPU per
+  sequence is what the cores are compared with) and, at C=1, one input at a time (``generate([text])``, its median
+  wall time: what C=1 p50 is compared with);
+* CTranslate2 in process on the same weights (bench/ct2_convert.py), intra_threads=1, the best of max_batch_size
+  16/64 (inputs) x inter_threads 1/2 by throughput; its CPU per sequence is that best configuration's.
+
+The served and the reference sides take turns (served, reference, reference, served: ABBA) over --cost-rounds
+rounds; each figure is the median of its rounds. Outputs are compared text for text with the in-process engine's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.serve_process import ServerProcess
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# ---- /proc --------------------------------------------------------------------------------------
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+@dataclass(frozen=True)
+class Search:
+    name: str
+    beam: int
+    params: dict  # KServe request parameters (empty: the served default)
+    engine_kw: dict  # Translator.generate keywords for the same search
+    ct2_kw: dict  # ctranslate2.Translator.translate_batch keywords for the same search
+
+
+def searches(engine) -> list[Search]:
+    """Greedy, and the served default (the bundle's beam and length rule) with CTranslate2's equivalent."""
+    task = engine.config.task
+    beam, rule = task.beam_size, task.length_penalty_type or "gnmt"
+    from contract.decoding import DEFAULT_LENGTH_PENALTY
+
+    alpha = DEFAULT_LENGTH_PENALTY[rule]
+    out = [Search("greedy", 1, {"beam_size": 1}, dict(beam_size=1), dict(beam_size=1))]
+    if beam > 1:
+        if rule != "ctranslate2":
+            raise SystemExit(f"bench/serve_cost.py: the served default's length rule is {rule!r}; CTranslate2 has only its own")
+        out.append(Search(f"beam {beam} (served default)", beam, {},
+                          dict(beam_size=beam), dict(beam_size=beam, length_penalty=alpha)))
+    return out
+
+
+# ---- served --------------------------------------------------------------------------------------
+@dataclass
+class Served:
+    answers: int = 0
+    seconds: float = 0.0
+    front_s: float = 0.0
+    cores_s: float = 0.0
+    client_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    texts: dict[int, str] = field(default_factory=dict)  # input index -> served text
+
+    def per(self, cpu_s: float) -> float:
+        return cpu_s / self.answers * 1e6  # µs per request
+
+
+async def load_window(server: ServerProcess, model: str, inputs: list[str], conc: int, search: Search,
+                      seconds: float, min_answers: int, warmup: int) -> Served:
+    """C closed-loop KServe gRPC workers; a warm-up of ``warmup`` answers, then a measured window."""
+    import tritonclient.grpc.aio as triton_aio
+    from tritonclient.grpc import InferInput
+
+    client = triton_aio.InferenceServerClient(server.address)
+    encoded = [np.array([t.encode()], dtype=object) for t in inputs]
+    cursor, state = iter(range(1 << 30)), {"measuring": False, "stop": False, "done": 0}
+    out = Served()
+    front, cores = server.proc.pid, children(server.proc.pid)
+
+    async def worker() -> None:
+        while not state["stop"]:
+            i = next(cursor) % len(inputs)
+            inp = InferInput("text_input", [1], "BYTES")
+            inp.set_data_from_numpy(encoded[i])
+            measuring = state["measuring"]
+            t = time.perf_counter()
+            res = await client.infer(model, [inp], parameters=search.params or None, client_timeout=120)
+            if measuring and state["measuring"]:
+                out.latencies.append(time.perf_counter() - t)
+                out.texts[i] = res.as_numpy("text_output")[0].decode()
+                out.answers += 1
+            state["done"] += 1
+
+    tasks = [asyncio.create_task(worker()) for _ in range(conc)]
+    try:
+        while state["done"] < warmup:
+            await asyncio.sleep(0.01)
+        c0, f0, k0, p0 = time.perf_counter(), proc_cpu_s(front), sum(map(proc_cpu_s, cores)), time.process_time()
+        state["measuring"] = True
+        while True:
+            await asyncio.sleep(0.02)
+            el = time.perf_counter() - c0
+            if el >= seconds and out.answers >= min_answers or el >= 4 * seconds:
+                break
+        state["measuring"] = False
+        out.seconds = time.perf_counter() - c0
+        out.front_s, out.cores_s = proc_cpu_s(front) - f0, sum(map(proc_cpu_s, cores)) - k0
+        out.client_s = time.process_time() - p0
+        state["stop"] = True
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await client.close()
+    return out
+
+
+# ---- in process ----------------------------------------------------------------------------------
+@dataclass
+class InProcess:
+    seconds: float
+    cpu_s: float
+    n: int
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu_s / self.n * 1e6
+
+    @property
+    def sps(self) -> float:
+        return self.n / self.seconds
+
+
+def engine_batch(engine, texts: list[str], search: Search) -> tuple[InProcess, list[str]]:
+    c, p = time.perf_counter(), time.process_time()
+    res = engine.generate(texts, max_batch_size=64 * search.beam, **search.engine_kw)
+    return InProcess(time.perf_counter() - c, time.process_time() - p, len(texts)), [r.text for r in res]
+
+
+def engine_single(engine, texts: list[str], search: Search) -> list[float]:
+    out = []
+    for t in texts:
+        c = time.perf_counter()
+        engine.generate([t], max_batch_size=search.beam, **search.engine_kw)
+        out.append(time.perf_counter() - c)
+    return out
+
+
+def ct2_batch(translator, tokens: list[list[str]], search: Search, bs: int, length: int) -> InProcess:
+    c, p = time.perf_counter(), time.process_time()
+    translator.translate_batch(tokens, max_batch_size=bs, batch_type="examples", max_decoding_length=length,
+                               return_scores=False, **search.ct2_kw)
+    return InProcess(time.perf_counter() - c, time.process_time() - p, len(tokens))
+
+
+# ---- the run ---------------------------------------------------------------------------------------
+@dataclass
+class Cell:
+    """One search at one concurrency: served windows and the references, a value per round."""
+
+    search: Search
+    conc: int
+    served: list[Served] = field(default_factory=list)
+    engine: list[InProcess] = field(default_factory=list)
+    single_ms: list[float] = field(default_factory=list)  # engine, one input at a time: median per round
+    ct2: list[dict[tuple[int, int], InProcess]] = field(default_factory=list)
+    identical: tuple[int, int] = (0, 0)
+
+
+def _ct2_translator(args: argparse.Namespace, engine, log):
+    """A function (inter_threads) -> ctranslate2.Translator on the same weights, and the inputs as tokens; None
+    where it cannot be built (named in the log)."""
+    from bench.serve_ceilings import CACHE, ROOT
+
+    ckpt = args.checkpoint or ROOT / "checkpoints" / args.model
+    try:
+        import ctranslate2
+
+        from bench.ct2_convert import convert, vocabulary
+    except ImportError as e:
+        log(f"  CTranslate2 not measured: {e}")
+        return None, None
+    if not (ckpt / "config.json").is_file():
+        log(f"  CTranslate2 not measured: no checkpoint at {ckpt}")
+        return None, None
+    model_dir = convert(ckpt, CACHE / f"ct2-{args.model}")
+    vocab = vocabulary(engine.codec.tokenizer)
+    translators = {inter: ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
+                                                 inter_threads=inter, intra_threads=1) for inter in (1, 2)}
+    return translators, vocab
+
+
+def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple[list[Cell], dict]:
+    """Every cell's rounds, the served and the reference sides taking turns (ABBA over two rounds)."""
+    import engine as engine_pkg
+
+    ref = engine_pkg.load(bundle, threads=1, device="cpu")
+    translators, vocab = _ct2_translator(args, ref, log) if args.ct2 else (None, None)
+    tokens = [[vocab[i] for i in ref.codec.source_ids(t)] for t in inputs] if vocab else []
+    length = min(args.max_new_tokens or ref.config.task.max_new_tokens, ref.config.model.max_len - 1)
+    cells = [Cell(s, c) for s in searches(ref) for c in args.cost_concurrency]
+    single_inputs = inputs[: args.cost_single_inputs]
+    meta = dict(instances=args.cost_instances, inputs=len(inputs), length=length, rounds=args.cost_rounds)
+    with ServerProcess(args, "continuous", args.cost_instances, label="cost") as server:
+        meta["cores"] = len(children(server.proc.pid))
+        for r in range(args.cost_rounds):
+            for search in {c.search.name: c.search for c in cells}.values():
+                mine = [c for c in cells if c.search is search]
+                sides = [lambda: _served(server, args, inputs, mine, log), lambda: _reference(ref, translators, tokens, inputs, single_inputs, length, mine, log)]
+                for side in (sides if r % 2 == 0 else sides[::-1]):
+                    side()
+    for c in cells:  # outputs: the served texts against the in-process engine's, same search
+        _, texts = engine_batch(ref, inputs, c.search)
+        got = {i: t for s in c.served for i, t in s.texts.items()}
+        c.identical = (sum(texts[i] == t for i, t in got.items()), len(got))
+    return cells, meta
+
+
+def _served(server, args, inputs, cells: list[Cell], log) -> None:
+    for c in cells:
+        s = asyncio.run(load_window(server, args.model, inputs, c.conc, c.search, args.cost_seconds,
+                                    max(args.cost_min_requests, 3 * c.conc), warmup=max(2 * c.conc, 8)))
+        c.served.append(s)
+        log(f"  served {c.search.name} C={c.conc}: {s.answers / s.seconds:.1f}/s, front end {s.per(s.front_s):.0f} µs, "
+            f"cores {s.per(s.cores_s):.0f} µs, client {s.per(s.client_s):.0f} µs per request, "
+            f"p50 {statistics.median(s.latencies) * 1e3:.1f} ms")
+
+
+def _reference(ref, translators, tokens, inputs, single_inputs, length, cells: list[Cell], log) -> None:
+    search = cells[0].search
+    e, _ = engine_batch(ref, inputs, search)
+    single = statistics.median(engine_single(ref, single_inputs, search)) * 1e3
+    ct2 = {}
+    if translators:
+        for inter, tr in translators.items():
+            for bs in (16, 64):
+                ct2_batch(tr, tokens[: 2 * bs * inter], search, bs, length)  # warm-up
+                ct2[(bs, inter)] = ct2_batch(tr, tokens, search, bs, length)
+    best = max(ct2.values(), key=lambda x: x.sps) if ct2 else None
+    log(f"  in process {search.name}: engine {e.sps:.1f}/s, {e.cpu_us:.0f} µs CPU per sequence, one input {single:.2f} ms"
+        + (f"; CTranslate2 best {best.sps:.1f}/s, {best.cpu_us:.0f} µs" if best else ""))
+    for c in cells:
+        c.engine.append(e)
+        c.single_ms.append(single)
+        c.ct2.append(ct2)
+
+
+# ---- the report ------------------------------------------------------------------------------------
+def _med(xs) -> float:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def figures(c: Cell) -> dict:
+    """The cell's figures, each the median over its rounds (ratios: the median of the per-round ratios)."""
+    best = [max(d.values(), key=lambda x: x.sps) if d else None for d in c.ct2]
+    lat = sorted(x for s in c.served for x in s.latencies)
+    f = dict(
+        rps=_med(s.answers / s.seconds for s in c.served),
+        p50=lat[len(lat) // 2] * 1e3 if lat else float("nan"),
+        p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if lat else float("nan"),
+        front=_med(s.per(s.front_s) for s in c.served),
+        cores=_med(s.per(s.cores_s) for s in c.served),
+        client=_med(s.per(s.client_s) for s in c.served),
+        engine=_med(e.cpu_us for e in c.engine),
+        engine_sps=_med(e.sps for e in c.engine),
+        single=_med(c.single_ms),
+        ct2=_med(b.cpu_us for b in best if b),
+        ct2_sps=_med(b.sps for b in best if b),
+        cores_ratio=_med(s.per(s.cores_s) / e.cpu_us for s, e in zip(c.served, c.engine)),
+        ct2_ratio=_med((s.answers / s.seconds) / b.sps for s, b in zip(c.served, best) if b),
+        p50_ratio=_med(statistics.median(s.latencies) * 1e3 / m for s, m in zip(c.served, c.single_ms)),
+    )
+    f["ct2_config"] = max(c.ct2[-1], key=lambda k: c.ct2[-1][k].sps) if c.ct2 and c.ct2[-1] else None
+    return f
+
+
+def table(cells: list[Cell], meta: dict, args: argparse.Namespace) -> str:
+    rows = ["| search | C | served answers/s | p50 / p99 ms | front end µs/request | engine cores µs/request | "
+            "load client µs/request | engine in process µs/sequence | CTranslate2 µs/sequence | cores / engine | "
+            "served / CTranslate2 answers/s | p50 / engine's one input | outputs = engine's |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in cells:
+        f = figures(c)
+        ct2 = f"{f['ct2']:.0f} ({f['ct2_sps']:.0f}/s, batch {f['ct2_config'][0]}, {f['ct2_config'][1]} thr)" if f["ct2_config"] else "n/a"
+        rows.append(f"| {c.search.name} | {c.conc} | {f['rps']:.1f} | {f['p50']:.1f} / {f['p99']:.1f} | {f['front']:.0f} | "
+                    f"{f['cores']:.0f} | {f['client']:.0f} | {f['engine']:.0f} ({f['engine_sps']:.0f}/s) | {ct2} | "
+                    f"**{f['cores_ratio']:.2f}×** | **{f['ct2_ratio']:.2f}×** | "
+                    f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms | {c.identical[0]} of {c.identical[1]} |")
+    return "\n".join(rows)
+
+
+def acceptance(cells: list[Cell]) -> str:
+    """Issue 25's bounds against this run's figures."""
+    top = max(c.conc for c in cells)
+    rows = ["| bound | figure | met |", "|---|---:|:-:|"]
+
+    def row(what: str, value: float, bound: float, fmt: str, below: bool = True) -> None:
+        ok = value <= bound if below else value >= bound
+        rows.append(f"| {what} | {format(value, fmt)} | {'yes' if ok else '**no**'} |")
+
+    for c in cells:
+        f = figures(c)
+        if c.conc == top and c.search.beam == 1:
+            row(f"front end ≤ 350 µs per request, C={top} greedy", f["front"], 350, ".0f")
+        if c.conc == top:
+            row(f"engine cores ≤ 1.15× the engine in process, CPU per sequence, C={top} {c.search.name}", f["cores_ratio"], 1.15, ".2f")
+            row(f"served ≥ 0.6× CTranslate2 in process, answers/s, C={top} {c.search.name}", f["ct2_ratio"], 0.6, ".2f", below=False)
+        if c.conc == 1:
+            row(f"C=1 p50 ≤ 1.2× the engine's one-input time, {c.search.name}", f["p50_ratio"], 1.2, ".2f")
+    return "\n".join(rows)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} x {len(os.sched_getaffinity(0))}"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def notes(meta: dict, args: argparse.Namespace) -> str:
+    inst = meta["instances"] or "its default"
+    return (f"- server: `s2s serve` with its defaults (continuous batching, engine cores: {inst}, {meta['cores']} running), "
+            f"{args.model}; load: C closed-loop `tritonclient.grpc.aio` workers over KServe v2 gRPC, one held-out input a "
+            f"request ({meta['inputs']} inputs, cycled in order); windows of at least {args.cost_seconds:g} s and "
+            f"max({args.cost_min_requests}, 3×C) answers after a warm-up of max(2×C, 8) answers.\n"
+            "- CPU per request: each process's own user+system time from /proc over the window / answers in it; "
+            "*engine cores* sums the core processes.\n"
+            f"- engine in process: `engine.load(bundle, threads=1).generate(inputs, max_batch_size=64 × beam)`, CPU of "
+            f"this process per sequence; one input: `generate([text])` over the first {args.cost_single_inputs} inputs, median wall time.\n"
+            f"- CTranslate2: the same weights (bench/ct2_convert.py), `translate_batch` with intra_threads=1, "
+            f"max_decoding_length={meta['length']}, the same search (greedy; beam with length_penalty as the served rule), "
+            "the best of max_batch_size 16/64 × inter_threads 1/2 by answers/s; its CPU per sequence is that configuration's.\n"
+            f"- {meta['rounds']} rounds: per search, the served windows and the in-process references take turns "
+            "(served, references; references, served: ABBA); each figure is the median over the rounds, each ratio the "
+            "median of the per-round ratios; p50/p99 pool every round's latencies.")
