@@ -7,8 +7,11 @@ holes that attention ignores, so every row decodes exactly as it would alone.
 A row that leaves is only *released*: its slot is masked and handed to the next newcomer, which
 is written into it in place (``fill``). Under steady load, sequences join and leave every step,
 and copying the whole cache each time (as compacting would) cost about a quarter of decode time
-(bench/serve.py's profile). ``keep`` compacts when released slots would otherwise be computed
-for nothing; leading columns that no live row uses are dropped once they are a quarter of the cache.
+(bench/serve.py's profile). A released row goes on being computed (masked, at position 0) for up to
+``KEEP_RELEASED_STEPS`` steps: in a server, the next request arrives a round trip after the last
+answer left, a step or two later, and compacting in between and then appending the newcomer copied
+the whole cache twice per step (``stale`` says when to compact; ``keep`` does it). Leading columns
+that no live row uses are dropped once they are a quarter of the cache.
 
 With IOBinding (``Runner.io_binding``, the default on CUDA) the self-attention cache lives in
 device memory between steps: ``advance`` keeps the step's present K/V as OrtValues, so a plain
@@ -22,6 +25,12 @@ trips) and the next step uploads it again.
 from __future__ import annotations
 
 import numpy as np
+
+
+# Steps a released row is computed for nothing while it waits for a newcomer, and the share of the batch such rows
+# may take, before the batch is compacted (see the module docstring).
+KEEP_RELEASED_STEPS = 2
+KEEP_RELEASED_SHARE = 0.5
 
 
 def _capacity(n: int, step: int = 8) -> int:
@@ -54,6 +63,8 @@ class DecodeBatch:
         self.tokens = np.zeros((0, 1), np.int64)  # (B, 1) next token to feed
         self.positions = np.zeros((0, 1), np.int64)  # (B, 1) its position
         self.free: list[int] = []  # released rows, reused by ``fill``
+        self.released_at: dict[int, int] = {}  # free row -> the step it was released at
+        self.steps = 0  # steps advanced since the batch was (re)built
         # The tokens each row generated, one column per cached position (-1: BOS, a hole, or before the row's
         # first): what repetition penalties and n-gram bans look at. Kept only while a row needs it.
         self.history: np.ndarray | None = None  # (B, P) int64
@@ -134,6 +145,15 @@ class DecodeBatch:
         """Rows whose sequence left: masked out (so they pin no cache column) and offered to newcomers."""
         self.past_mask[rows] = 0
         self.free.extend(rows)
+        self.released_at.update(dict.fromkeys(rows, self.steps))
+
+    def stale(self) -> bool:
+        """Released rows have waited too long for newcomers, or take too much of the batch: compact now."""
+        if not self.free:
+            return False
+        if len(self.free) > KEEP_RELEASED_SHARE * len(self):
+            return True
+        return self.steps - min(self.released_at[r] for r in self.free) >= KEEP_RELEASED_STEPS
 
     def fill(self, row: int, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
         """Write one newcomer (cross K/V (H, S', Dh), mask (S',)) into a released row, in place."""
@@ -156,6 +176,7 @@ class DecodeBatch:
             self.history[row] = -1
         self.tokens[row], self.positions[row] = first_token, 0
         self.free.remove(row)
+        del self.released_at[row]
 
     def trim(self) -> None:
         """Drop leading columns no row uses (every row alive then has left) once they are a quarter of P."""
@@ -180,6 +201,10 @@ class DecodeBatch:
             self.history = self.full_history()
         self.tokens = next_tokens.reshape(-1, 1).astype(np.int64)
         self.positions = self.positions + 1
+        self.steps += 1
+        if self.free:  # released rows wait at position 0 attending to nothing but their own token (finite, ignored)
+            self.past_mask[self.free] = 0
+            self.positions[self.free] = 0
 
     def reorder(self, parents: np.ndarray) -> None:
         """Row i takes row parents[i]'s self-attention cache (beam search); cross K/V, masks and positions
@@ -199,6 +224,7 @@ class DecodeBatch:
     def keep(self, rows: np.ndarray) -> None:
         """Keep these rows (in this order), drop the rest (released ones included), then drop columns no row uses."""
         self.free = []
+        self.released_at = {}
         self._host()
         self.dev_cross = None
         self.past = [a[rows] for a in self.past]

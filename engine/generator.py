@@ -226,7 +226,7 @@ class Generator:
         if not self.seqs:
             return StepOutput(early, [])
         b = self.batch
-        if b.free:  # no newcomer took them before this step: stop computing them
+        if b.stale():  # no newcomer took them for a while: stop computing them
             self._compact()
         b.trim()
         if self.engine.io_binding:  # the cache stays in device memory from step to step

@@ -139,7 +139,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = from_args(args)
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(config))
+        import os
+        if os.environ.get("S2S_UVLOOP") == "1":
+            import uvloop
+            uvloop.run(serve(config))
+        else:
+            asyncio.run(serve(config))
     except BundleError as e:
         print(f"s2s serve: cannot load the model repository: {e}", file=sys.stderr)
         return 2
