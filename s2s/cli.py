@@ -128,8 +128,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def run_loop(main, kind: str) -> None:
+    """``asyncio.run``, on uvloop unless ``kind`` says asyncio (or auto finds no uvloop)."""
     import asyncio
+
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise SystemExit("s2s serve: --event-loop uvloop, but uvloop is not installed (pip install uvloop)")
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
     from contract.bundle import BundleError
@@ -139,12 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = from_args(args)
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        import os
-        if os.environ.get("S2S_UVLOOP") == "1":
-            import uvloop
-            uvloop.run(serve(config))
-        else:
-            asyncio.run(serve(config))
+        run_loop(serve(config), config.event_loop)
     except BundleError as e:
         print(f"s2s serve: cannot load the model repository: {e}", file=sys.stderr)
         return 2

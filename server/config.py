@@ -17,11 +17,13 @@ CONTROL_MODES = ("none", "explicit", "poll")
 @dataclass(frozen=True)
 class SchedulerConfig:
     mode: BatchingMode = "continuous"  # continuous (per decode step) | request (Triton-style) | none
-    # Rows (a beam counts its width) decoded together. On 2 CPU cores a step's cost grows with its rows
-    # beyond ~16 without adding throughput, so 16 gave both more throughput and a shorter tail than 64
-    # (bench/serve.py); raise it on a GPU (the GPU compose override and Kubernetes manifests use 64).
-    max_batch_size: int = 16
-    max_queue_size: int = 256  # sequences waiting; beyond it RESOURCE_EXHAUSTED at once
+    # Rows (a beam counts its width) decoded together. 64 against 16 at C=64 greedy on 2 CPUs: 1.06x the
+    # throughput (1.25x with one engine core), 8% less engine-core CPU per request, p50 72 against 81 ms; a
+    # beam of 4 at 16 rows decoded only four inputs a step.
+    max_batch_size: int = 64
+    # Rows waiting per engine core; beyond it RESOURCE_EXHAUSTED at once. 16 batches of 64 rows: as many rows as
+    # 256 per core held when each core decoded 16 rows at a time (and a 2-CPU machine ran two cores, not one).
+    max_queue_size: int = 1024
     max_queue_delay_ms: float = 0.0  # request mode: wait this long for a fuller batch
     max_inputs_per_request: int = 64
     # A second thread per engine core encodes queued requests while the step loop decodes: a second CPU core's
@@ -48,7 +50,7 @@ class ServerConfig:
     model_control_mode: ControlMode = "none"
     repository_poll_secs: float = 15.0  # Triton's default
     load_model: tuple[str, ...] = ()  # explicit mode: NAME[:VERSION][@CORES] loaded at start
-    instances: int = 0  # engine cores (processes) per model; 0 = sized to the machine (one per CPU core)
+    instances: int = 0  # engine cores (processes) per model; 0 = sized to the machine (the CPUs less the front end's share)
     host: str = "0.0.0.0"
     port: int = 8001  # Triton's gRPC port
     metrics_port: int = 8002  # Triton's metrics port
@@ -59,6 +61,8 @@ class ServerConfig:
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
     encoder_thread: str = "auto"  # auto (on when a model has one engine core) | on | off
     grace_s: float = 10.0
+    # The front end's event loop: uvloop (libuv) cut its CPU per request by ~3% against asyncio's own loop at C=64.
+    event_loop: str = "auto"  # auto (uvloop when installed) | uvloop | asyncio
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_streams: int = 256  # HTTP/2 streams (calls) at once per client connection
     # The HTTP port: a request's headers, and then its body, must each arrive within this many seconds
@@ -91,8 +95,9 @@ _FLAGS = {
     "repository-poll-secs": (float, "poll mode: seconds between repository scans"),
     "load-model": (str, "explicit mode: a model to load at start, NAME[:VERSION][@CORES] (repeat the flag, or "
                         "comma-separate; default: none)"),
-    "instances": (int, "engine cores (processes, each with its own decode loop) per model; 0 = one per usable CPU "
-                       "core (one on CUDA), as bench/serve.py measured best"),
+    "instances": (int, "engine cores (processes, each with its own decode loop) per model; 0 = the usable CPU "
+                       "cores less the front end's share (~0.4 CPU per busy core), at least 1 (one on CUDA): "
+                       "1 on 2 CPUs, 2 on 4, 5 on 8, as bench/serve.py's CPU-per-request table measured best"),
     "host": (str, "address to bind"),
     "port": (int, "gRPC port (seq2seq.v1, KServe v2, health, reflection)"),
     "http-port": (int, "HTTP port: KServe v2 REST, the LibreTranslate API, the playground page at / (0 = off)"),
@@ -105,6 +110,8 @@ _FLAGS = {
     "encoder-thread": (str, ("auto | on | off: a second thread per engine core encodes queued requests while it "
                               "decodes (auto: on when a model has one engine core; with one per CPU core they "
                               "would compete)")),
+    "event-loop": (str, "auto | uvloop | asyncio: the front end's event loop (auto: uvloop when it is installed, "
+                        "as it is with the serve extra)"),
     "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),
     "max-message-bytes": (int, "largest gRPC message accepted (bigger ones: RESOURCE_EXHAUSTED before any work)"),
     "max-concurrent-streams": (int, "calls in flight at once per client connection (HTTP/2 streams; more wait)"),
@@ -180,6 +187,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
                          "load at start with --load-model")
     if not top.get("repository_poll_secs", 1.0) > 0:
         raise SystemExit("--repository-poll-secs must be positive")
+    if top.get("event_loop", "auto") not in ("auto", "uvloop", "asyncio"):
+        raise SystemExit(f"--event-loop must be auto, uvloop or asyncio, not {top['event_loop']!r}")
     for key in ("io_binding", "encoder_thread"):
         if top.get(key, "auto") not in ("auto", "on", "off"):
             raise SystemExit(f"--{key.replace('_', '-')} must be auto, on or off, not {top[key]!r}")

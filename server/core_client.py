@@ -21,17 +21,16 @@ import itertools
 import logging
 import os
 import socket
-import struct
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
 from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
+from server.core_pipe import FrameReader, frame
 from server.errors import ServingError
 from server.core_events import Event, Failed, Finished
 from server.telemetry import ModelTelemetry
@@ -95,7 +94,8 @@ class CoreHandle:
         self._exited: asyncio.Event = asyncio.Event()
         self._restart: asyncio.TimerHandle | None = None
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
-        self._wsock: socket.socket | None = None
+        self._wsock: socket.socket | None = None  # the pipe, read and written without blocking
+        self._reader = FrameReader()
         self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
         self._writing = False  # waiting for the pipe to take more
 
@@ -118,7 +118,8 @@ class CoreHandle:
                                          pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
-        self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
+        self._wsock = ours.dup()  # reads (_readable) and writes (_write) go through this one, never blocking
+        self._reader = FrameReader()
         self.conn = Connection(ours.detach())
         self.conn.send(self.spec)
         self._exited = asyncio.Event()
@@ -147,11 +148,12 @@ class CoreHandle:
 
     def _readable(self) -> None:
         self.heard_at = time.monotonic()
-        conn = self.conn
-        try:
-            while conn is not None and conn.poll():
-                self._dispatch(conn.recv())
-        except (EOFError, OSError):
+        if self._wsock is None:
+            return
+        messages, eof = self._reader.read(self._wsock)
+        for msg in messages:
+            self._dispatch(msg)
+        if eof and self._wsock is not None:
             self._died()
 
     def _dispatch(self, msg) -> None:
@@ -254,8 +256,7 @@ class CoreHandle:
         batch, self._outbox = self._outbox, []
         if self._wsock is None or not batch:
             return  # died meanwhile: _died failed the requests in flight
-        data = ForkingPickler.dumps(batch)
-        self._unsent += struct.pack("!i", len(data)) + data  # Connection's framing: the core reads with recv()
+        self._unsent += frame(batch)  # Connection's framing: the core reads with recv()
         self._write()
 
     def _write(self) -> None:

@@ -54,6 +54,11 @@ def select(repo: Path, wanted: tuple[str, ...]) -> list[tuple[str, int, int | No
     return out
 
 
+# CPU the front end spends per CPU an engine core spends, at full load (C=64 greedy on translate-en-ja: ~600 us
+# against ~1,500 us per request; bench/serve.py's CPU-per-request table).
+FRONT_END_SHARE = 0.4
+
+
 def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
     """CPUs this process may use: its affinity, capped by a cgroup CPU quota (a container's --cpus or a
     Kubernetes CPU limit, which affinity does not show)."""
@@ -78,15 +83,19 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
 def default_cores(config: ServerConfig) -> tuple[int, str]:
     """Engine cores per model when neither --instances nor NAME@CORES says: sized to the machine it starts on.
 
-    bench/serve.py measured one single-threaded engine core per CPU core as the fastest way to use a
-    CPU (one intra-op thread beat two per session; parallelism comes from separate decode loops). A
-    GPU batches inside one core: one."""
+    One single-threaded engine core per CPU core is the fastest way to use a CPU for decoding (one intra-op
+    thread beat two per session; parallelism comes from separate decode loops), but the front end (gRPC,
+    HTTP, tokenizing) needs CPU too: about ``FRONT_END_SHARE`` of a busy engine core's (bench/serve.py's
+    CPU-per-request table). So the cores get what is left after the front end's share, never fewer than one:
+    on 2 CPUs one core (with its encoder thread) beat two by 14% CPU per request and 3% throughput, the two
+    having competed with the front end. A GPU batches inside one core: one."""
     cpus, where = usable_cpus()
     if config.device != "cpu" and cuda_probe()[0]:
         return 1, "CUDA: one core per model batches on the GPU"
     per_core = max(1, config.intra_op_threads)
-    n = max(1, cpus // per_core)
-    return n, f"{where} / {per_core} intra-op thread(s) per engine core"
+    n = max(1, int(cpus / (1 + FRONT_END_SHARE)) // per_core)
+    return n, (f"{where}, less the front end's share (~{FRONT_END_SHARE:g} CPU per busy engine core), "
+               f"/ {per_core} intra-op thread(s) per engine core")
 
 
 def model_folders(repo: Path) -> list[str]:

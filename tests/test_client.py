@@ -190,16 +190,21 @@ def test_generate_many_errors_and_limits(server):
             list(c.generate_many(ADD, inputs, concurrency=0))
 
 
-def test_cli_wide_beams_fit_the_row_limit(server):
-    inputs = texts(100, seed=6)
-    with Seq2SeqClient(server.address) as c:
-        info = next(m for m in c.models() if m.name == ADD)
-        assert info.max_rows_per_request < LIMIT * 8  # 64 inputs of 8 beams would be refused
-        assert c.max_inputs_per_request(ADD, beam_size=8) == info.max_rows_per_request // 8
-        expected = [out for i in range(0, 100, 16) for out in c.generate(ADD, inputs[i:i + 16], beam_size=8)]
-    p = cli(server, "--beam-size", "8", stdin="\n".join(inputs))
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines() == expected
+def test_cli_wide_beams_fit_the_row_limit(model_repo):
+    """A row limit (the queue's 256 rows) below 64 inputs x 8 beams: the CLI sends fewer inputs a request."""
+    server = ServerThread(server_config(scheduler=SchedulerConfig(max_queue_size=256), models=(ADD,), instances=1))
+    try:
+        inputs = texts(100, seed=6)
+        with Seq2SeqClient(server.address) as c:
+            info = next(m for m in c.models() if m.name == ADD)
+            assert info.max_rows_per_request < LIMIT * 8  # 64 inputs of 8 beams would be refused
+            assert c.max_inputs_per_request(ADD, beam_size=8) == info.max_rows_per_request // 8
+            expected = [out for i in range(0, 100, 16) for out in c.generate(ADD, inputs[i:i + 16], beam_size=8)]
+        p = cli(server, "--beam-size", "8", stdin="\n".join(inputs))
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines() == expected
+    finally:
+        server.stop()
 
 
 def test_generate_many_backs_off_while_the_queue_is_full(model_repo):

@@ -19,7 +19,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> ServerConfig:
 def test_defaults_are_tritons_ports_and_the_measured_cpu_settings():
     c = parse([])
     assert (c.port, c.metrics_port, c.model_repo) == (8001, 8002, Path("models"))
-    assert (c.intra_op_threads, c.io_binding, c.scheduler.mode, c.scheduler.max_batch_size) == (1, "auto", "continuous", 16)
+    assert (c.intra_op_threads, c.io_binding, c.scheduler.mode, c.scheduler.max_batch_size) == (1, "auto", "continuous", 64)
 
 
 def test_flags_win_over_environment_which_wins_over_defaults():
@@ -73,7 +73,19 @@ def test_default_engine_cores_follow_the_cgroup_cpu_quota(tmp_path):
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000")
     assert usable_cpus(v1)[0] == 1
     assert parse_model("translate-en-ja:1@2") == ("translate-en-ja", "1", 2)
+
     assert parse_model("addition") == ("addition", "", None)
     for bad in ("addition@0", "addition@x", "addition:v1"):
         with pytest.raises(Exception, match="--models"):
             parse_model(bad)
+
+
+@pytest.mark.parametrize("cpus,cores", [(1, 1), (2, 1), (3, 2), (4, 2), (8, 5), (16, 11)])
+def test_default_engine_cores_leave_the_front_end_its_share(monkeypatch, cpus, cores):
+    """On a CPU the cores get the usable CPUs less the front end's share, never fewer than one; the reason says so."""
+    from server import repository
+
+    monkeypatch.setattr(repository, "usable_cpus", lambda: (cpus, f"{cpus} usable CPU cores"))
+    n, why = repository.default_cores(ServerConfig(device="cpu"))
+    assert n == cores
+    assert why.startswith(f"{cpus} usable CPU cores, less the front end's share")
