@@ -74,7 +74,9 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, model_repo):
-    srv = Served(tmp_path_factory.mktemp("served"))
+    # A row limit below 64 inputs x the widest beam (the default queue makes it 512, no lower than that product),
+    # so that the row limit itself is seen to bind.
+    srv = Served(tmp_path_factory.mktemp("served"), "--max-queue-size", "256")
     yield srv
     srv.stop()
     assert_no_traceback(srv.log_path.read_text())  # whatever the module's tests sent it

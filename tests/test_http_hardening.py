@@ -204,7 +204,7 @@ def test_a_client_that_hangs_up_frees_its_rows_at_once(srv, door):
     s = socket.create_connection(("127.0.0.1", srv.http_port), timeout=30)
     s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
-    assert wait_for(lambda: _rows(srv) >= 200, timeout=30), _rows(srv)
+    assert wait_for(lambda: _rows(srv) >= 100, timeout=30), _rows(srv)  # queued or decoding (64 rows a step)
     s.close()
     t0 = time.monotonic()
     assert wait_for(lambda: _rows(srv) == 0, timeout=30)
