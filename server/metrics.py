@@ -26,6 +26,7 @@ BATCH = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256)
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = r = registry or CollectorRegistry()
+        self._request_series: dict[tuple[str, str, str, str], tuple] = {}  # request_series(), by labels
         self.request_duration = Histogram("s2s_request_duration_seconds", "Time from a request's arrival to its answer.",
                                           ["model", "method", "protocol"], buckets=LATENCY, registry=r)
         self.queue_duration = Histogram("s2s_queue_duration_seconds", "Time a sequence waits before its encoder runs.",
@@ -57,6 +58,16 @@ class Metrics:
         """A version replaced by another: its s2s_model_info line goes."""
         self.model_info.remove_by_labels({"model": model, "version": version})
 
+    def request_series(self, model: str, method: str, protocol: str, code: str):
+        """The request counter's and duration histogram's children for these labels, looked up once (every call
+        records into them; ``labels()`` builds and locks each time)."""
+        key = (model, method, protocol, code)
+        got = self._request_series.get(key)
+        if got is None:
+            got = self._request_series[key] = (self.requests.labels(model, method, protocol, code),
+                                               self.request_duration.labels(model, method, protocol))
+        return got
+
     def forget_cores(self, model: str, cores: range) -> None:
         """Per-core series of cores the model no longer has (its new version runs fewer)."""
         for metric in (self.step_duration, self.batch_size, self.queued, self.active):
@@ -68,6 +79,7 @@ class Metrics:
         for metric in vars(self).values():
             if isinstance(metric, (Counter, Gauge, Histogram)):
                 metric.remove_by_labels({"model": model})
+        self._request_series = {k: v for k, v in self._request_series.items() if k[0] != model}
 
     def serve_http(self, port: int, host: str = "0.0.0.0") -> MetricsServer:
         """Start the /metrics endpoint on its own threads (it answers even while the event loop is busy)."""

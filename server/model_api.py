@@ -160,7 +160,10 @@ class ModelAPI:
                     if isinstance(ev, Failed):
                         raise ev.error()
                     done[ev.index] = ev
-        except BaseException:  # the client went away, the deadline passed: its rows leave the batch now
+        except TimeoutError:  # the deadline passed: its rows leave the batch now
+            core.cancel(req)
+            raise _late() from None
+        except BaseException:  # the client went away
             core.cancel(req)
             raise
         outputs = [self._output(p, i, ev) for i, ev in enumerate(done)]
@@ -183,8 +186,11 @@ class ModelAPI:
         left = n
         try:
             while left:
-                async with _deadline(deadline):  # not around the yield: the consumer's time is not ours to cut
-                    ev = await req.events.get()
+                try:
+                    async with _deadline(deadline):  # not around the yield: the consumer's time is not ours to cut
+                        ev = await req.events.get()
+                except TimeoutError:
+                    raise _late() from None
                 if isinstance(ev, Token):
                     if delta := text.add(ev.index, ev.token):
                         yield StreamEvent(ev.index, delta)
@@ -244,15 +250,17 @@ class ModelAPI:
             core.abort()
 
 
-@contextlib.asynccontextmanager
-async def _deadline(deadline: float | None) -> AsyncIterator[None]:
-    """DeadlineExceeded once the deadline passes inside the block: the front end keeps every deadline itself,
-    whatever a core does (a core that hangs, a pipe that is slow to deliver)."""
+_NO_DEADLINE = contextlib.nullcontext()
+
+
+def _deadline(deadline: float | None):
+    """An ``async with`` context that raises TimeoutError once the deadline passes inside it (``_late()`` names it):
+    the front end keeps every deadline itself, whatever a core does (a core that hangs, a pipe that is slow to
+    deliver). Not a generator-based context manager: it wraps every request."""
     if deadline is None:
-        yield
-        return
-    try:
-        async with asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic())):
-            yield
-    except TimeoutError:
-        raise DeadlineExceeded("deadline exceeded before the request finished") from None
+        return _NO_DEADLINE
+    return asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic()))
+
+
+def _late() -> DeadlineExceeded:
+    return DeadlineExceeded("deadline exceeded before the request finished")

@@ -8,9 +8,7 @@ HTTP: the aiohttp error middleware), which turns it into a status.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 
 from server.errors import ServingError, clip_details
 from server.metrics import Metrics
@@ -38,28 +36,41 @@ class RequestTracker:
         self.count(method, protocol, code)
         self.refusals(kind or code, message)
 
-    @contextlib.asynccontextmanager
-    async def track(self, model: str, method: str, protocol: str = "grpc") -> AsyncIterator[None]:
-        """Around a request: count and time it under the code it ends with (OK, the ServingError's code,
-        CANCELLED when the client went away, INTERNAL for anything else); every exception goes on unchanged.
+    def track(self, model: str, method: str, protocol: str = "grpc") -> _Tracked:
+        """Around a request (``async with``): count and time it under the code it ends with (OK, the ServingError's
+        code, CANCELLED when the client went away, INTERNAL for anything else); every exception goes on unchanged.
         It is recorded before the exception leaves: a client that scrapes right after its error finds it counted."""
-        t0 = time.perf_counter()
-        code = "OK"
-        try:
-            yield
-        except ServingError as e:
-            code = e.code
+        return _Tracked(self, model, method, protocol)
+
+    def record(self, model: str, method: str, protocol: str, code: str, seconds: float) -> None:
+        # Unknown names would explode label cardinality; a model unloaded meanwhile is no longer exported.
+        label = model if model in self.repo.models else ""
+        count, duration = self.metrics.request_series(label, method, protocol, code)
+        count.inc()
+        duration.observe(seconds)
+
+
+class _Tracked:
+    """``RequestTracker.track``'s context: a class, not a generator-based context manager, as it wraps every call."""
+
+    __slots__ = ("tracker", "model", "method", "protocol", "t0")
+
+    def __init__(self, tracker: RequestTracker, model: str, method: str, protocol: str):
+        self.tracker, self.model, self.method, self.protocol = tracker, model, method, protocol
+
+    async def __aenter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    async def __aexit__(self, kind, exc, tb) -> bool:
+        if kind is None:
+            code = "OK"
+        elif issubclass(kind, ServingError):
+            code = exc.code
             if code in CLIENT_CODES:
-                self.refusals(code, f"{method}: {clip_details(str(e))}")
-            raise
-        except (asyncio.CancelledError, ConnectionError):  # the client went away
+                self.tracker.refusals(code, f"{self.method}: {clip_details(str(exc))}")
+        elif issubclass(kind, (asyncio.CancelledError, ConnectionError)):  # the client went away
             code = "CANCELLED"
-            raise
-        except Exception:
+        else:
             code = "INTERNAL"
-            raise
-        finally:
-            # Unknown names would explode label cardinality; a model unloaded meanwhile is no longer exported.
-            label = model if model in self.repo.models else ""
-            self.metrics.requests.labels(label, method, protocol, code).inc()
-            self.metrics.request_duration.labels(label, method, protocol).observe(time.perf_counter() - t0)
+        self.tracker.record(self.model, self.method, self.protocol, code, time.perf_counter() - self.t0)
+        return False  # the exception, if any, goes on unchanged
