@@ -37,7 +37,8 @@ log = logging.getLogger("s2s.model")
 
 
 class ModelAPI:
-    def __init__(self, name: str, version: str, folder: Path, config: ServerConfig, telemetry: Telemetry, n_cores: int):
+    def __init__(self, name: str, version: str, folder: Path, config: ServerConfig, telemetry: Telemetry, n_cores: int,
+                 encoder_thread: bool = False):
         self.name, self.version, self.folder = name, version, folder
         self.bundle = bundle.read_bundle(folder, verify_hashes=False)  # each core verifies every hash as it loads
         m = self.bundle.model
@@ -54,7 +55,6 @@ class ModelAPI:
         self._settled = asyncio.Event()
         self._settled.set()
         opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
-        encoder_thread = config.encoder_thread == "on" or (config.encoder_thread == "auto" and n_cores == 1)
         core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
         specs = [CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s) for i in range(n_cores)]
         self.router = Router([CoreHandle(s, self.telemetry, config.core_stall_s) for s in specs])
