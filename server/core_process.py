@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection
 from contract.decoding import DecodingOptions
 from engine import Runner, Sequence
 from server.core_events import Failed, Stats
+from server.core_pipe import dumps
 from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.errors import ServingError
 from server.scheduler import Scheduler
@@ -63,8 +64,9 @@ def main(conn: Connection, spec: CoreSpec) -> None:
     lock = threading.Lock()  # the step loop, the encoder thread and this thread all write to the pipe
 
     def send(message) -> None:
+        data = dumps(message)  # outside the lock
         with lock:
-            conn.send(message)
+            conn.send_bytes(data)
 
     sched = Scheduler(spec.model, engine, spec.scheduler, lambda events, stats: send(Report(events, stats)))
     sched.start()
