@@ -30,7 +30,7 @@ from pathlib import Path
 
 from contract.decoding import DecodingOptions
 from server.core_messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.core_pipe import FrameReader, frame
+from server.core_pipe import frame
 from server.errors import ServingError
 from server.core_events import Event, Failed, Finished
 from server.telemetry import ModelTelemetry
@@ -94,8 +94,7 @@ class CoreHandle:
         self._exited: asyncio.Event = asyncio.Event()
         self._restart: asyncio.TimerHandle | None = None
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
-        self._wsock: socket.socket | None = None  # the pipe, read and written without blocking
-        self._reader = FrameReader()
+        self._wsock: socket.socket | None = None
         self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
         self._writing = False  # waiting for the pipe to take more
 
@@ -118,8 +117,7 @@ class CoreHandle:
                                          pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
-        self._wsock = ours.dup()  # reads (_readable) and writes (_write) go through this one, never blocking
-        self._reader = FrameReader()
+        self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
         self.conn = Connection(ours.detach())
         self.conn.send(self.spec)
         self._exited = asyncio.Event()
@@ -148,12 +146,11 @@ class CoreHandle:
 
     def _readable(self) -> None:
         self.heard_at = time.monotonic()
-        if self._wsock is None:
-            return
-        messages, eof = self._reader.read(self._wsock)
-        for msg in messages:
-            self._dispatch(msg)
-        if eof and self._wsock is not None:
+        conn = self.conn
+        try:
+            while conn is not None and conn.poll():
+                self._dispatch(conn.recv())
+        except (EOFError, OSError):
             self._died()
 
     def _dispatch(self, msg) -> None:
