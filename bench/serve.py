@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-seconds", type=float, default=5.0,
                    help="... but never before this many seconds (so fast cells still give enough samples for p99)")
     p.add_argument("--warmup-s", type=float, default=3.0, help="per-cell warm-up: max(C, 8) answers or this long")
-    p.add_argument("--max-batch-size", type=int, default=16, help="server --max-batch-size (its default) and the ceiling's batch_size")
+    p.add_argument("--max-batch-size", type=int, default=64, help="server --max-batch-size (its default) and the ceiling's batch_size")
     p.add_argument("--max-queue-size", type=int, default=4096, help="server --max-queue-size (never the limit here)")
     p.add_argument("--queue-delay-ms", type=float, default=5.0, help="request mode's --max-queue-delay-ms")
     p.add_argument("--intra-op-threads", type=int, default=1, help="ONNX Runtime threads, server and ceiling alike")
@@ -147,7 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:  # smaller defaults; flags given explicitly still win
         quick = dict(options=False, concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0, rounds=1,
                      ceiling_repeats=1, ceiling_seconds=1.5, ceiling_warmup_s=0.5, ct2_min_inputs=256, limit_inputs=64,
-                     rtt_calls=50)
+                     rtt_calls=50, cost_rounds=1, cost_seconds=1.0, cost_min_requests=16, cost_single_inputs=16)
         for k, v in quick.items():
             if getattr(args, k) == p.get_default(k):
                 setattr(args, k, v)

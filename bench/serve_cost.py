@@ -36,6 +36,7 @@ import numpy as np
 from bench.serve_process import ServerProcess
 
 TICK = os.sysconf("SC_CLK_TCK")
+WARMUP_MIN = 8  # answers before a window measures: max(2 x C, this)
 
 
 # ---- /proc --------------------------------------------------------------------------------------
@@ -69,19 +70,19 @@ class Search:
     ct2_kw: dict  # ctranslate2.Translator.translate_batch keywords for the same search
 
 
-def searches(engine) -> list[Search]:
-    """Greedy, and the served default (the bundle's beam and length rule) with CTranslate2's equivalent."""
+def searches(engine, log=print) -> list[Search]:
+    """Greedy, and the served default (the bundle's beam and length rule) where CTranslate2 can run the same search
+    (its own length rule: a model served with the gnmt rule gets the greedy rows alone)."""
     task = engine.config.task
     beam, rule = task.beam_size, task.length_penalty_type or "gnmt"
     from contract.decoding import DEFAULT_LENGTH_PENALTY
 
-    alpha = DEFAULT_LENGTH_PENALTY[rule]
     out = [Search("greedy", 1, {"beam_size": 1}, dict(beam_size=1), dict(beam_size=1))]
-    if beam > 1:
-        if rule != "ctranslate2":
-            raise SystemExit(f"bench/serve_cost.py: the served default's length rule is {rule!r}; CTranslate2 has only its own")
+    if beam > 1 and rule == "ctranslate2":
         out.append(Search(f"beam {beam} (served default)", beam, {},
-                          dict(beam_size=beam), dict(beam_size=beam, length_penalty=alpha)))
+                          dict(beam_size=beam), dict(beam_size=beam, length_penalty=DEFAULT_LENGTH_PENALTY[rule])))
+    elif beam > 1:
+        log(f"  the served default (beam {beam}, length rule {rule}) has no CTranslate2 equivalent: greedy only")
     return out
 
 
@@ -95,6 +96,7 @@ class Served:
     client_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
     texts: dict[int, str] = field(default_factory=dict)  # input index -> served text
+    by_index: dict[int, float] = field(default_factory=dict)  # input index -> its (first) latency in the window
 
     def per(self, cpu_s: float) -> float:
         return cpu_s / self.answers * 1e6  # µs per request
@@ -122,6 +124,7 @@ async def load_window(server: ServerProcess, model: str, inputs: list[str], conc
             res = await client.infer(model, [inp], parameters=search.params or None, client_timeout=120)
             if measuring and state["measuring"]:
                 out.latencies.append(time.perf_counter() - t)
+                out.by_index.setdefault(i, out.latencies[-1])
                 out.texts[i] = res.as_numpy("text_output")[0].decode()
                 out.answers += 1
             state["done"] += 1
@@ -216,6 +219,7 @@ class Cell:
     served: list[Served] = field(default_factory=list)
     engine: list[InProcess] = field(default_factory=list)
     single_ms: list[float] = field(default_factory=list)  # engine, one input at a time: median per round
+    single_idx: range = range(0)  # the inputs it times: the first ones a C=1 window measures (after its warm-up)
     ct2: list[dict[tuple[int, int], InProcess]] = field(default_factory=list)
     identical: tuple[int, int] = (0, 0)
 
@@ -251,8 +255,12 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
     translators, vocab = _ct2_translator(args, ref, log) if args.ct2 else (None, None)
     tokens = [[vocab[i] for i in ref.codec.source_ids(t)] for t in inputs] if vocab else []
     length = min(args.max_new_tokens or ref.config.task.max_new_tokens, ref.config.model.max_len - 1)
-    cells = [Cell(s, c) for s in searches(ref) for c in args.cost_concurrency]
-    single_inputs = inputs[: args.cost_single_inputs]
+    cells = [Cell(s, c) for s in searches(ref, log) for c in args.cost_concurrency]
+    # A window serves the inputs in order from the first; its measured ones start after the warm-up.
+    single_idx = range(WARMUP_MIN, min(len(inputs), WARMUP_MIN + args.cost_single_inputs))
+    for c in cells:
+        c.single_idx = single_idx
+    single_inputs = [inputs[i] for i in single_idx]
     meta = dict(instances=args.cost_instances, inputs=len(inputs), length=length, rounds=args.cost_rounds)
     with ServerProcess(args, "continuous", args.cost_instances, label="cost") as server:
         meta["cores"] = len(children(server.proc.pid))
@@ -262,8 +270,11 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
                 sides = [lambda: _served(server, args, inputs, mine, log), lambda: _reference(ref, translators, tokens, inputs, single_inputs, length, mine, log)]
                 for side in (sides if r % 2 == 0 else sides[::-1]):
                     side()
+    expected: dict[str, list[str]] = {}
     for c in cells:  # outputs: the served texts against the in-process engine's, same search
-        _, texts = engine_batch(ref, inputs, c.search)
+        if c.search.name not in expected:
+            expected[c.search.name] = engine_batch(ref, inputs, c.search)[1]
+        texts = expected[c.search.name]
         got = {i: t for s in c.served for i, t in s.texts.items()}
         c.identical = (sum(texts[i] == t for i, t in got.items()), len(got))
     return cells, meta
@@ -272,7 +283,7 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
 def _served(server, args, inputs, cells: list[Cell], log) -> None:
     for c in cells:
         s = served_window(server, args.model, inputs, c.conc, c.search, args.cost_seconds,
-                          max(args.cost_min_requests, 3 * c.conc), max(2 * c.conc, 8))
+                          max(args.cost_min_requests, 3 * c.conc), max(2 * c.conc, WARMUP_MIN))
         c.served.append(s)
         log(f"  served {c.search.name} C={c.conc}: {s.answers / s.seconds:.1f}/s, front end {s.per(s.front_s):.0f} µs, "
             f"cores {s.per(s.cores_s):.0f} µs, client {s.per(s.client_s):.0f} µs per request, "
@@ -313,6 +324,7 @@ def figures(c: Cell) -> dict:
         p50=lat[len(lat) // 2] * 1e3 if lat else float("nan"),
         p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if lat else float("nan"),
         front=_med(s.per(s.front_s) for s in c.served),
+        server=_med(s.per(s.front_s + s.cores_s) for s in c.served),
         cores=_med(s.per(s.cores_s) for s in c.served),
         client=_med(s.per(s.client_s) for s in c.served),
         engine=_med(e.cpu_us for e in c.engine),
@@ -322,7 +334,9 @@ def figures(c: Cell) -> dict:
         ct2_sps=_med(b.sps for b in best if b),
         cores_ratio=_med(s.per(s.cores_s) / e.cpu_us for s, e in zip(c.served, c.engine)),
         ct2_ratio=_med((s.answers / s.seconds) / b.sps for s, b in zip(c.served, best) if b),
-        p50_ratio=_med(statistics.median(s.latencies) * 1e3 / m for s, m in zip(c.served, c.single_ms)),
+        # Paired: the served latencies of the very inputs the engine timed one at a time (the window's first ones).
+        p50_ratio=_med(statistics.median(lat) * 1e3 / m for s, m in zip(c.served, c.single_ms)
+                       if (lat := [s.by_index[i] for i in c.single_idx if i in s.by_index])),
     )
     f["ct2_config"] = max(c.ct2[-1], key=lambda k: c.ct2[-1][k].sps) if c.ct2 and c.ct2[-1] else None
     return f
@@ -330,16 +344,17 @@ def figures(c: Cell) -> dict:
 
 def table(cells: list[Cell], meta: dict, args: argparse.Namespace) -> str:
     rows = ["| search | C | served answers/s | p50 / p99 ms | front end µs/request | engine cores µs/request | "
-            "load client µs/request | engine in process µs/sequence | CTranslate2 µs/sequence | cores / engine | "
-            "served / CTranslate2 answers/s | p50 / engine's one input | outputs = engine's |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "server in all µs/request | load client µs/request | engine in process µs/sequence | CTranslate2 µs/sequence | "
+            "cores / engine | served / CTranslate2 answers/s | p50 / engine's one input | outputs = engine's |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in cells:
         f = figures(c)
         ct2 = f"{f['ct2']:.0f} ({f['ct2_sps']:.0f}/s, batch {f['ct2_config'][0]}, {f['ct2_config'][1]} thr)" if f["ct2_config"] else "n/a"
         rows.append(f"| {c.search.name} | {c.conc} | {f['rps']:.1f} | {f['p50']:.1f} / {f['p99']:.1f} | {f['front']:.0f} | "
-                    f"{f['cores']:.0f} | {f['client']:.0f} | {f['engine']:.0f} ({f['engine_sps']:.0f}/s) | {ct2} | "
+                    f"{f['cores']:.0f} | {f['server']:.0f} | {f['client']:.0f} | {f['engine']:.0f} ({f['engine_sps']:.0f}/s) | {ct2} | "
                     f"**{f['cores_ratio']:.2f}×** | **{f['ct2_ratio']:.2f}×** | "
-                    f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms | {c.identical[0]} of {c.identical[1]} |")
+                    + (f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms" if f["p50_ratio"] == f["p50_ratio"] else "—")
+                    + f" | {c.identical[0]} of {c.identical[1]} |")
     return "\n".join(rows)
 
 
@@ -383,7 +398,8 @@ def notes(meta: dict, args: argparse.Namespace) -> str:
             "- CPU per request: each process's own user+system time from /proc over the window / answers in it; "
             "*engine cores* sums the core processes.\n"
             f"- engine in process: `engine.load(bundle, threads=1).generate(inputs, max_batch_size=64 × beam)`, CPU of "
-            f"this process per sequence; one input: `generate([text])` over the first {args.cost_single_inputs} inputs, median wall time.\n"
+            f"this process per sequence; one input: `generate([text])` on the first {args.cost_single_inputs} inputs a C=1 window measures, median wall "
+            "time, against the served latencies of those same inputs (p50 / engine's one input).\n"
             f"- CTranslate2: the same weights (bench/ct2_convert.py), `translate_batch` with intra_threads=1, "
             f"max_decoding_length={meta['length']}, the same search (greedy; beam with length_penalty as the served rule), "
             "the best of max_batch_size 16/64 × inter_threads 1/2 by answers/s; its CPU per sequence is that configuration's.\n"

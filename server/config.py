@@ -59,7 +59,7 @@ class ServerConfig:
     device: str = "auto"
     intra_op_threads: int = 1
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
-    encoder_thread: str = "auto"  # auto (one engine core with a CPU idle for it, or CUDA) | on | off
+    encoder_thread: str = "auto"  # auto (one engine core and 2+ CPUs, or CUDA) | on | off
     grace_s: float = 10.0
     # The front end's event loop: uvloop (libuv) cut its CPU per request by ~3% against asyncio's own loop at C=64.
     event_loop: str = "auto"  # auto (uvloop when installed) | uvloop | asyncio
@@ -108,8 +108,8 @@ _FLAGS = {
     "io-binding": (str, ("auto | on | off: keep the KV cache in ONNX Runtime device memory between steps "
                          "(auto: on CUDA, where numpy would copy it through the host every step)")),
     "encoder-thread": (str, ("auto | on | off: a second thread per engine core encodes queued requests while it "
-                              "decodes (auto: on when a model has one engine core and at least 3 usable CPUs, or "
-                              "runs on CUDA; on 2 CPUs it competed with the front end: measured)")),
+                              "decodes (auto: on when a model has one engine core and at least 2 usable CPUs, or "
+                              "runs on CUDA)")),
     "event-loop": (str, "auto | uvloop | asyncio: the front end's event loop (auto: uvloop when it is installed, "
                         "as it is with the serve extra)"),
     "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),

@@ -105,7 +105,8 @@ def test_bench_serve_quick_runs(tmp_path):
     out.write_text("# Benchmarks\n\n<!-- bench-decode:begin -->\nkept\n<!-- bench-decode:end -->\n")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "serve.py"), "--quick", "--model", "addition", "--model-repo", str(MODEL_REPO),
-         "--inputs", str(ADDITION / "test.tsv"), "--concurrency", "1,4", "--write", "--output", str(out)],
+         "--inputs", str(ADDITION / "test.tsv"), "--concurrency", "1,4", "--cost-concurrency", "1,4", "--write",
+         "--output", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -116,3 +117,12 @@ def test_bench_serve_quick_runs(tmp_path):
     for r in rows:
         assert int(r[3]) > 0 and r[-2].strip() == "0", r  # answers, no errors
     assert "scheduler in process" in text and "Where the C=1 latency goes" in text
+    # The CPU-per-request table: greedy at C=1 and 4 (the search addition is served with), every process's CPU
+    # counted, the served outputs the in-process engine's.
+    cost = [line.split("|") for line in text.splitlines() if line.startswith("| greedy |")]
+    assert [r[2].strip() for r in cost] == ["1", "4"], cost
+    for r in cost:
+        assert float(r[3]) > 0 and float(r[5]) > 0 and float(r[6]) > 0, r  # answers/s, front end and cores µs
+        served, total = (int(x) for x in r[-2].split(" of "))
+        assert total > 0 and served == total, r
+    assert "### Acceptance (issue 25)" in text
