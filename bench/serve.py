@@ -253,15 +253,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def cost_section(args: argparse.Namespace, inputs: list[str], bundle: Path, started, load_before: str, log) -> None:
     """The CPU-per-request table (bench/serve_cost.py), in its own marked section of the report."""
-    from bench import serve_cost
+    from bench import serve_cost, serve_cost_report
 
     t = time.perf_counter()
     log(f"CPU per request: C in {args.cost_concurrency}, {args.cost_rounds} rounds (ABBA)")
     cells, meta = serve_cost.run(args, inputs, bundle, log)
     cmd = "python bench/serve.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = ("### Acceptance (issue 25)\n\n" + serve_cost.acceptance(cells) + "\n\n### CPU per request\n\n"
-            + serve_cost.table(cells, meta, args) + "\n\n" + serve_cost.notes(meta, args)
-            + f"\n- date: {started:%Y-%m-%d %H:%M} UTC; CPU: {serve_cost.cpu_model()}; load average at start {load_before}; "
+    text = ("### Acceptance (issue 25)\n\n" + serve_cost_report.acceptance(cells) + "\n\n### CPU per request\n\n"
+            + serve_cost_report.table(cells, meta, args) + "\n\n" + serve_cost_report.notes(meta, args)
+            + f"\n- date: {started:%Y-%m-%d %H:%M} UTC; CPU: {serve_cost_report.cpu_model()}; load average at start {load_before}; "
             f"command: `{cmd}`; {time.perf_counter() - t:.0f} s\n")
     print(text)
     if args.write:

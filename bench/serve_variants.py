@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.markdown import write_section  # noqa: E402
 from bench.option_cost import baseline_tree  # noqa: E402
-from bench.serve_cost import Search, cpu_model, served_window  # noqa: E402
+from bench.serve_cost import Search, served_window  # noqa: E402
+from bench.serve_cost_report import cpu_model  # noqa: E402
 from bench.serve_process import ServerProcess  # noqa: E402
 
 # What issue 25 changed, each reverted alone on this tree, and the tree before it (its defaults then).
