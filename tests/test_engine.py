@@ -514,3 +514,44 @@ def test_a_beam_into_an_idle_batch_takes_its_first_step_on_one_row_and_decodes_a
         # The running batch's holes move a float32 sum's rounding: scores equal to float32 precision.
         assert np.allclose([h.score for h in s.hypotheses], [h.score for h in t.hypotheses], atol=1e-5)
         assert budget > 1 or len(s.result) <= 1
+
+
+def test_released_rows_wait_for_newcomers_then_compact_and_results_do_not_change(engine: Translator):
+    """A server's arrival pattern: newcomers come a step or two after others finish. A released row is computed
+    (masked) for up to KEEP_RELEASED_STEPS steps and a newcomer takes it in place, so the batch keeps its rows
+    and is not copied; a row nobody takes is compacted away after that. Every result equals decoding alone."""
+    from engine.cache import KEEP_RELEASED_STEPS
+
+    texts = sample_inputs(engine, 40)
+    alone = {t: generate(engine, [t], max_new_tokens=20)[0] for t in texts}
+    gen = Generator(engine.runner)
+    todo, running, done = list(texts), {}, {}
+    width_after_refill, compactions_seen = [], 0
+    first = [Sequence(engine.codec.source_ids(t), 20) for t in todo[:6]]
+    running.update({id(s): (s, t) for s, t in zip(first, todo[:6])})
+    gen.add(first)
+    todo = todo[6:]
+    late: list[int] = []  # newcomers join two steps after a row is released, as a round trip later
+    while len(gen) or todo:
+        rows_before = len(gen.batch)
+        out = gen.step()
+        if len(gen.batch) < rows_before and gen.batch.free == []:
+            compactions_seen += 1
+        for s in out.finished:
+            done[running.pop(id(s))[1]] = engine.codec.decode(s.result)
+            late.append(2)
+        late = [k - 1 for k in late]
+        joining = [todo.pop(0) for k in late if k == 0 and todo]
+        late = [k for k in late if k > 0]
+        if joining:
+            free_before, rows = len(gen.batch.free), len(gen.batch)
+            seqs = [Sequence(engine.codec.source_ids(t), 20) for t in joining]
+            for s, t in zip(seqs, joining):
+                running[id(s)] = (s, t)
+            gen.add(seqs)
+            if free_before >= len(seqs):  # taken in place: the batch neither grew nor was copied
+                width_after_refill.append(len(gen.batch) == rows)
+        assert all(gen.batch.steps - gen.batch.released_at[r] <= KEEP_RELEASED_STEPS for r in gen.batch.free)
+    assert done == alone
+    assert width_after_refill and all(width_after_refill)  # refills in place happened, and kept the batch's rows
+    assert compactions_seen > 0  # and, as the queue ran dry, rows nobody took were compacted away
