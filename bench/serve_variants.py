@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beam", default="1", help="beam_size sent (1 = greedy; 'default': the model's served default)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=6.0, help="window length (at least; and 3 x C answers)")
+    p.add_argument("--section", default="bench-serve-variants", help="the marked section of --output it writes")
     p.add_argument("--write", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
     return p.parse_args(argv)
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(args, variants, results, started, time.perf_counter() - t0)
     print(text)
     if args.write:
-        write_section(args.output, "bench-serve-variants", text)
+        write_section(args.output, args.section, text)
     return 0
 
 
