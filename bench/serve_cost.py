@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -33,32 +32,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from bench.serve_process import ServerProcess
+from bench.serve_process import ServerProcess, children, proc_cpu_s
 
-TICK = os.sysconf("SC_CLK_TCK")
 WARMUP_MIN = 8  # answers before a window measures: max(2 x C, this)
-
-
-# ---- /proc --------------------------------------------------------------------------------------
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process (all its threads); 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
 
 
 @dataclass(frozen=True)
@@ -224,27 +200,20 @@ class Cell:
     identical: tuple[int, int] = (0, 0)
 
 
-def _ct2_translator(args: argparse.Namespace, engine, log):
-    """A function (inter_threads) -> ctranslate2.Translator on the same weights, and the inputs as tokens; None
-    where it cannot be built (named in the log)."""
-    from bench.serve_ceilings import CACHE, ROOT
+def _ct2_translators(args: argparse.Namespace, engine, log) -> tuple[dict | None, list[str] | None]:
+    """CTranslate2 translators on the same weights by inter_threads (1 and 2), and the vocabulary in id order;
+    (None, None) where CTranslate2 cannot run (named in the log)."""
+    from bench.serve_ceilings import ct2_model
 
-    ckpt = args.checkpoint or ROOT / "checkpoints" / args.model
-    try:
-        import ctranslate2
+    got = ct2_model(args, engine, log)
+    if isinstance(got, str):
+        log(f"  CTranslate2 not measured: {got}")
+        return None, None
+    import ctranslate2
 
-        from bench.ct2_convert import convert, vocabulary
-    except ImportError as e:
-        log(f"  CTranslate2 not measured: {e}")
-        return None, None
-    if not (ckpt / "config.json").is_file():
-        log(f"  CTranslate2 not measured: no checkpoint at {ckpt}")
-        return None, None
-    model_dir = convert(ckpt, CACHE / f"ct2-{args.model}")
-    vocab = vocabulary(engine.codec.tokenizer)
-    translators = {inter: ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
-                                                 inter_threads=inter, intra_threads=1) for inter in (1, 2)}
-    return translators, vocab
+    model_dir, vocab, _ = got
+    return {inter: ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32", inter_threads=inter,
+                                          intra_threads=1) for inter in (1, 2)}, vocab
 
 
 def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple[list[Cell], dict]:
@@ -252,7 +221,7 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
     import engine as engine_pkg
 
     ref = engine_pkg.load(bundle, threads=1, device="cpu")
-    translators, vocab = _ct2_translator(args, ref, log) if args.ct2 else (None, None)
+    translators, vocab = _ct2_translators(args, ref, log) if args.ct2 else (None, None)
     tokens = [[vocab[i] for i in ref.codec.source_ids(t)] for t in inputs] if vocab else []
     length = min(args.max_new_tokens or ref.config.task.max_new_tokens, ref.config.model.max_len - 1)
     cells = [Cell(s, c) for s in searches(ref, log) for c in args.cost_concurrency]
@@ -262,12 +231,13 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
         c.single_idx = single_idx
     single_inputs = [inputs[i] for i in single_idx]
     meta = dict(instances=args.cost_instances, inputs=len(inputs), length=length, rounds=args.cost_rounds)
-    with ServerProcess(args, "continuous", args.cost_instances, label="cost") as server:
+    with ServerProcess(args, "continuous", args.cost_instances, label="cost", defaults=True) as server:
         meta["cores"] = len(children(server.proc.pid))
         for r in range(args.cost_rounds):
             for search in {c.search.name: c.search for c in cells}.values():
                 mine = [c for c in cells if c.search is search]
-                sides = [lambda: _served(server, args, inputs, mine, log), lambda: _reference(ref, translators, tokens, inputs, single_inputs, length, mine, log)]
+                sides = [lambda: _served(server, args, inputs, mine, log),
+                         lambda: _reference(ref, translators, tokens, inputs, single_inputs, length, mine, log)]
                 for side in (sides if r % 2 == 0 else sides[::-1]):
                     side()
     expected: dict[str, list[str]] = {}
