@@ -137,6 +137,7 @@ def run_loop(main, kind: str) -> None:
             import uvloop
         except ImportError:
             if kind == "uvloop":
+                main.close()  # never awaited: no "coroutine was never awaited" warning on the way out
                 raise SystemExit("s2s serve: --event-loop uvloop, but uvloop is not installed (pip install uvloop)")
         else:
             uvloop.run(main)

@@ -61,7 +61,8 @@ class ServerConfig:
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
     encoder_thread: str = "auto"  # auto (one engine core and 2+ CPUs, or CUDA) | on | off
     grace_s: float = 10.0
-    # The front end's event loop: uvloop (libuv) cut its CPU per request by ~3% against asyncio's own loop at C=64.
+    # The front end's event loop: uvloop (libuv) made a bare gRPC call 12% cheaper for the server; under ModelInfer load
+    # at C=64 the two loops measured within noise of each other (bench/serve_variants.py).
     event_loop: str = "auto"  # auto (uvloop when installed) | uvloop | asyncio
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_streams: int = 256  # HTTP/2 streams (calls) at once per client connection

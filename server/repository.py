@@ -86,9 +86,10 @@ def default_cores(config: ServerConfig) -> tuple[int, str]:
     One single-threaded engine core per CPU core is the fastest way to use a CPU for decoding (one intra-op
     thread beat two per session; parallelism comes from separate decode loops), but the front end (gRPC,
     HTTP, tokenizing) needs CPU too: about ``FRONT_END_SHARE`` of a busy engine core's (bench/serve.py's
-    CPU-per-request table). So the cores get what is left after the front end's share, never fewer than one:
-    on 2 CPUs one core (with its encoder thread) beat two by 14% CPU per request and 3% throughput, the two
-    having competed with the front end. A GPU batches inside one core: one."""
+    CPU-per-request table). So the cores get what is left after the front end's share, never fewer than one.
+    On 2 CPUs that is one core, the least server CPU per request (2 cores: 2-16% more in bench/serve_variants.py),
+    though 2 cores gave 1.07-1.08x its answers/s at C=64 (``--instances 2`` where throughput matters more).
+    A GPU batches inside one core: one."""
     cpus, where = usable_cpus()
     if config.device != "cpu" and cuda_probe()[0]:
         return 1, "CUDA: one core per model batches on the GPU"
@@ -109,7 +110,7 @@ def encoder_thread(config: ServerConfig, n_cores: int) -> tuple[bool, str]:
     if config.encoder_thread != "auto":
         return config.encoder_thread == "on", f"--encoder-thread {config.encoder_thread}"
     if n_cores != 1:
-        return False, "auto: one engine core per CPU leaves none idle for it"
+        return False, f"auto: {n_cores} engine cores share the CPUs already"
     if config.device != "cpu" and cuda_probe()[0]:
         return True, "auto: CUDA"
     cpus, where = usable_cpus()
