@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from contract.spans import Span, check, find_spans, is_close_tag, is_open_tag, tag_name
 
 _WORD = re.compile(r"[^\W\d_]")  # a letter: a text with none outside its spans has nothing to translate
+_BRACES = re.compile(r"[{}]")
+_STOPS = "。．.！!？?：:"
 
 # Kept as they are in the model's input: the short placeholders the default model saw thousands of times and
 # copies (measured: masking them too lowers chrF); every other span is masked.
@@ -134,6 +136,8 @@ def _parts(m: Masked, output: str) -> list[str | int]:
             parts.append(slots.pop(0))
         pos = s.end
     parts.append(output[pos:])
+    if not _BRACES.search(re.sub(r"\{[0-9]+\}", "", m.text)):  # a brace left over from a placeholder the model broke
+        parts = [_BRACES.sub("", p) if isinstance(p, str) else p for p in parts]
     return parts
 
 
@@ -149,8 +153,14 @@ def _put_back(m: Masked, parts: list[str | int]) -> list[str | int]:
             while k < len(parts) and (isinstance(parts[k], int) and parts[k] < i or parts[k] == ""):
                 k += 1
             parts.insert(k, i)
-        else:
-            parts.append(i)
+        else:  # at the end, before the sentence's last punctuation ("…あります。" + "3" -> "…3あります。" is not
+            # known, but "…あります3。" keeps the sentence whole)
+            last = parts[-1] if parts and isinstance(parts[-1], str) else ""
+            stop = len(last) - len(last.rstrip(_STOPS))
+            if stop and len(last) > stop:
+                parts[-1:] = [last[:-stop], i, last[-stop:]]
+            else:
+                parts.append(i)
         present.add(i)
     for o, c in m.pairs:  # a tag pair turned round: turned back
         a, b = parts.index(o), parts.index(c)

@@ -36,7 +36,7 @@ _PRINTF = (r"%%|%\([A-Za-z_][A-Za-z0-9_.]*\)[-+0#]*[0-9]*(?:\.[0-9]+)?[diouxXeEf
            r"|%[0-9]+\$[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsSpn@]"
            r"|%[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsSpn@]"
            r"|%L?[1-9][0-9]?")
-_NUMBER = r"(?<![\w.,])(?<![A-Za-z]-)[0-9]+(?:[.,:][0-9]+)*(?![\w])"
+_NUMBER = r"(?<![A-Za-z0-9_.,])(?<![A-Za-z]-)[0-9]+(?:[.,:][0-9]+)*(?![A-Za-z0-9_])"  # ASCII words: "3つ" has a 3
 _BRACE_START = r"\{"
 
 _RULES = (("url", _URL), ("email", _EMAIL), ("tag", _TAG), ("entity", _ENTITY), ("template", _TEMPLATE),

@@ -12,6 +12,7 @@ from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from contract.decoding import DecodingOptions
 from server.transport.grpc_interceptors import deadline_of
 from server.models.results import Output
+from server.models.text_plan import TextOptions
 from server.models.registry import ServedModels
 from server.telemetry.request_tracker import RequestTracker
 
@@ -21,7 +22,20 @@ DEFAULT_OPTIONS = DecodingOptions()
 def _output(o: Output) -> pb.Output:
     return pb.Output(text=o.text, input_tokens=o.input_tokens, output_tokens=o.output_tokens,
                      hypotheses=[pb.Hypothesis(text=h.text, score=h.score, output_tokens=h.output_tokens)
-                                 for h in o.hypotheses])
+                                 for h in o.hypotheses],
+                     protected_spans=[pb.Span(kind=s.kind, text=s.text, start=s.start, end=s.end) for s in o.protected],
+                     pieces=o.pieces)
+
+
+_TEXT_DEFAULT = TextOptions()
+
+
+def _text_options(request: pb.GenerateRequest) -> TextOptions:
+    """The three optional flags; absent = on."""
+    if not (request.HasField("protect_spans") or request.HasField("keep_numbers") or request.HasField("split_long")):
+        return _TEXT_DEFAULT
+    on = {f: getattr(request, f) if request.HasField(f) else True for f in ("protect_spans", "keep_numbers", "split_long")}
+    return TextOptions(**on)
 
 
 def _options(request: pb.GenerateRequest) -> DecodingOptions:
@@ -48,7 +62,8 @@ def _options_of(raw: bytes) -> DecodingOptions:
 
 
 def _prepare(model, request: pb.GenerateRequest):
-    return model.prepare(list(request.inputs), _options(request), list(request.target_prefixes) or None)
+    return model.prepare(list(request.inputs), _options(request), list(request.target_prefixes) or None,
+                         _text_options(request))
 
 
 class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):

@@ -16,6 +16,7 @@ from contract.decoding import DecodingOptions
 from contract.text import TextCodec, UnknownCharactersError
 from server.config import SchedulerConfig
 from server.errors import InvalidInput
+from server.models.text_plan import MAX_TEXT_CHARS, AS_SENT, Plan, TextOptions, plan
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Prepared:
     src_ids: list[list[int]]
     options: DecodingOptions
     prefixes: list[list[int]]
+    plan: Plan | None = None  # the inputs as the model reads them (spans protected, long ones split), if changed
 
     @property
     def max_new_tokens(self) -> int:
@@ -84,7 +86,7 @@ def check_options(options: DecodingOptions, lim: Limits) -> None:
 
 
 def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str], options: DecodingOptions,
-            lim: Limits, target_prefixes: list[str] | None = None) -> Prepared:
+            lim: Limits, target_prefixes: list[str] | None = None, text: TextOptions = AS_SENT) -> Prepared:
     if not texts:
         raise InvalidInput(f"model {name!r}: the request has no inputs; send at least one text")
     if len(texts) > lim.max_inputs:
@@ -104,29 +106,39 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
                            f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
                            "inputs per request or a narrower beam")
     # Cheap checks on every input before any is tokenized: one oversized text costs nothing.
-    for i, text in enumerate(texts):
-        if len(text) > lim.max_input_chars:
-            raise InvalidInput(f"input {i} has {len(text)} characters; model {name!r} accepts at most "
-                               f"{lim.max_input_chars} ({lim.max_input_tokens} tokens)")
-        if not text.strip():
+    max_chars = MAX_TEXT_CHARS if text.split_long else lim.max_input_chars
+    for i, t in enumerate(texts):
+        if len(t) > max_chars:
+            raise InvalidInput(f"input {i} has {len(t)} characters; model {name!r} accepts at most {max_chars}"
+                               + (f" (max_text_chars: longer inputs are split into pieces up to this)" if text.split_long
+                                  else f" ({lim.max_input_tokens} tokens; split_long splits longer inputs)"))
+        if not t.strip():
             raise InvalidInput(f"input {i} is empty")
     for i, p in enumerate(target_prefixes or ()):
         if len(p) > lim.max_input_chars:
             raise InvalidInput(f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
                                f"{lim.max_input_chars}")
-    out = []
-    for i, text in enumerate(texts):
-        try:
-            ids = codec.source_ids(text)
-        except UnknownCharactersError as e:
-            raise InvalidInput(f"input {i}: {e}") from None
-        if len(ids) > lim.max_input_tokens:
-            raise InvalidInput(f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {lim.max_input_tokens}")
-        out.append(ids)
-    prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(texts))]
+    planned = plan(name, codec, texts, target_prefixes, text, lim.max_input_tokens) if text.any else None
+    if planned is not None:
+        if planned.rows * beam > lim.max_rows:
+            raise InvalidInput(f"model {name!r}: the inputs are read as {planned.rows} pieces x beam_size {beam} = "
+                               f"{planned.rows * beam} rows; one request may have at most {lim.max_rows} "
+                               "(max_rows_per_request): send fewer or shorter inputs, or a narrower beam")
+        out, target_prefixes = planned.ids, planned.prefixes
+    else:
+        out = []
+        for i, t in enumerate(texts):
+            try:
+                ids = codec.source_ids(t)
+            except UnknownCharactersError as e:
+                raise InvalidInput(f"input {i}: {e}") from None
+            if len(ids) > lim.max_input_tokens:
+                raise InvalidInput(f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {lim.max_input_tokens}")
+            out.append(ids)
+    prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(out))]
     if options.sampling and options.seed is None:  # drawn here, so the core (and a retry of the same request) has one
         options = options.replace(seed=secrets.randbits(63))
-    return Prepared(out, options, prefixes)
+    return Prepared(out, options, prefixes, planned)
 
 
 def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> list[int]:

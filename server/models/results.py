@@ -10,9 +10,12 @@ the doors only encode them (protobuf, JSON).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from contract.spans import Span
 from engine.search import TextHypothesis
-from server.models.prepare import Limits
+if TYPE_CHECKING:  # prepare.py plans texts, whose answers are made of these
+    from server.models.prepare import Limits
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,8 @@ class Output:
     input_tokens: int
     output_tokens: int
     hypotheses: tuple[TextHypothesis, ...] = ()  # num_hypotheses of them, best first
+    protected: tuple[Span, ...] = ()  # the input's spans kept as they were (server/models/text_plan.py)
+    pieces: int = 1  # what the input was translated as: more than one when it was split
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from server.errors import DeadlineExceeded, ShuttingDown
 from contract.decoding import DecodingOptions
 from server.models import distinct
 from server.models.prepare import Prepared, limits, prepare
+from server.models.text_plan import AS_SENT, TextOptions
 from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
 from server.telemetry.model_telemetry import Telemetry
 
@@ -93,9 +94,11 @@ class ServedVersion:
 
     # ---- requests --------------------------------------------------------------------------------
     def prepare(self, texts: list[str], options: DecodingOptions = DecodingOptions(),
-                target_prefixes: list[str] | None = None) -> Prepared:
-        """Validate and tokenize; raises InvalidInput naming the limit."""
-        return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes)
+                target_prefixes: list[str] | None = None, text: TextOptions = TextOptions()) -> Prepared:
+        """Validate and tokenize; raises InvalidInput naming the limit. ``text``: protected spans and long inputs
+        split, for translation models (other tasks read their inputs as sent)."""
+        text = text if self.bundle.task.name == "translation" else AS_SENT
+        return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text)
 
     def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool,
                 core: CoreHandle | None = None, accepted: bool = False) -> tuple[CoreHandle, InFlight]:
@@ -120,6 +123,15 @@ class ServedVersion:
 
     async def generate(self, p: Prepared, deadline: float | None) -> Generation:
         """All outputs at once; raises ServingError (the request's status) on failure."""
+        if p.plan is None:
+            return await self._generate_rows(p, deadline)
+        if not p.src_ids:  # every input is only spans: answered as sent, without the model
+            g = Generation(self.name, self.version, [], Timings(0.0, 0.0, 0.0))
+        else:
+            g = await self._generate_rows(p, deadline)
+        return dataclasses.replace(g, outputs=p.plan.answer(g.outputs))
+
+    async def _generate_rows(self, p: Prepared, deadline: float | None) -> Generation:
         if not distinct.wanted(p.options):
             return await self._generate(p, deadline)
         # Distinct texts (server/models/distinct.py): the whole beam, then the widest beam for the inputs still short.
@@ -173,7 +185,9 @@ class ServedVersion:
         """Text as it is produced (greedy and sampled inputs: token by token, a target prefix first; a beam's text
         comes when its hypotheses are final: until then any of them may still win), then one finished event per
         input, in input order, with its whole output (all its hypotheses)."""
-        if distinct.wanted(p.options):  # beam search: its text comes when final anyway, so as generate() finds it
+        # Beam search: its text comes when final anyway, so as generate() finds it; and text that is restored (spans)
+        # or joined (pieces) is known only once its rows are done.
+        if distinct.wanted(p.options) or p.plan is not None:
             g = await self.generate(p, deadline)
             for i, out in enumerate(g.outputs):
                 yield StreamEvent(i, out.text, True, out)
