@@ -52,6 +52,10 @@ class GenerateManyError(grpc.RpcError):
 _INPUT_RE = re.compile(r"^input (\d+)(: )?")  # how the server names one input of a request
 
 
+# GenerateRequest's switches for translation models (on when absent): docs/DECODING.md#protected-spans-and-long-inputs.
+TEXT_FLAGS = ("protect_spans", "keep_numbers", "split_long")
+
+
 def _per_request(max_inputs: int, max_rows: int, beam_size: int) -> int:
     """Inputs one request may have: each input takes beam_size rows (max_rows 0 = no row limit known)."""
     return max(1, min(max_inputs, max_rows // max(1, beam_size))) if max_rows else max_inputs
@@ -92,9 +96,12 @@ class Seq2SeqClient:
 
     def request(self, model: str, texts: list[str], max_new_tokens: int = 0, beam_size: int = 0, version: str = "",
                 target_prefixes: list[str] | None = None, **options) -> pb.GenerateRequest:
-        """``options``: any other GenerateOptions field by name (num_hypotheses=4, sampling_topk=10, seed=1, ...)."""
+        """``options``: any other GenerateOptions field by name (num_hypotheses=4, sampling_topk=10, seed=1, ...), and
+        the request's TEXT_FLAGS (protect_spans=False, ...; absent = the server's default, on)."""
+        text = {k: options.pop(k) for k in TEXT_FLAGS if k in options}
         return pb.GenerateRequest(model=model, version=version, inputs=texts, target_prefixes=target_prefixes or [],
-                                  options=pb.GenerateOptions(max_new_tokens=max_new_tokens, beam_size=beam_size, **options))
+                                  options=pb.GenerateOptions(max_new_tokens=max_new_tokens, beam_size=beam_size, **options),
+                                  **text)
 
     def generate_full(self, model: str, texts: list[str], **kw) -> pb.GenerateResponse:
         return self.stub.Generate(self.request(model, texts, **kw), timeout=self.timeout, metadata=self.metadata)
@@ -271,6 +278,7 @@ def run_cli(args) -> int:
                 n = concurrency = 1  # typed by hand: answer each line once it is entered
             kw = dict(max_new_tokens=args.max_new_tokens, beam_size=args.beam_size)
             kw.update({k: v for k in DECODING_FLAGS if (v := getattr(args, k, None)) is not None})
+            kw.update({k: False for k in TEXT_FLAGS if getattr(args, f"no_{k}", False)})
             if args.stream:
                 it = iter(texts)
                 head = list(itertools.islice(it, 2))

@@ -11,7 +11,8 @@ and ``target_language`` (``s2s export --source-lang/--target-lang``) serves that
 loaded version; a model that declares no languages (addition) is not offered here.
 
 ``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``), ``target``,
-``format`` (``text``, the default, or ``html``), ``alternatives`` (default 0), ``api_key``. The answer is
+``format`` (``text``, the default, or ``html``), ``alternatives`` (default 0), ``api_key``, and this server's
+``protect_spans``, ``keep_numbers``, ``split_long`` (true by default; false turns each off: docs/DECODING.md). The answer is
 ``{"translatedText": "..."}`` for a string ``q``, a list for a list. ``format=html`` translates the text
 between the tags (all text nodes of the request in one batched call) and keeps the markup as it was
 sent; ``<script>``/``<style>`` content and whitespace-only text are left alone. ``source=auto`` is
@@ -50,6 +51,7 @@ from server.transport.http_body import READ_TIMEOUT_S, parse_json_off_loop, read
 from server.doors.http_door import HttpDoor
 from server.doors.libretranslate_html import check_html, parse_all
 from contract.decoding import DecodingOptions
+from server.models.text_plan import TextOptions
 
 AUTO = "auto"
 _COUNT = re.compile(r"\s*[0-9]{1,9}\s*")
@@ -183,6 +185,7 @@ class TranslateRequest:
     target: str
     format: str
     alternatives: int
+    text: TextOptions = TextOptions()
 
 
 def parse_translate(params) -> TranslateRequest:
@@ -208,7 +211,21 @@ def parse_translate(params) -> TranslateRequest:
         alt = 0
     if not isinstance(alt, int) or isinstance(alt, bool) or alt < 0:
         raise InvalidInput(f"Invalid request: alternatives must be a non-negative integer, not {clip(str(alt))}")
-    return TranslateRequest(q if isinstance(q, list) else [q], isinstance(q, list), source, target, fmt, alt)
+    text = TextOptions(**{key: _flag(params, key) for key in ("protect_spans", "keep_numbers", "split_long")})
+    return TranslateRequest(q if isinstance(q, list) else [q], isinstance(q, list), source, target, fmt, alt, text)
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _flag(params, key: str) -> bool:
+    """An on-by-default switch: JSON true/false, or a form's "true"/"false" ("1"/"0", "yes"/"no", "on"/"off")."""
+    value = params.get(key)
+    if value is None or value == "" or value is True or value is False:
+        return value is not False
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise InvalidInput(f"Invalid request: {key} must be true or false, not {clip(str(value))}")
 
 
 # ---- routes ----------------------------------------------------------------------------------------------------
@@ -242,7 +259,7 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
             nbest: list[list[str]] = []  # per input, best first
             if texts:  # html with no text in it is answered as it came
                 try:
-                    prepared = model.prepare(texts, options)
+                    prepared = model.prepare(texts, options, text=req.text)
                 except InvalidInput as e:
                     raise InvalidInput(f"format=html, each text node is one input: {e}" if docs else str(e)) from None
                 g = await model.generate(prepared, deadline_of(request))

@@ -5,10 +5,11 @@ up once, with no return into a file it has left."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from server.kserve.parse import Parsed, parse
-from server.kserve.protocol import COUNT_OUTPUTS, EXTRA_OUTPUTS, TEXT_OUTPUT
+from server.kserve.protocol import EXTRA_OUTPUTS, PER_INPUT_OUTPUTS, TEXT_OUTPUT
 from server.kserve.tensors import InferRequest
 from server.models.registry import ServedModels
 from server.models.results import Generation
@@ -39,9 +40,12 @@ def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
     nbest = [list(o.hypotheses) + [None] * (n - len(o.hypotheses)) for o in g.outputs]
     per = {"input_tokens": [o.input_tokens for o in g.outputs], "output_tokens": [o.output_tokens for o in g.outputs],
            "hypotheses": [h.text if h else "" for row in nbest for h in row],
-           "scores": [h.score if h else 0.0 for row in nbest for h in row]}
+           "scores": [h.score if h else 0.0 for row in nbest for h in row],
+           "protected_spans": [json.dumps([{"kind": s.kind, "text": s.text, "start": s.start, "end": s.end}
+                                           for s in o.protected], ensure_ascii=False) for o in g.outputs],
+           "pieces": [o.pieces for o in g.outputs]}
     outputs = [OutputTensor(TEXT_OUTPUT, "BYTES", p.shape, [o.text for o in g.outputs])]
-    outputs += [OutputTensor(key, EXTRA_OUTPUTS[key], p.shape if key in COUNT_OUTPUTS else [p.shape[0], n], per[key])
+    outputs += [OutputTensor(key, EXTRA_OUTPUTS[key], p.shape if key in PER_INPUT_OUTPUTS else [p.shape[0], n], per[key])
                 for key in p.counts]
     t = g.timings
     timings = {"queue_seconds": t.queue_seconds, "time_to_first_token_seconds": t.time_to_first_token_seconds,
@@ -52,5 +56,5 @@ def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
 async def infer(served: ServedModels, request: InferRequest, deadline: float | None) -> InferAnswer:
     """Raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...) naming the problem."""
     p = parse(served, request, deadline)
-    g = await p.model.generate(p.model.prepare(p.texts, p.options, p.prefixes), p.deadline)
+    g = await p.model.generate(p.model.prepare(p.texts, p.options, p.prefixes, p.text), p.deadline)
     return answer(request.id, p, g)

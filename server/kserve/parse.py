@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from contract.decoding import DecodingOptions
 from server.errors import InvalidInput, ModelNotReady, clip
 from server.kserve.protocol import (ALIASES, DECODING_PARAMETERS, EXTRA_OUTPUTS, MAX_ID_CHARS, OPTIONS, TARGET_PREFIX,
-                                    TEXT_INPUT, TEXT_OUTPUT)
+                                    TEXT_INPUT, TEXT_OUTPUT, TEXT_PARAMETERS)
 from server.kserve.tensors import InferInput, InferRequest, Param, shape_str, split_bytes
 from server.models.served_version import ServedVersion
 from server.models.prepare import Limits
 from server.models.registry import ServedModels
+from server.models.text_plan import TextOptions
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Parsed:
     deadline: float | None
     counts: tuple[str, ...] = ()  # EXTRA_OUTPUTS asked for, in the order asked
     prefixes: list[str] | None = None
+    text: TextOptions = TextOptions()
 
 
 def _texts(model: str, t: InferInput, lim: Limits) -> tuple[list[str], list[int]]:
@@ -158,7 +160,8 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
             raise InvalidInput(f"parameter 'timeout' is {timeout_us}; it is in microseconds and must be positive")
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
-    return Parsed(model, texts, shape, options, request.raw, deadline, tuple(counts), prefixes)
+    text = TextOptions(**{key: _param(request.parameters, key, bool) is not False for key in TEXT_PARAMETERS})
+    return Parsed(model, texts, shape, options, request.raw, deadline, tuple(counts), prefixes, text)
 
 
 def _decoding_options(params: dict[str, Param], given: dict[str, InferInput], name: str, lim: Limits) -> DecodingOptions:

@@ -15,7 +15,11 @@ TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
 COUNT_OUTPUTS = ("input_tokens", "output_tokens")
 # The n-best lists, [N, num_hypotheses] (padded with "" and 0 where a tiny vocabulary left fewer): texts, scores.
 NBEST_OUTPUTS = {"hypotheses": "BYTES", "scores": "FP32"}
-EXTRA_OUTPUTS = {**dict.fromkeys(COUNT_OUTPUTS, "INT64"), **NBEST_OUTPUTS}
+# Per input, text_input's shape: the spans kept as they were (a JSON list of {"kind", "text", "start", "end"},
+# offsets in characters) and the pieces the input was translated as.
+SPAN_OUTPUTS = {"protected_spans": "BYTES", "pieces": "INT64"}
+PER_INPUT_OUTPUTS = (*COUNT_OUTPUTS, *SPAN_OUTPUTS)
+EXTRA_OUTPUTS = {**dict.fromkeys(COUNT_OUTPUTS, "INT64"), **NBEST_OUTPUTS, **SPAN_OUTPUTS}
 TARGET_PREFIX = "target_prefix"  # optional BYTES input, text_input's shape
 OPTIONS = ("max_tokens", "beam_width")  # request parameters or optional inputs
 ALIASES = {"max_tokens": "max_new_tokens", "beam_width": "beam_size"}  # Triton's name -> ours
@@ -25,6 +29,8 @@ DECODING_PARAMETERS = {
     "sampling_topk": int, "seed": int, "length_penalty": float, "repetition_penalty": float, "sampling_topp": float,
     "sampling_temperature": float, "return_scores": bool, "disable_unk": bool, "distinct_hypotheses": bool, "length_penalty_type": str,
 }
+# Request parameters -> TextOptions (translation models; absent = on).
+TEXT_PARAMETERS = ("protect_spans", "keep_numbers", "split_long")
 PLATFORM, BACKEND = "s2s", "onnxruntime"
 EXTENSIONS = ("model_configuration", "parameters")
 # Triton echoes a request's id in its response; a longer one is refused rather than copied into
@@ -42,7 +48,8 @@ def model_metadata(repo: ServedModels, model: ServedVersion) -> dict:
         "inputs": [tensor(TEXT_INPUT, "BYTES", [-1]), tensor(TARGET_PREFIX, "BYTES", [-1]),
                    *(tensor(key, "INT64", [1]) for key in OPTIONS)],
         "outputs": [tensor(TEXT_OUTPUT, "BYTES", [-1]), *(tensor(key, "INT64", [-1]) for key in COUNT_OUTPUTS),
-                    *(tensor(key, dt, [-1, -1]) for key, dt in NBEST_OUTPUTS.items())],
+                    *(tensor(key, dt, [-1, -1]) for key, dt in NBEST_OUTPUTS.items()),
+                    *(tensor(key, dt, [-1]) for key, dt in SPAN_OUTPUTS.items())],
     }
 
 
@@ -69,6 +76,7 @@ def model_config(model: ServedVersion) -> dict:
         "input": [tensor(TEXT_INPUT, "BYTES", [-1]), tensor(TARGET_PREFIX, "BYTES", [-1], True),
                   *(tensor(key, "INT64", [1], True) for key in OPTIONS)],
         "output": [tensor(TEXT_OUTPUT, "BYTES", [-1]), *(tensor(key, "INT64", [-1]) for key in COUNT_OUTPUTS),
-                   *(tensor(key, dt, [-1, -1]) for key, dt in NBEST_OUTPUTS.items())],
+                   *(tensor(key, dt, [-1, -1]) for key, dt in NBEST_OUTPUTS.items()),
+                   *(tensor(key, dt, [-1]) for key, dt in SPAN_OUTPUTS.items())],
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
     }
