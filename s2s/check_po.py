@@ -22,17 +22,19 @@ class Entry:
 
 
 def _entries(path: str) -> list[tuple[int, str, str]]:
-    """(line, source, its msgstr) per string of the catalog: msgid, and msgid_plural with the last plural form."""
+    """(line, source, its msgstr) per string of the catalog: msgid with the first plural form, msgid_plural with
+    the last (Japanese has one)."""
     import polib
 
     out = []
     for e in polib.pofile(path):
         if e.obsolete or not e.msgid:
             continue
-        out.append((e.linenum, e.msgid, e.msgstr))
-        if e.msgid_plural:
-            forms = [e.msgstr_plural[k] for k in sorted(e.msgstr_plural)]
-            out.append((e.linenum, e.msgid_plural, forms[-1] if forms else ""))
+        if not e.msgid_plural:
+            out.append((e.linenum, e.msgid, e.msgstr))
+            continue
+        forms = [e.msgstr_plural[k] for k in sorted(e.msgstr_plural)] or [""]
+        out += [(e.linenum, e.msgid, forms[0]), (e.linenum, e.msgid_plural, forms[-1])]
     return out
 
 
