@@ -141,14 +141,16 @@ def test_health_and_metadata(client, server):
         assert inputs["text_input"] == ("BYTES", ["-1"])  # MessageToJson writes int64 as strings
         assert {t["name"]: (t["datatype"], t["shape"]) for t in m["outputs"]} == {
             "text_output": ("BYTES", ["-1"]), "input_tokens": ("INT64", ["-1"]), "output_tokens": ("INT64", ["-1"]),
-            "hypotheses": ("BYTES", ["-1", "-1"]), "scores": ("FP32", ["-1", "-1"])}
+            "hypotheses": ("BYTES", ["-1", "-1"]), "scores": ("FP32", ["-1", "-1"]),
+            "protected_spans": ("BYTES", ["-1"]), "pieces": ("INT64", ["-1"])}
         assert set(inputs) == {"text_input", "target_prefix", "max_tokens", "beam_width"}
 
         cfg = client.get_model_config(model).config
         assert cfg.name == model and cfg.max_batch_size == 0
         assert [(i.name, i.optional) for i in cfg.input] == [("text_input", False), ("target_prefix", True),
                                                              ("max_tokens", True), ("beam_width", True)]
-        assert [o.name for o in cfg.output] == ["text_output", "input_tokens", "output_tokens", "hypotheses", "scores"]
+        assert [o.name for o in cfg.output] == ["text_output", "input_tokens", "output_tokens", "hypotheses", "scores",
+                                                "protected_spans", "pieces"]
         assert cfg.parameters["num_hypotheses_range"].string_value.startswith("1..")
 
     index = client.get_model_repository_index(as_json=True)

@@ -10,12 +10,10 @@ the doors only encode them (protobuf, JSON).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from contract.spans import Span
 from engine.search import TextHypothesis
-if TYPE_CHECKING:  # prepare.py plans texts, whose answers are made of these
-    from server.models.prepare import Limits
+from server.models.prepare import Limits
 
 
 @dataclass(frozen=True)

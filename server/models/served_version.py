@@ -129,7 +129,7 @@ class ServedVersion:
             g = Generation(self.name, self.version, [], Timings(0.0, 0.0, 0.0))
         else:
             g = await self._generate_rows(p, deadline)
-        return dataclasses.replace(g, outputs=p.plan.answer(g.outputs))
+        return dataclasses.replace(g, outputs=p.plan.answer(g.outputs, Output))
 
     async def _generate_rows(self, p: Prepared, deadline: float | None) -> Generation:
         if not distinct.wanted(p.options):
@@ -185,9 +185,9 @@ class ServedVersion:
         """Text as it is produced (greedy and sampled inputs: token by token, a target prefix first; a beam's text
         comes when its hypotheses are final: until then any of them may still win), then one finished event per
         input, in input order, with its whole output (all its hypotheses)."""
-        # Beam search: its text comes when final anyway, so as generate() finds it; and text that is restored (spans)
-        # or joined (pieces) is known only once its rows are done.
-        if distinct.wanted(p.options) or p.plan is not None:
+        # Beam search: its text comes when final anyway, so as generate() finds it; and so does text whose spans are
+        # masked or whose pieces are joined (known only once its rows are done).
+        if distinct.wanted(p.options) or (p.plan is not None and not p.plan.streamable):
             g = await self.generate(p, deadline)
             for i, out in enumerate(g.outputs):
                 yield StreamEvent(i, out.text, True, out)
@@ -218,6 +218,8 @@ class ServedVersion:
             raise
         for i, ev in enumerate(done):
             out = self._output(p, i, ev)
+            if p.plan is not None:  # repaired: the finished event's text is the answer, its deltas the model's
+                out = p.plan.answer_one(i, out, Output)
             yield StreamEvent(i, text.rest(i, out.text), True, out)
 
     async def warm_up(self, deadline_s: float = 60.0) -> None:

@@ -19,7 +19,6 @@ from contract.splitting import Pieces, split
 from contract.text import TextCodec, UnknownCharactersError
 from engine.search import TextHypothesis
 from server.errors import InvalidInput
-from server.models.results import Output
 
 # Characters of one input when long inputs are split (per input; a request's pieces also count as rows:
 # pieces x beam <= max_rows_per_request). A page of text; the model reads 64 tokens at a time.
@@ -62,12 +61,23 @@ class Plan:
     def rows(self) -> int:
         return len(self.texts)
 
-    def answer(self, outputs: list[Output]) -> list[Output]:
-        """The model's outputs (one per row) -> one output per input."""
-        return [_answer(ip, outputs) for ip in self.inputs]
+    @property
+    def streamable(self) -> bool:
+        """Every input is read by the model as sent, one row each (spans it copies, numbers): its text can be
+        streamed token by token and repaired at the end."""
+        return all(ip.rows == (i,) and ip.masks[0].text == ip.source for i, ip in enumerate(self.inputs))
+
+    def answer_one(self, i: int, output, output_type: type):
+        """Input i's output from its one row's (``streamable`` plans only)."""
+        return _answer(self.inputs[i], {i: output}, output_type)
+
+    def answer(self, outputs: list, output_type: type) -> list:
+        """The model's outputs (``results.Output``, one per row) -> one ``output_type`` (``results.Output``, which
+        imports this module's neighbour prepare.py: hence passed in) per input."""
+        return [_answer(ip, outputs, output_type) for ip in self.inputs]
 
 
-def _answer(ip: InputPlan, outputs: list[Output]) -> Output:
+def _answer(ip: InputPlan, outputs: list, output_type: type):
     outs = [outputs[r] if r >= 0 else None for r in ip.rows]
     n = max((len(o.hypotheses) for o in outs if o), default=1)
     hyps = []
@@ -83,7 +93,7 @@ def _answer(ip: InputPlan, outputs: list[Output]) -> Output:
             score += h.score
         text = ip.pieces.join(texts) if ip.pieces else texts[0]
         hyps.append(TextHypothesis(text, tokens, score))
-    return Output(hyps[0].text, sum(o.input_tokens for o in outs if o), hyps[0].output_tokens, tuple(hyps),
+    return output_type(hyps[0].text, sum(o.input_tokens for o in outs if o), hyps[0].output_tokens, tuple(hyps),
                   protected=ip.protected, pieces=len(ip.masks))
 
 
