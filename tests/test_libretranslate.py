@@ -174,7 +174,7 @@ def test_html_keeps_tags_and_translates_text_nodes(srv):
 
 
 # ---- errors ---------------------------------------------------------------------------------------------------
-LONG = "word " * 1000  # past max_text_chars (4096): longer than the model reads is split, this is refused
+LONG = "word " * 1000  # past max_input_chars (4096): longer than the model reads is split, this is refused
 
 ERRORS = [
     ("missing q", {"source": "en", "target": "ja"}, 400, "missing q"),

@@ -141,12 +141,12 @@ def test_the_limit_still_refused_is_named(srv):
     with pytest.raises(grpc.RpcError) as e:
         generate(srv, EN_JA, ["word " * (MAX_TEXT_CHARS // 5 + 1)])
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and f"at most {MAX_TEXT_CHARS}" in e.value.details()
-    assert "max_text_chars" in e.value.details()
+    assert "max_input_chars" in e.value.details()
     with pytest.raises(grpc.RpcError) as e:
         generate(srv, EN_JA, [long_text(1500)], split_long=False)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "split_long" in e.value.details()
     status, r = http(srv, "translate", {"q": "word " * (MAX_TEXT_CHARS // 5 + 1), "source": "en", "target": "ja"})
-    assert status == 400 and "max_text_chars" in r["error"]
+    assert status == 400 and "max_input_chars" in r["error"]
 
 
 def test_stream_answers_the_restored_text(srv):

@@ -24,7 +24,9 @@ class Limits:
     """What one request may ask of a model; every front door checks these before any work."""
 
     max_input_tokens: int
-    max_input_chars: int  # checked before tokenizing: no text this long fits in max_input_tokens
+    # Checked before tokenizing: translation models split longer inputs into pieces up to MAX_TEXT_CHARS; for
+    # other tasks (and requests that turn splitting off, max_unsplit_chars) no text this long fits in max_input_tokens.
+    max_input_chars: int
     max_new_tokens: int
     max_inputs: int
     max_beam: int
@@ -35,6 +37,7 @@ class Limits:
     max_prefix_tokens: int = 0  # a target prefix leaves room for at least one new token
     default_beam: int = 1  # a request's beam when it names none (the bundle's task.beam_size, within max_beam)
     options: list[decoding.Range] = field(default_factory=list)  # every option's range, as ListModels shows them
+    max_unsplit_chars: int = 0  # the most characters max_input_tokens can hold (0: max_input_chars)
 
     @property
     def max_input_bytes(self) -> int:
@@ -70,7 +73,9 @@ def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Li
     max_beam = min(sched.max_beam_size, sched.max_batch_size)
     max_prefix = max(0, m.max_len - 2)
     default_beam = max(1, min(config.task.beam_size, max_beam))
-    return Limits(max_input_tokens=m.max_len, max_input_chars=codec.max_chars(m.max_len),
+    unsplit = codec.max_chars(m.max_len)
+    chars = max(unsplit, MAX_TEXT_CHARS) if config.task.name == "translation" else unsplit
+    return Limits(max_input_tokens=m.max_len, max_input_chars=chars, max_unsplit_chars=unsplit,
                   max_new_tokens=m.max_len - 1, max_inputs=sched.max_inputs_per_request, max_beam=max_beam,
                   max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam),
                   vocab_size=m.tgt_vocab_size, max_prefix_tokens=max_prefix, default_beam=default_beam,
@@ -106,12 +111,14 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
                            f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
                            "inputs per request or a narrower beam")
     # Cheap checks on every input before any is tokenized: one oversized text costs nothing.
-    max_chars = MAX_TEXT_CHARS if text.split_long else lim.max_input_chars
+    split = text.split_long and lim.max_input_chars > lim.max_unsplit_chars
+    max_chars = lim.max_input_chars if split or not lim.max_unsplit_chars else lim.max_unsplit_chars
     for i, t in enumerate(texts):
         if len(t) > max_chars:
             raise InvalidInput(f"input {i} has {len(t)} characters; model {name!r} accepts at most {max_chars}"
-                               + (f" (max_text_chars: longer inputs are split into pieces up to this)" if text.split_long
-                                  else f" ({lim.max_input_tokens} tokens; split_long splits longer inputs)"))
+                               + (" (max_input_chars; inputs longer than the model reads are split into pieces up to "
+                                  "this)" if split else f" ({lim.max_input_tokens} tokens"
+                                  + ("; split_long splits longer inputs)" if text is not AS_SENT else ")")))
         if not t.strip():
             raise InvalidInput(f"input {i} is empty")
     for i, p in enumerate(target_prefixes or ()):
