@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "REPORT.md").write_text(md)
     print(md)
     if args.write:
-        from bench.markdown import write_section
+        from bench.common.markdown import write_section
 
         write_section(ROOT / "docs" / "BENCHMARKS.md", "gpu-check", md)
     return 0 if report["passed"] else 1

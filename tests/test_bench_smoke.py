@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not (ADDITION / "test.tsv").is_file(),
 def setup(tmp_path_factory):
     import torch
 
-    from bench.ct2_convert import CT2Translator, convert, vocabulary
+    from bench.common.ct2 import CT2Translator, convert, vocabulary
     from training import checkpoint
     from training.tasks import read_tsv
 
@@ -35,7 +35,7 @@ def setup(tmp_path_factory):
 
 
 def test_ct2_greedy_equals_pytorch_greedy(setup):
-    from bench.ct2_convert import verify
+    from bench.common.ct2 import verify
 
     ck, _, translator, sources, budget = setup
     report = verify(ck.model, ck.codec, translator, sources, budget)
@@ -56,7 +56,7 @@ def test_check_detects_wrong_positional_layout(setup, tmp_path):
     model's interleaved table must change the log-probabilities, else the check above proves nothing."""
     from ctranslate2.specs import model_spec
 
-    from bench.ct2_convert import CT2Translator, build_spec, save, verify
+    from bench.common.ct2 import CT2Translator, build_spec, save, verify
 
     ck, tokens, _, sources, budget = setup
     spec = build_spec(ck.model, tokens)

@@ -30,7 +30,7 @@ def ja():
 def ct2(ja, tmp_path_factory):
     """A CTranslate2 translator on the checkpoint the bundle was exported from."""
     ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is in the dev extra")
-    from bench.ct2_convert import convert, vocabulary
+    from bench.common.ct2 import convert, vocabulary
     from training import checkpoint
 
     assert ja.config.source_checkpoint_sha256 == checkpoint.weights_sha256(JA_CKPT), \

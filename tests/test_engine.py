@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CHECKPOINTS, MODEL_REPO, ROOT
 from contract.bundle import BundleError
-from bench.baselines import generate, generate_no_cache
+from bench.engine.baselines import generate, generate_no_cache
 from engine import EngineOptions, Generator, Sequence, Translator
 from engine.search import Beam
 
