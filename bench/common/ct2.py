@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from contract.tokens import SPECIAL_TOKENS, BOS, EOS, UNK
+from bench import CACHE
+from contract.tokens import BOS, EOS, SPECIAL_TOKENS, UNK
 from training import checkpoint as ckpt_io
 from training.model import Transformer
 
@@ -216,3 +217,22 @@ def verify(model: Transformer, codec, translator: CT2Translator, sources: list[s
             max_diff = max(max_diff, float(np.abs(ref - np.asarray(res.log_probs)).max()))
     return {"n": len(src), "identical": same, "rate": same / max(len(src), 1),
             "max_abs_logprob_diff": max_diff, "first_mismatch": first_mismatch}
+
+
+def ct2_model(ckpt: Path, model: str, engine, log) -> tuple[Path, list[str], str] | str:
+    """The checkpoint converted for CTranslate2 (cached in .cache/bench/), the vocabulary in id order and a note
+    (the bundle not exported from these weights); or why it cannot be had."""
+    if not (ckpt / "config.json").is_file():
+        return f"no checkpoint at {ckpt} to convert (give --checkpoint DIR)"
+    try:
+        import ctranslate2  # noqa: F401  (the bench extra)
+
+        from training import checkpoint as ckpt_io
+    except ImportError as e:
+        return f"{e} (the bench extra: pip install -e '.[bench]')"
+    note = ""
+    if engine.config.source_checkpoint_sha256 != ckpt_io.weights_sha256(ckpt):
+        note = f"the bundle was NOT exported from {ckpt}'s weights"
+        log(f"  warning: {note}")
+    log(f"  CTranslate2: converting {ckpt} (cached in {CACHE})")
+    return convert(ckpt, CACHE / f"ct2-{model}"), vocabulary(engine.codec.tokenizer), note

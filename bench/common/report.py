@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import ROOT
+
 RESULTS = ROOT / "docs" / "bench"  # committed: the figures docs/BENCHMARKS.md is rendered from
 
 _NUMBER = re.compile(r"^(-?\d+)(?:\.(\d+))?(%|x|×)?$")

@@ -1,40 +1,3 @@
-#!/usr/bin/env python
-"""Export variants side by side: which int8 export `s2s export --quantize int8` should mean on a CPU, and
-whether the fused attention of `s2s export --fused-attention` pays.
-
-Each int8 variant of export/quantize.py and the fused-attention bundle is exported once (cached under
-.cache/bench/models/) and measured against the float32 bundle in one run: accuracy (chrF, exact match, outputs
-identical to float32, on translation and on addition: the bar is chrF within 0.5 of float32 and addition's exact
-match unchanged) and speed on real inputs (EOS-stopped, greedy, one thread, batch 1/16/64, systems taking turns
-ABBA as in bench.engine.decode_real), with CTranslate2 int8 and float32 alongside. The verdict names the fastest
-variant within the bar. Writes docs/bench/int8-variants.json.
-
-    python -m bench.engine.int8_variants            # ~6 min on 2 idle cores
-    python -m bench.engine.int8_variants --quick    # 32 inputs; prints only
-"""Export variants side by side: which int8 export `s2s export --quantize int8` should mean on a CPU, and
-whether the fused attention of `s2s export --fused-attention` pays.
-
-    .venv/bin/python bench/int8_variants.py            # ~6 min on 2 idle cores; writes docs/BENCHMARKS.md#int8-variants
-    .venv/bin/python bench/int8_variants.py --quick    # 32 inputs, 1 pass; prints only
-
-For each variant of export/quantize.py (``int8-dynamic``: quantize_dynamic's DynamicQuantizeLinear +
-MatMulInteger; ``int8-nbits``: MatMulNBits, 8-bit blocks, accuracy_level 4 = int8 compute) a bundle
-of the checkpoint is exported once (cached under .cache/bench/models/) and measured against the
-float32 bundle and CTranslate2 int8 on the same weights, in one run:
-
-* **accuracy**, on --accuracy-sentences held-out pairs, greedy with EOS as served, batch 64: chrF,
-  exact match, and the share of outputs identical to float32; for the addition model too (exact
-  match on its test set), since the issue's bar is "chrF within 0.5 of float32 and addition's exact
-  match unchanged";
-* **speed**, on --real-inputs held-out sources as they come (EOS-stopped, natural lengths), greedy,
-  one thread each, batch sizes 1/16/64: sequences/s, the median of --repeats passes, systems taking
-  turns ABBA-style, as bench/decode.py's real-inputs table does.
-
-The verdict names the fastest variant (geometric mean of its speed over the batch sizes) that
-meets the accuracy bar; export/quantize.py's ``INT8`` should name it. The float32 bundle exported with
-``--fused-attention`` (ONNX Runtime's MultiHeadAttention) is timed in the same passes, against the standard
-float32 bundle, with CTranslate2 float32 alongside.
-"""
 
 from __future__ import annotations
 
@@ -47,13 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench import ROOT
-
-from bench import CACHE
+from bench import CACHE, ROOT
 from bench.common.bundles import cached_bundle
 from bench.common.machine import machine
-from bench.engine.real_inputs import RealSystem, time_real
 from bench.common.report import RESULTS, publish
+from bench.engine.real_inputs import RealSystem, time_real
+
 NAME = "int8-variants"
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from bench import ROOT
-
+from bench.common.abba import abba
 from bench.common.report import RESULTS, publish
 
 
@@ -112,7 +112,7 @@ def fusion_ab(folder: Path, args, rounds: int = 9) -> dict:
                                                    disabled_optimizers=disabled)
         times = {k: [] for k in sessions}
         for r in range(rounds):
-            for label in (list(sessions) if r % 2 == 0 else list(sessions)[::-1]):
+            for label in abba(list(sessions), r):
                 sess = sessions[label]
                 sess.run(None, feed)
                 t0 = time.perf_counter()

@@ -28,7 +28,6 @@ import argparse
 import json
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -36,6 +35,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from bench import ROOT
+from bench.common.abba import abba
+
 F = TensorProto.FLOAT
 
 
@@ -228,7 +229,7 @@ def ab(run_a, run_b, rounds: int, reps: int) -> tuple[float, float, float]:
         for _ in range(3):
             fn()
     for r in range(rounds):
-        order = (run_a, run_b) if r % 2 == 0 else (run_b, run_a)
+        order = abba([run_a, run_b], r)
         got = {}
         for fn in order:
             t = time.perf_counter()

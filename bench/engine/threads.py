@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench import ROOT
-
 from bench.common.report import RESULTS, publish
 
 

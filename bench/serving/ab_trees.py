@@ -5,14 +5,13 @@ starts `s2s serve` from tree A, then from tree B (same models, same flags), driv
 workers of en->ja Generate calls (held-out texts, 4 inputs a call, greedy) for
 --seconds, and prints answers per second; then the ratio B/A per round and the median ratio.
 
-    python bench/ab_trees.py --a /work/main --b . [--rounds 3] [--concurrency 64] [--seconds 15]
+    python -m bench.serving.ab_trees --a /work/main --b . [--rounds 3] [--concurrency 64] [--seconds 15]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,17 +21,12 @@ from pathlib import Path
 import grpc
 
 from bench import ROOT
+from bench.serving.server_process import free_port
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 
 JA = "translate-en-ja"
 GREEDY = pb.GenerateOptions(beam_size=1)  # 64 workers x 4 inputs x beam 1 = the 256-row queue, never over
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def window(tree: Path, texts: list[str], concurrency: int, seconds: float) -> float:

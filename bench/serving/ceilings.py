@@ -1,4 +1,4 @@
-"""bench/serve.py's references, measured in process on the same inputs: K engine cores with the server's own
+"""bench.serving.serve's references, measured in process on the same inputs: K engine cores with the server's own
 Scheduler fed without gRPC or pipes, `engine.generate`, and CTranslate2 on the same weights."""
 
 from __future__ import annotations
@@ -17,13 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import ROOT
-
-
 from bench.serving.load import single_request_times, variants
 from bench.serving.server_process import die_with_parent
-
-
-CACHE = ROOT / ".cache" / "bench"  # CTranslate2 conversions, shared with bench/decode.py
 
 
 @dataclass
@@ -276,34 +271,15 @@ def engine_cores_ceiling(args: argparse.Namespace, bundle: Path, ids: list[list[
 
 
 # ---- CTranslate2 -------------------------------------------------------------------------------
-def ct2_model(args: argparse.Namespace, engine, log) -> tuple[Path, list[str], str] | str:
-    """The checkpoint converted for CTranslate2 (cached in .cache/bench/), the vocabulary in id order and a note
-    (the bundle not exported from these weights); or why it cannot be had."""
-    ckpt = args.checkpoint or ROOT / "checkpoints" / args.model
-    if not (ckpt / "config.json").is_file():
-        return f"no checkpoint at {ckpt} to convert (give --checkpoint DIR)"
-    try:
-        import ctranslate2  # noqa: F401  (the bench extra)
-
-        from bench.common.ct2 import convert, vocabulary
-        from training import checkpoint as ckpt_io
-    except ImportError as e:
-        return f"{e} (the bench extra: pip install -e '.[bench]')"
-    note = ""
-    if engine.config.source_checkpoint_sha256 != ckpt_io.weights_sha256(ckpt):
-        note = f"the bundle was NOT exported from {ckpt}'s weights"
-        log(f"  warning: {note}")
-    log(f"  CTranslate2: converting {ckpt} (cached in {CACHE})")
-    return convert(ckpt, CACHE / f"ct2-{args.model}"), vocabulary(engine.codec.tokenizer), note
-
-
 def measure_ct2(args: argparse.Namespace, engine, inputs: list[str], outputs: list[list[int]], log) -> tuple[CT2Ref | None, str]:
     """CTranslate2 ``translate_batch`` on the same weights and inputs: greedy, EOS-stopped, max_decoding_length =
     the engine's budget, intra_threads=1; each of max_batch_size 16/64 x inter_threads 1/2, best of
     --ceiling-repeats. Tokenization (the bundle's tokenizer) is outside the timing."""
     if not args.ct2:
         return None, "not measured (--no-ct2)"
-    got = ct2_model(args, engine, log)
+    from bench.common.ct2 import ct2_model
+
+    got = ct2_model(args.checkpoint or ROOT / "checkpoints" / args.model, args.model, engine, log)
     if isinstance(got, str):
         return None, f"not measured: {got}"
     model_dir, vocab, note = got

@@ -1,4 +1,4 @@
-"""What one request costs, process by process: bench/serve.py's CPU-per-request table.
+"""What one request costs, process by process: the CPU-per-request table of bench.serving.serve.
 
 For each search (greedy; the served default, beam 4 with CTranslate2's length rule) and each concurrency C of
 --cost-concurrency (default 1 and 64): one `s2s serve` (continuous batching, --cost-instances engine cores, its
@@ -12,7 +12,7 @@ References, on the same inputs and the same search, with no server running:
 * the engine in process: ``engine.load(bundle, threads=1).generate(texts, max_batch_size=64 rows)`` (its CPU per
   sequence is what the cores are compared with) and, at C=1, one input at a time (``generate([text])``, its median
   wall time: what C=1 p50 is compared with);
-* CTranslate2 in process on the same weights (bench/ct2_convert.py), intra_threads=1, the best of max_batch_size
+* CTranslate2 in process on the same weights (bench/common/ct2.py), intra_threads=1, the best of max_batch_size
   16/64 (inputs) x inter_threads 1/2 by throughput; its CPU per sequence is that best configuration's.
 
 The served and the reference sides take turns (served, reference, reference, served: ABBA) over --cost-rounds
@@ -32,6 +32,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from bench.common.abba import abba
 from bench.common.proc_cpu import children, proc_cpu_s
 from bench.serving.server_process import ServerProcess
 
@@ -204,9 +205,10 @@ class Cell:
 def _ct2_translators(args: argparse.Namespace, engine, log) -> tuple[dict | None, list[str] | None]:
     """CTranslate2 translators on the same weights by inter_threads (1 and 2), and the vocabulary in id order;
     (None, None) where CTranslate2 cannot run (named in the log)."""
-    from bench.serving.ceilings import ct2_model
+    from bench import ROOT
+    from bench.common.ct2 import ct2_model
 
-    got = ct2_model(args, engine, log)
+    got = ct2_model(args.checkpoint or ROOT / "checkpoints" / args.model, args.model, engine, log)
     if isinstance(got, str):
         log(f"  CTranslate2 not measured: {got}")
         return None, None
@@ -239,7 +241,7 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
                 mine = [c for c in cells if c.search is search]
                 sides = [lambda: _served(server, args, inputs, mine, log),
                          lambda: _reference(ref, translators, tokens, inputs, single_inputs, length, mine, log)]
-                for side in (sides if r % 2 == 0 else sides[::-1]):
+                for side in abba(sides, r):
                     side()
     expected: dict[str, list[str]] = {}
     for c in cells:  # outputs: the served texts against the in-process engine's, same search

@@ -1,13 +1,13 @@
-"""bench/serve_cost.py's tables: the CPU-per-request table, issue 25's bounds against it, and how it was measured."""
+"""bench.serving.cost's tables: the CPU-per-request table, the serving-cost bounds against it, and how it was measured."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-from pathlib import Path
 
+from bench.common import machine
 from bench.serving.cost import Cell
+
 
 # ---- the report ------------------------------------------------------------------------------------
 def _med(xs) -> float:
@@ -59,7 +59,7 @@ def table(cells: list[Cell], meta: dict, args: argparse.Namespace) -> str:
 
 
 def acceptance(cells: list[Cell]) -> str:
-    """Issue 25's bounds against this run's figures."""
+    """The serving-cost bounds against this run's figures."""
     top = max(c.conc for c in cells)
     rows = ["| bound | figure | met |", "|---|---:|:-:|"]
 
@@ -80,13 +80,7 @@ def acceptance(cells: list[Cell]) -> str:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} x {len(os.sched_getaffinity(0))}"
-    except OSError:
-        pass
-    return "unknown"
+    return f"{machine.cpu_model()} x {machine.nproc()}"
 
 
 def notes(meta: dict, args: argparse.Namespace) -> str:
@@ -100,7 +94,7 @@ def notes(meta: dict, args: argparse.Namespace) -> str:
             f"- engine in process: `engine.load(bundle, threads=1).generate(inputs, max_batch_size=64 × beam)`, CPU of "
             f"this process per sequence; one input: `generate([text])` on the first {args.cost_single_inputs} inputs a C=1 window measures, median wall "
             "time, against the served latencies of those same inputs (p50 / engine's one input).\n"
-            f"- CTranslate2: the same weights (bench/ct2_convert.py), `translate_batch` with intra_threads=1, "
+            f"- CTranslate2: the same weights (bench/common/ct2.py), `translate_batch` with intra_threads=1, "
             f"max_decoding_length={meta['length']}, the same search (greedy; beam with length_penalty as the served rule), "
             "the best of max_batch_size 16/64 × inter_threads 1/2 by answers/s; its CPU per sequence is that configuration's.\n"
             f"- {meta['rounds']} rounds: per search, the served windows and the in-process references take turns "

@@ -1,4 +1,4 @@
-"""How late a short HTTP deadline is answered under load (issue 23, item 4), against one `s2s serve`.
+"""How late a short HTTP deadline is answered under load, against one `s2s serve`.
 
 A load of --load concurrent en->ja requests (16 inputs, beam 4, no deadline) keeps the engine cores
 busy while --probes requests, one after another, ask with `X-Timeout-Seconds: --deadline-s` (and the
@@ -6,7 +6,7 @@ same over gRPC with a client deadline). Prints the median and worst time to the 
 the status codes. --tree runs the server from another checkout (e.g. the main branch), for a
 before/after on one machine in one sitting.
 
-    python bench/http_deadlines.py [--tree /work/main] [--load 32] [--probes 40] [--deadline-s 0.05]
+    python -m bench.serving.http_deadlines [--tree /work/main] [--load 32] [--probes 40] [--deadline-s 0.05]
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,16 +25,11 @@ import aiohttp
 import grpc
 
 from bench import ROOT
+from bench.serving.server_process import free_port
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 
 JA = "translate-en-ja"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def texts(n: int) -> list[str]:
@@ -109,11 +103,11 @@ async def run(args) -> None:
         import datetime as dt
         import shlex
 
-        from bench.common.markdown import write_section
+        from bench.common.report import RESULTS, publish
 
-        cmd = "python bench/http_deadlines.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        cmd = "python -m bench.serving.http_deadlines " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         body = "\n".join([
-            "## A short HTTP deadline under load (`bench/http_deadlines.py`)",
+            "## A short HTTP deadline under load (`bench/serving/http_deadlines.py`)",
             "",
             f"`{cmd}`, {dt.date.today().isoformat()}: {args.load} concurrent en->ja requests (16 inputs, beam 4) keep the "
             f"engine cores busy while {args.probes} probes, one after another, ask with a {args.deadline_s * 1000:g} ms "
@@ -125,8 +119,7 @@ async def run(args) -> None:
             f"| KServe REST, `X-Timeout-Seconds` | {ms(http_t)} | {dict(http_codes)} |",
             f"| gRPC (client deadline) | {ms(grpc_t)} | {dict(grpc_codes)} |",
         ])
-        write_section(ROOT / "docs" / "BENCHMARKS.md", "bench-http-deadlines", body)
-        print("wrote docs/BENCHMARKS.md#bench-http-deadlines")
+        publish("http-deadlines", body, RESULTS, names=("deadlines",))
 
 
 def main() -> None:
@@ -135,7 +128,7 @@ def main() -> None:
     p.add_argument("--load", type=int, default=32, help="concurrent loading requests")
     p.add_argument("--probes", type=int, default=40, help="deadline probes per protocol")
     p.add_argument("--deadline-s", type=float, default=0.05)
-    p.add_argument("--write", action="store_true", help="also write the figures to docs/BENCHMARKS.md (its own section)")
+    p.add_argument("--write", action="store_true", help="also write the figures to docs/bench/http-deadlines.json (and render docs/BENCHMARKS.md)")
     asyncio.run(run(p.parse_args()))
 
 

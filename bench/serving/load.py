@@ -1,4 +1,4 @@
-"""bench/serve.py's closed-loop load: C gRPC workers per cell, windows interleaved across the server variants
+"""bench.serving.serve's closed-loop load: C gRPC workers per cell, windows interleaved across the server variants
 (rotated order per round) and pooled; the single-request reference times."""
 
 from __future__ import annotations
@@ -7,19 +7,15 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from bench import ROOT
 
 import grpc
 
+from bench.common.abba import rotated
+from bench.serving.server_process import ServerProcess
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
-
-from bench.serving.server_process import ServerProcess
 
 
 @dataclass
@@ -260,7 +256,7 @@ async def run_interleaved(args: argparse.Namespace, inputs: list[str], engine, l
         for conc in args.concurrency:
             rounds: dict[tuple[str, int], list[Cell]] = {key: [] for key in keys}
             for r in range(args.rounds):
-                for key in keys[r % len(keys):] + keys[: r % len(keys)]:
+                for key in rotated(keys, r):
                     t = time.perf_counter()
                     cell = await run_cell(servers[key], args, inputs, conc, start_index=0)
                     if conc == 1:

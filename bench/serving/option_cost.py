@@ -1,28 +1,28 @@
-"""bench/serve.py's option table: what each decoding-option family costs under load, and the no-option
+"""The option table of bench.serving.serve: what each decoding-option family costs under load, and the no-option
 path against an earlier commit.
 
 One continuous-batching server (one engine core) of this tree, and with ``--baseline REF`` a second one
-running REF's code (``git archive REF``, its stubs generated; same models (as bundle format 1 where REF reads only that: ``baseline_repo``) and flags). Every
+running REF's code (bench.serving.trees: ``git archive REF``, its stubs generated; the same models, and flags). Every
 request of a window sets one family's options (``FAMILIES``); ``--option-concurrency`` closed-loop
 workers, windows as in the main grid (``run_cell``), ``--rounds`` rounds with the order rotated each
 round, pooled. The table gives answers/s and generated tokens/s per family and the ratio to "no
 option" on the same server (same minutes); the baseline row gives this tree's no-option throughput over
-REF's, the figure the issue bounds (within 3%).
+REF's, which a change to the serving path must keep within 3%.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench import ROOT
+from bench.common.abba import rotated
 from bench.serving.load import Cell, run_cell
-from bench.serving.server_process import ROOT, ServerProcess
+from bench.serving.server_process import ServerProcess
+from bench.serving.trees import baseline_repo, baseline_tree
 
 FAMILIES: list[tuple[str, dict]] = [
     ("no option", {}),
@@ -35,38 +35,6 @@ FAMILIES: list[tuple[str, dict]] = [
     ("beam 4, CTranslate2 scoring", {"beam_size": 4, "length_penalty_type": "ctranslate2"}),
 ]
 BASELINE = "no option, baseline"
-
-
-def baseline_tree(root: Path, ref: str, into: Path) -> Path:
-    """REF's source tree (tracked files only), with its gRPC stubs generated, under ``into``."""
-    out = into / "baseline"
-    out.mkdir()
-    archive = subprocess.run(["git", "-C", str(root), "archive", ref], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
-    protos = [str(p.relative_to(out)) for p in out.glob("protos/**/*.proto")]
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", ".", "--python_out=.", "--grpc_python_out=.", *protos],
-                   cwd=out, check=True)
-    return out
-
-
-def baseline_repo(repo: Path, model: str, into: Path) -> Path:
-    """``model``'s versions for a server that reads bundle format 1: format 2 only added ``task.beam_size`` (the
-    default beam), which the table never relies on (every request names its beam), so its config.json is
-    written back as format 1 and the payload files are linked, not copied."""
-    out = into / "baseline-models"
-    for version in sorted(p for p in (repo / model).iterdir() if p.is_dir()):
-        dst = out / model / version.name
-        dst.mkdir(parents=True)
-        for f in version.iterdir():
-            if f.name == "config.json":
-                cfg = json.loads(f.read_text(encoding="utf-8"))
-                if cfg.get("format_version") == 2:
-                    cfg["format_version"] = 1
-                    cfg.get("task", {}).pop("beam_size", None)
-                (dst / f.name).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            else:
-                (dst / f.name).symlink_to(f.resolve())
-    return out
 
 
 async def run(args: argparse.Namespace, inputs: list[str], log) -> dict[str, object]:
@@ -89,7 +57,7 @@ async def run(args: argparse.Namespace, inputs: list[str], log) -> dict[str, obj
             await run_cell(servers[key], args, inputs, conc, start_index=0)
         rounds: dict[str, list] = {name: [] for name, _, _ in plan}
         for r in range(args.rounds):
-            for name, key, opts in plan[r % len(plan):] + plan[: r % len(plan)]:
+            for name, key, opts in rotated(plan, r):
                 t = time.perf_counter()
                 cell = await run_cell(servers[key], args, inputs, conc, start_index=0, options=opts)
                 rounds[name].append(cell)
@@ -118,7 +86,7 @@ def table(cells: dict, args: argparse.Namespace) -> str:
     base = cells["no option"]
     opts = dict(FAMILIES)
     lines = [
-        "### Decoding options under load (`bench/option_cost.py`)",
+        "### Decoding options under load (`bench/serving/option_cost.py`)",
         "",
         f"One engine core, continuous batching (--max-batch-size {args.max_batch_size}), C={args.option_concurrency} "
         f"closed-loop workers, one held-out input per request, every request of a window with the family's options "

@@ -1,52 +1,17 @@
-"""Closed-loop load on the real gRPC server, per batching mode, engine-core count and concurrency, against
-the engine cores' in-process ceiling and CTranslate2.
+"""Closed-loop load on the real gRPC server, per batching mode, engine-core count and concurrency, against the
+engine cores' in-process ceiling and CTranslate2; then the CPU-per-request table (bench.serving.cost) and the
+decoding-option table (bench.serving.option_cost).
 
-Servers: one `s2s serve` process per (batching mode, --instances K) variant, all started up front (a
-separate process, so client and server never share a GIL; each runs K engine-core processes of its own).
-The continuous mode runs at every K of --instances (default 1,2); request and none only at the smallest
-K, to keep the full run under ~10 minutes. For each concurrency C, C client workers (grpc.aio, one
-channel, in this process) each send one Generate request (one held-out sentence, cycling through the
-test set) and send the next as soon as the answer arrives.
+One `s2s serve` process per (batching mode, --instances K) variant, all started up front; per concurrency C, C
+closed-loop grpc.aio workers send one held-out sentence a request. Each cell's --rounds windows interleave with
+the other variants' (the order rotated per round) and are pooled, so the machine's drift does not land on one
+variant. The ceilings (bench.serving.ceilings) are measured after every server has exited. Writes
+docs/bench/serve.json (and serve-cost.json, options.json). Run it on an otherwise idle machine:
 
-Per cell: --rounds windows, interleaved with the other variants' at the same C (round r runs the
-variants in an order rotated by r) and pooled, so that the machine's drift over minutes does not
-land on one variant. Each window: a warm-up (until max(C, 8) answers or --warmup-s, whichever comes
-first), then measurement until max(3*C, --min-requests) answers (but at least --min-seconds) or
---seconds, whichever comes first. Throughput = answers received inside the window / window length (generated tokens from
-each Output's output_tokens). Latency (client-side, send to answer) and time to first token
-(server-side, Timings.time_to_first_token_seconds of the unary response) are taken over every
-request *sent* inside the window; requests still in flight when it closes are drained (awaited)
-and counted in the latency figures, never cancelled, so the slow tail is not dropped. Server CPU
-is the front end's and its engine cores' (its descendant processes') CPU time over the window.
-
-Ceilings, measured after every server has exited, on the same inputs:
-
-* engine cores in process (what "server / own cores' ceiling" divides by): for each K, K processes
-  (multiprocessing spawn), each with the server's own Scheduler (continuous, --max-batch-size, step
-  loop plus encoder thread) on one Runner, fed pre-tokenized inputs by closed-loop callers (max C of
-  the grid, or --ceiling-callers, split over the K processes; one caller thread per process, fed by
-  the scheduler's sink, submits a caller's next sequence as soon as its Finished event arrives; no
-  gRPC, no pipe). All K run the same wall window (--ceiling-warmup-s, then --ceiling-seconds);
-  answers finished inside it are summed. Best of --ceiling-repeats windows.
-* `engine.generate` on the inputs with batch_size=--max-batch-size, one thread, in this process
-  (best of --ceiling-repeats): the one-core reference of the earlier reports; the 1-instance
-  saturation row uses the faster of it and the 1-core figure above.
-* CTranslate2 in this process on the same weights (the checkpoint converted by bench/ct2_convert.py,
-  cached in .cache/bench/) and the same inputs tokenized by the bundle's tokenizer (at least
-  --ct2-min-inputs, cycled): greedy, EOS-stopped, max_decoding_length = the engine's budget,
-  intra_threads=1; best of max_batch_size 16/64 (its own length sorting) x inter_threads 1/2.
-
-The single-request decode time (batch 1, median) is taken in this process after each concurrency-1
-round, on the inputs that round sent.
-
-Results are printed and written to docs/BENCHMARKS.md between the bench-serve markers (other
-sections of the file are left as they are), with the acceptance figures (K instances / 1 instance at
-the top C, server / own cores' ceiling, C=1 p50 / single request, server / CTranslate2) in a table at
-the top. Run it on an otherwise idle machine:
-
-    .venv/bin/python bench/serve.py                 # full grid, < 10 minutes on 2 cores
-    .venv/bin/python bench/serve.py --quick         # C in {1, 8}, few requests, ~1 minute, no file written
-    .venv/bin/python bench/serve.py --model-repo /tmp/models --model addition --quick
+    python -m bench.serving.serve                 # everything, < 20 minutes on 2 cores
+    python -m bench.serving.serve --quick         # C in {1, 8}, few requests, ~1 minute, nothing written
+    python -m bench.serving.serve --cost-only     # the CPU-per-request table alone
+    python -m bench.serving.serve --options-only --baseline REF
 """
 
 from __future__ import annotations
@@ -62,23 +27,23 @@ import time
 from pathlib import Path
 
 from bench import ROOT
-
-
-from bench.common.markdown import write_section
+from bench.common.bundles import latest
+from bench.common.machine import loadavg_text
+from bench.common.report import RESULTS, publish
 from bench.serving.ceilings import measure_ceiling
 from bench.serving.load import run_interleaved
 from bench.serving.serve_report import section
 
 MODES = ("continuous", "request", "none")
+PROG = "python -m bench.serving.serve"
 
 
 # ---------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="Closed-loop gRPC load on `s2s serve` (separate process) for each batching mode, engine-core count "
-                    "and concurrency, with the engine cores' in-process ceiling and CTranslate2 as references; prints "
-                    "a table and writes the bench-serve section of "
-                    "docs/BENCHMARKS.md. Run it on an idle machine (the full grid takes < 10 minutes on 2 cores).",
+                    "and concurrency, with the engine cores' in-process ceiling and CTranslate2 as references; writes "
+                    "docs/bench/serve.json. Run it on an idle machine (the full grid takes < 10 minutes on 2 cores).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="translate-en-ja", help="model name in the repository")
     p.add_argument("--model-repo", type=Path, default=ROOT / "models", help="model repository (models/<name>/<version>/)")
@@ -117,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rtt-calls", type=int, default=300, help="bare ListModels round trips timed after each C=1 cell")
     p.add_argument("--limit-inputs", type=int, default=0, help="use only the first N inputs (0 = all)")
     p.add_argument("--options", action=argparse.BooleanOptionalAction, default=True,
-                   help="after the grid, the decoding-option table (bench/option_cost.py), in its own section")
+                   help="after the grid, the decoding-option table (bench.serving.option_cost), in its own results")
     p.add_argument("--options-only", action="store_true", help="only the decoding-option table")
     p.add_argument("--option-concurrency", type=int, default=16, help="closed-loop workers of the option table")
     p.add_argument("--option-families", default="",
@@ -126,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline", default="",
                    help="git commit whose server the option table's no-option row is compared with (A/B, interleaved)")
     p.add_argument("--cost", action=argparse.BooleanOptionalAction, default=True,
-                   help="first, the CPU-per-request table (bench/serve_cost.py): greedy and the served default's beam at "
+                   help="first, the CPU-per-request table (bench.serving.cost): greedy and the served default's beam at "
                         "--cost-concurrency, KServe gRPC (tritonclient aio), against the engine and CTranslate2 in process")
     p.add_argument("--cost-only", action="store_true", help="only the CPU-per-request table")
     p.add_argument("--cost-concurrency", default="1,64", help="closed-loop workers of the cost table, comma-separated")
@@ -139,8 +104,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="development grid: C in {1, 8}, 16 answers or 3 s per cell, 64 inputs, short ceilings, ~1 minute; "
                         "writes no file unless --write")
     p.add_argument("--write", action=argparse.BooleanOptionalAction, default=None,
-                   help="write the section into --output (default: yes, except with --quick)")
-    p.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md", help="markdown file to update")
+                   help="write the results into --results (default: yes, except with --quick)")
+    p.add_argument("--results", type=Path, default=RESULTS,
+                   help="folder of the results JSON (docs/bench also renders docs/BENCHMARKS.md)")
     args = p.parse_args(argv)
     if args.quick:  # smaller defaults; flags given explicitly still win
         quick = dict(options=False, concurrency="1,8", min_requests=16, requests_per_worker=2, seconds=3.0, min_seconds=0.5, warmup_s=1.0, rounds=1,
@@ -169,13 +135,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def find_bundle(repo: Path, model: str) -> Path:
-    versions = sorted((int(d.name) for d in (repo / model).glob("*") if d.is_dir() and d.name.isdigit()), reverse=True)
-    if not versions:
-        raise SystemExit(f"bench/serve.py: no bundle under {repo / model}/<version>/ (build the models first)")
-    return repo / model / str(versions[0])
-
-
 def load_inputs(args: argparse.Namespace, engine) -> tuple[list[str], Path]:
     from contract.text import UnknownCharactersError
 
@@ -184,7 +143,7 @@ def load_inputs(args: argparse.Namespace, engine) -> tuple[list[str], Path]:
         cands = [ROOT / "checkpoints" / args.model / "test.tsv", ROOT / "runs" / args.model / "data" / "test.tsv"]
         path = next((c for c in cands if c.exists()), cands[0])
     if not path.exists():
-        raise SystemExit(f"bench/serve.py: no inputs at {path} (give --inputs FILE.tsv)")
+        raise SystemExit(f"{PROG}: no inputs at {path} (give --inputs FILE.tsv)")
     limit = engine.config.model.max_len
     texts = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -200,7 +159,7 @@ def load_inputs(args: argparse.Namespace, engine) -> tuple[list[str], Path]:
     if args.limit_inputs:
         texts = texts[: args.limit_inputs]
     if not texts:
-        raise SystemExit(f"bench/serve.py: no usable inputs in {path}")
+        raise SystemExit(f"{PROG}: no usable inputs in {path}")
     return texts, path
 
 
@@ -214,15 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
 
     started, t_all = dt.datetime.now(dt.timezone.utc), time.perf_counter()
-    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "n/a"
+    load_before = loadavg_text()
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    bundle = find_bundle(args.model_repo, args.model)
+    bundle = latest(args.model_repo, args.model)
+    if bundle is None:
+        raise SystemExit(f"{PROG}: no bundle under {args.model_repo / args.model}/<version>/ (build the models first)")
     engine = Translator(bundle, EngineOptions(device="cpu", intra_op_threads=args.intra_op_threads))
     inputs, inputs_path = load_inputs(args, engine)
-    log(f"bench/serve.py: {args.model} from {bundle}, {len(inputs)} inputs from {inputs_path}; load average {load_before}")
+    log(f"{PROG}: {args.model} from {bundle}, {len(inputs)} inputs from {inputs_path}; load average {load_before}")
     if float(load_before.split()[0]) > 0.7 * len(os.sched_getaffinity(0)) if load_before != "n/a" else False:
         log("  warning: the machine is busy (load average above); the figures will be depressed")
 
@@ -240,9 +201,8 @@ def main(argv: list[str] | None = None) -> int:
 
     text = section(args, cells, ceiling, inputs, inputs_path, bundle, started, load_before, elapsed)
     print(text)
-    if args.write:
-        write_section(args.output, "bench-serve", text)
-        log(f"wrote {args.output}")
+    publish("serve", text, args.results if args.write else None,
+            names=("acceptance", "windows", "ceiling_cores", "ct2", "batching_acceptance"))
     log(f"done in {elapsed:.0f}s")
     if args.options:
         return options_section(args, inputs, started, load_before, t_all, log)
@@ -250,43 +210,40 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cost_section(args: argparse.Namespace, inputs: list[str], bundle: Path, started, load_before: str, log) -> None:
-    """The CPU-per-request table (bench/serve_cost.py), in its own marked section of the report."""
-    from bench.serving import cost as serve_cost, cost_report as serve_cost_report
+    """The CPU-per-request table (bench.serving.cost), in results of its own."""
+    from bench.serving import cost as serve_cost
+    from bench.serving import cost_report as serve_cost_report
 
     t = time.perf_counter()
     log(f"CPU per request: C in {args.cost_concurrency}, {args.cost_rounds} rounds (ABBA)")
     cells, meta = serve_cost.run(args, inputs, bundle, log)
-    cmd = "python bench/serve.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = ("### Acceptance (issue 25)\n\n" + serve_cost_report.acceptance(cells) + "\n\n### CPU per request\n\n"
+    cmd = PROG + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    text = ("## Serving cost per request (`bench/serving/cost.py`)\n\n### Acceptance: the serving-cost bounds\n\n" + serve_cost_report.acceptance(cells) + "\n\n### CPU per request\n\n"
             + serve_cost_report.table(cells, meta, args) + "\n\n" + serve_cost_report.notes(meta, args)
             + f"\n- date: {started:%Y-%m-%d %H:%M} UTC; CPU: {serve_cost_report.cpu_model()}; load average at start {load_before}; "
             f"command: `{cmd}`; {time.perf_counter() - t:.0f} s\n")
     print(text)
-    if args.write:
-        write_section(args.output, "bench-serve-cost", text)
-        log(f"wrote {args.output}")
+    publish("serve-cost", text, args.results if args.write else None, names=("acceptance", "cost"))
 
 
 def options_section(args: argparse.Namespace, inputs: list[str], started, load_before: str, t_all: float, log) -> int:
-    """The option-cost table (bench/option_cost.py), in its own marked section of the report."""
+    """The option-cost table (bench.serving.option_cost), in results of its own."""
     from bench.serving import option_cost
 
     log(f"decoding options: C={args.option_concurrency}, baseline {args.baseline or '(none)'}")
     cells = asyncio.run(option_cost.run(args, inputs, log))
-    cmd = "python bench/serve.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    cmd = PROG + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # `--option-families none` (only the no-option windows, on both servers: the focused A/B against --baseline)
-    # keeps its own section, next to the full table's.
+    # keeps results of its own, next to the full table's.
     focused = args.option_families.strip() == "none"
-    section = "bench-serve-options-ab" if focused else "bench-serve-options"
+    name = "options-ab" if focused else "options"
     text = (("Focused A/B (`--option-families none`): only the no-option windows, on both servers, so that neither serves anything else between them (in the "
              "full table above only this tree's server also runs the other families' windows).\n\n" if focused else "")
             + option_cost.table(cells, args) + "\n\n"
             f"- date: {started:%Y-%m-%d %H:%M} UTC; load average at start {load_before}; command: `{cmd}`; "
             f"{time.perf_counter() - t_all:.0f} s\n")
     print(text)
-    if args.write:
-        write_section(args.output, section, text)
-        log(f"wrote {args.output}")
+    publish(name, text, args.results if args.write else None, names=("options",))
     return 0
 
 

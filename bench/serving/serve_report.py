@@ -1,32 +1,24 @@
-"""bench/serve.py's report: the tables, headline, acceptance figures and notes of docs/BENCHMARKS.md#bench-serve."""
+"""The serving-under-load report of bench.serving.serve: its tables, headline and acceptance figures, and notes."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import platform
-import re
 import shlex
 import sys
 from pathlib import Path
 
-from bench import ROOT
-
 import grpc
 
-
+from bench import ROOT
+from bench.common.machine import cpu_model, nproc
 from bench.serving.ceilings import Ceiling
 from bench.serving.load import Cell, pct
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError):
-        m = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-        if m:
-            cpu = m.group(1).strip()
-    return f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu}, Python {platform.python_version()}"
+    return f"{os.cpu_count()} CPUs (nproc {nproc()}), {cpu_model()}, Python {platform.python_version()}"
 
 
 def versions() -> str:
@@ -109,7 +101,7 @@ def headline(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
 
 
 def acceptance(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
-    """The batching-mode figures (issue #4 item 9), at the smallest instance count."""
+    """The batching-mode figures, at the smallest instance count."""
     k0 = min((c.instances for c in cells), default=1)
     by = {(c.mode, c.conc): c for c in cells if c.instances == k0}
     top = max((c.conc for c in cells), default=0)
@@ -161,7 +153,7 @@ def notes(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
                 out.append(f"- Rows per decode step at C={top}, {inst(k)}: server {c.rows_per_step:.1f}, in-process cores "
                            f"{cc.rows_per_step:.1f}; CPU of the server's processes (front end and cores) "
                            f"{100 * c.server_cpu:.0f}% and of the client {100 * c.client_cpu:.0f}% (100% = one CPU core; "
-                           f"{len(os.sched_getaffinity(0))} usable).")
+                           f"{nproc()} usable).")
     per_row = [f"{inst(c.instances)} C={c.conc} {c.step_ms / c.rows_per_step:.3f}" for c in cells
                if c.mode == "continuous" and c.step_ms and c.rows_per_step]
     if per_row:
@@ -215,7 +207,7 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
     if ct2:
         bs, it = ct2.best
         lines += [
-            f"CTranslate2 in process (reference): the checkpoint converted by `bench/ct2_convert.py` "
+            f"CTranslate2 in process (reference): the checkpoint converted by `bench/common/ct2.py` "
             f"(`{os.path.relpath(ct2.model_dir, ROOT) if Path(ct2.model_dir).is_relative_to(ROOT) else ct2.model_dir}`, "
             f"float32), `translate_batch` of {ct2.n} inputs (the {ceiling.n} above, cycled; tokenized by the bundle's "
             f"tokenizer outside the timing), greedy, stopped at EOS, max_decoding_length {ct2.max_decoding_length} (the "
@@ -238,10 +230,10 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
 
 def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str], inputs_path: Path, bundle: Path,
             started: dt.datetime, load_before: str, elapsed: float) -> str:
-    cmd = "python " + " ".join(shlex.quote(a) for a in ["bench/serve.py", *sys.argv[1:]])
+    cmd = " ".join(["python -m bench.serving.serve", *(shlex.quote(a) for a in sys.argv[1:])])
     k0 = min(args.instances)
     lines = [
-        "## Serving under load (`bench/serve.py`)",
+        "## Serving under load (`bench/serving/serve.py`)",
         "",
         "Acceptance (serving core, engine cores as processes):",
         "",
@@ -279,7 +271,7 @@ def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str],
     acc = acceptance(cells, ceiling)
     if len(acc) == 2:
         acc.append("| (needs the continuous, request and none modes) | | | |")
-    lines += [f"Batching modes ({inst(k0)}; acceptance of issue #4 item 9):", "", *acc, ""]
+    lines += [f"Batching modes ({inst(k0)}; their acceptance figures):", "", *acc, ""]
     if nts := notes(cells, ceiling):
         lines += ["Notes:", "", *nts]
     return "\n".join(lines)

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import grpc
 
-from bench.common.proc_cpu import tree_cpu_s
 from bench import ROOT
+from bench.common.proc_cpu import tree_cpu_s
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
+
 
 def free_port() -> int:
     with socket.socket() as s:

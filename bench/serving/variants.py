@@ -1,17 +1,12 @@
-"""CPU per request of server variants side by side: the serving-cost changes, each measured on its own.
+"""CPU per request of server variants side by side: `s2s serve` with its defaults plus some flags, from this tree
+or from a git commit's (bench.serving.trees), all running at once on loopback. Each round loads every variant in
+turn (the order reversed every other round: ABBA) with bench.serving.cost's window (C closed-loop tritonclient
+aio workers over KServe gRPC, the load client in a process of its own) and reads the front end's and the engine
+cores' CPU time from /proc. Figures are medians over the rounds; *x first* is the median of the per-round ratios
+to the first variant's answers/s. Writes docs/bench/<--name>.json.
 
-Each variant is `s2s serve` with its defaults plus some flags, from this tree or from a git commit's (``git
-archive``, its stubs generated: bench/option_cost.py's ``baseline_tree``). All run at once on loopback; each round
-loads every variant in turn (the order reversed every other round: ABBA), with bench/serve_cost.py's window (C
-closed-loop tritonclient aio workers over KServe gRPC, one held-out input a request, the load client in a process
-of its own), and reads the front end's and the engine cores' CPU time from /proc. Figures are medians over the
-rounds; *x first* is the median of the per-round ratios to the first variant's answers/s.
-
-    python bench/serve_variants.py                            # the default set: this tree's defaults against each
-                                                              # default reverted, and the tree before issue 25
-    python bench/serve_variants.py --variant "batch 16|--max-batch-size 16" --variant "old|--instances 2|2274987"
-
-Writes the bench-serve-variants section of docs/BENCHMARKS.md (--no-write: print only).
+    python -m bench.serving.variants        # this tree's defaults against each default reverted, and the tree before
+    python -m bench.serving.variants --name serve-commits --variant "old|--instances 2|2274987" --variant "new||HEAD"
 """
 
 from __future__ import annotations
@@ -27,21 +22,21 @@ import time
 from pathlib import Path
 
 from bench import ROOT
-
-from bench.common.markdown import write_section
-from bench.serving.option_cost import baseline_tree
+from bench.common.abba import abba
+from bench.common.report import RESULTS, publish
 from bench.serving.cost import Search, served_window
 from bench.serving.cost_report import cpu_model
 from bench.serving.server_process import ServerProcess
+from bench.serving.trees import baseline_tree
 
-# What issue 25 changed, each reverted alone on this tree, and the tree before it (its defaults then).
+# The serving-cost defaults, each reverted alone on this tree, and the tree before them (its defaults then).
 DEFAULT_VARIANTS = (
     "this tree|",
     "--max-batch-size 16 (the old default)|--max-batch-size 16",
     "--instances 2 (the old default on 2 CPUs)|--instances 2",
     "--encoder-thread off|--encoder-thread off",
     "--event-loop asyncio|--event-loop asyncio",
-    "before issue 25 (2274987: 2 cores, batch 16)||2274987",
+    "before the serving-cost changes (2274987: 2 cores, batch 16)||2274987",
 )
 
 
@@ -56,9 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beam", default="1", help="beam_size sent (1 = greedy; 'default': the model's served default)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=6.0, help="window length (at least; and 3 x C answers)")
-    p.add_argument("--section", default="bench-serve-variants", help="the marked section of --output it writes")
+    p.add_argument("--name", default="serve-variants", help="the results it writes: docs/bench/NAME.json")
     p.add_argument("--write", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
+    p.add_argument("--results", type=Path, default=RESULTS, help="folder of the results JSON")
     return p.parse_args(argv)
 
 
@@ -85,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             servers.append((label, stack.enter_context(srv)))
             print(f"  {label}: {' '.join(srv.cmd[3:])} (from {root})", file=sys.stderr, flush=True)
         for r in range(args.rounds):
-            for label, srv in servers if r % 2 == 0 else servers[::-1]:
+            for label, srv in abba(servers, r):
                 w = served_window(srv, args.model, texts, args.concurrency, search, args.seconds, 3 * args.concurrency,
                                   2 * args.concurrency)
                 results[label].append(w)
@@ -93,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"cores {w.per(w.cores_s):.0f} µs", file=sys.stderr, flush=True)
     text = report(args, variants, results, started, time.perf_counter() - t0)
     print(text)
-    if args.write:
-        write_section(args.output, args.section, text)
+    publish(args.name, text, args.results if args.write else None, names=("variants",))
     return 0
 
 
@@ -109,7 +103,7 @@ def report(args, variants, results, started, elapsed: float) -> str:
         rows.append(f"| {label} | {statistics.median(w.answers / w.seconds for w in ws):.1f} | {ratio:.3f} | "
                     f"{statistics.median(w.per(w.front_s) for w in ws):.0f} | {statistics.median(w.per(w.cores_s) for w in ws):.0f} | "
                     f"{statistics.median(w.per(w.front_s + w.cores_s) for w in ws):.0f} | {lat[len(lat) // 2] * 1e3:.1f} |")
-    cmd = "python bench/serve_variants.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    cmd = "python -m bench.serving.variants " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     return ("Serving-cost changes, each measured on its own: `s2s serve` with its defaults, and the same with one default "
             f"reverted (or an older tree), {args.model}, C={args.concurrency} closed-loop KServe gRPC workers "
             f"({'greedy' if args.beam == '1' else 'beam ' + args.beam}), one held-out input a request; {args.rounds} rounds, "

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 from bench import ROOT
-
 from bench.common.markdown import write_section
 
 DATA = (ROOT / "data/en-ja/ui-strings.tsv", ROOT / "data/en-ja/ui-strings-copyleft.tsv")
