@@ -1,7 +1,7 @@
 """Decoding options in the engine: CTranslate2 on the same weights as the oracle, and per-row options in one batch.
 
-The oracle: the en->ja checkpoint converted to CTranslate2 (bench/ct2_convert.py, as bench/decode.py
-does) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
+The oracle: the en->ja checkpoint converted to CTranslate2 (bench/common/ct2.py, as the decode benchmarks
+do) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
 with ``length_penalty_type="ctranslate2"``, on held-out inputs; scores agree within SCORE_ATOL
 (CTranslate2 accumulates in float32, the engine in float64). No output string is hard-coded: the
 committed model may be retrained.

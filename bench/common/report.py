@@ -24,7 +24,7 @@ _NUMBER = re.compile(r"^(-?\d+)(?:\.(\d+))?(%|x|×)?$")
 
 def slug(header: str) -> str:
     """A column's key: its header in lower case, runs of other characters as one underscore."""
-    return re.sub(r"[^0-9a-z]+", "_", header.lower()).strip("_") or "column"
+    return re.sub(r"[^0-9a-z]+", "_", header.lower().replace("µ", "u")).strip("_") or "column"
 
 
 @dataclass
