@@ -1,6 +1,6 @@
 """Write docs/BENCHMARKS.md from docs/bench/: each benchmark's results (<name>.json, written by the benchmark)
 and the hand-written notes between them (<name>.md), in the order of ``PARTS``; a results file not listed
-there comes at the end, so a new benchmark is never left out.
+there comes at the end, so a new benchmark is never left out. Each part gets an anchor: BENCHMARKS.md#<name>.
 
     python -m bench.render [--check]
 """
@@ -38,7 +38,9 @@ def render(results: Path = RESULTS) -> str:
         if not path.is_file():
             continue
         text = path.read_text(encoding="utf-8") if name.endswith(".md") else Report.load(path).markdown()
-        parts.append(text.strip("\n"))
+        # An anchor per part, so that docs/BENCHMARKS.md#<name> links to it whatever its heading says.
+        anchor = "" if name == "intro.md" else f'<a id="{Path(name).stem}"></a>\n\n'
+        parts.append(anchor + text.strip("\n"))
     return HEADER + "\n" + "\n\n".join(parts) + "\n"
 
 
