@@ -53,7 +53,7 @@ def write(results: Path = RESULTS, doc: Path = DOC) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.render", description=__doc__.split("\n\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS, help="folder of the results and notes")
     p.add_argument("--output", type=Path, default=DOC)
     p.add_argument("--check", action="store_true", help="exit 1 if --output is not what the results render to")

@@ -1,3 +1,16 @@
+"""Export variants side by side: which int8 export `s2s export --quantize int8` should mean on a CPU, and
+whether the fused attention of `s2s export --fused-attention` pays.
+
+Each int8 variant of export/quantize.py and the fused-attention bundle is exported once (cached under
+.cache/bench/models/) and measured against the float32 bundle in one run: accuracy (chrF, exact match, outputs
+identical to float32, on translation and on addition: the bar is chrF within 0.5 of float32 and addition's exact
+match unchanged) and speed on real inputs (EOS-stopped, greedy, one thread, batch 1/16/64, systems taking turns
+ABBA as in bench.engine.decode_real), with CTranslate2 int8 and float32 alongside. The verdict names the fastest
+variant within the bar. Writes docs/bench/int8-variants.json.
+
+    python -m bench.engine.int8_variants            # ~6 min on 2 idle cores
+    python -m bench.engine.int8_variants --quick    # 32 inputs; prints only
+"""
 
 from __future__ import annotations
 

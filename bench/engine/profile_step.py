@@ -130,7 +130,7 @@ ATTENTION_OPS = ("FusedMatMul", "Softmax")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.engine.profile_step", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="translate-en-ja")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--past", type=int, default=32, help="cached positions P")

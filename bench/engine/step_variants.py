@@ -241,7 +241,7 @@ def ab(run_a, run_b, rounds: int, reps: int) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.engine.step_variants", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="translate-en-ja")
     p.add_argument("--variant", nargs="+", default=["cross-shared", "cross-gather", "gqa", "int8-row"])
     p.add_argument("--batch", type=int, nargs="+", default=[16, 64])

@@ -20,7 +20,7 @@ from bench.common.report import RESULTS, publish
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.engine.threads", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="translate-en-ja")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--results", type=Path, default=RESULTS, help="folder of the results JSON")

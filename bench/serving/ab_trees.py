@@ -72,7 +72,7 @@ async def run(args) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m bench.serving.ab_trees", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--a", required=True, help="checkout A (the baseline)")
     p.add_argument("--b", default=str(ROOT), help="checkout B (default: this one)")
     p.add_argument("--rounds", type=int, default=3)

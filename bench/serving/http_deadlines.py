@@ -123,7 +123,7 @@ async def run(args) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m bench.serving.http_deadlines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tree", default=str(ROOT), help="checkout whose server to run (default: this one)")
     p.add_argument("--load", type=int, default=32, help="concurrent loading requests")
     p.add_argument("--probes", type=int, default=40, help="deadline probes per protocol")

@@ -40,7 +40,7 @@ PROG = "python -m bench.serving.serve"
 
 # ---------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(prog="python -m bench.serving.serve", 
         description="Closed-loop gRPC load on `s2s serve` (separate process) for each batching mode, engine-core count "
                     "and concurrency, with the engine cores' in-process ceiling and CTranslate2 as references; writes "
                     "docs/bench/serve.json. Run it on an idle machine (the full grid takes < 10 minutes on 2 cores).",

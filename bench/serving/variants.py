@@ -41,7 +41,7 @@ DEFAULT_VARIANTS = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m bench.serving.variants", description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--variant", action="append", default=None,
                    help="LABEL|FLAGS[|COMMIT] (repeat; the first is the reference); default: the set above")
     p.add_argument("--model", default="translate-en-ja")

@@ -146,7 +146,7 @@ VARIANTS = [
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.training.train_speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=12, help="timed steps per variant and pass")
     ap.add_argument("--passes", type=int, default=3, help="passes over all variants (median reported)")
     ap.add_argument("--pairs", type=int, default=30000, help="training pairs loaded (BPE is learned on them)")
