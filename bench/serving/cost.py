@@ -138,7 +138,7 @@ def _window_process(conn, address: str, pid: int, *args) -> None:
 def served_window(server: ServerProcess, *args) -> Served:
     """``load_window`` in a process of its own: this one holds the references (ONNX Runtime, CTranslate2, torch for
     the conversion), and a load client sharing it answered the server's replies more slowly (fewer requests in
-    the server at once: 0.75x the answers/s, and more CPU per request in every process) than a lean one."""
+    the server at once, fewer answers/s, more CPU per request in every process) than a lean one."""
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
     proc = ctx.Process(target=_window_process, args=(theirs, server.address, server.proc.pid, *args), daemon=True)

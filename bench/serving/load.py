@@ -238,7 +238,7 @@ def variants(args: argparse.Namespace) -> list[tuple[str, int]]:
 async def run_interleaved(args: argparse.Namespace, inputs: list[str], engine, log) -> tuple[list[Cell], list[float]]:
     """One server per variant (batching mode, engine cores), all started up front; for each concurrency,
     ``--rounds`` rounds of one window per variant (the order rotating), pooled per cell. Interleaving keeps
-    the machine's drift (this VM varies by 15-25% over minutes) out of the ratios between variants. After
+    the machine's drift over minutes (docs/BENCHMARKS.md states how much) out of the ratios between variants. After
     each concurrency-1 round the engine's single-request times are taken in this process on the inputs that
     round sent, so that the C=1 latency ratio compares numbers of the same minutes too."""
     with contextlib.ExitStack() as stack:
