@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         from bench.common.report import RESULTS, publish
 
-        publish("gpu-check", md, RESULTS)  # docs/bench/gpu-check.json, then docs/BENCHMARKS.md rendered again
+        publish(md, RESULTS, "gpu-check")  # docs/bench/gpu-check.json, then docs/BENCHMARKS.md rendered again
     return 0 if report["passed"] else 1
 
 

@@ -136,9 +136,10 @@ class Report:
 
     # ---- from markdown
     def add_markdown(self, text: str, names: tuple[str, ...] = ()) -> None:
-        """Blocks from markdown (headings, tables, prose between blank lines); a table's columns get numbers
-        where every cell of the column is one number of the same shape (decimals, a %/x/× suffix)."""
-        gap, para, rows = True, [], []
+        """Blocks from markdown (headings, tables, prose between blank lines); its tables are named ``names`` in
+        order (then t<k>), and a column gets numbers where every cell of it is one number of the same shape
+        (decimals, a %/x/× suffix)."""
+        gap, para, rows, before = True, [], [], len(self.tables())
 
         def flush() -> None:
             nonlocal gap
@@ -147,8 +148,8 @@ class Report:
                 para.clear()
                 gap = False
             if rows:
-                k = len(self.tables())
-                self.blocks.append({"table": _parse_table(names[k] if k < len(names) else f"t{k + 1}", rows),
+                k, n = len(self.tables()), len(self.tables()) - before
+                self.blocks.append({"table": _parse_table(names[n] if n < len(names) else f"t{k + 1}", rows),
                                     **({} if gap or not self.blocks else {"tight": True})})
                 rows.clear()
                 gap = False
@@ -188,7 +189,8 @@ def _parse_table(name: str, lines: list[str]) -> Table:
         fmt = ""
         if shapes and None not in shapes and len(shapes) == 1:
             decimals, suffix = shapes.pop()
-            fmt = "{:.%df}%s" % (decimals or 0, suffix or "")
+            # a percentage is kept as the fraction it shows (28% -> 0.28), as a benchmark records it
+            fmt = "{:.%d%%}" % (decimals or 0) if suffix == "%" else "{:.%df}%s" % (decimals or 0, suffix or "")
         specs.append((h, fmt, align[j]))
     t = Table(name, columns(*specs))
     for r in body:
@@ -198,24 +200,27 @@ def _parse_table(name: str, lines: list[str]) -> Table:
                 values.append(None)
             elif c["fmt"]:
                 m = _NUMBER.match(cell)
-                values.append(float(f"{m.group(1)}.{m.group(2)}") if m.group(2) else int(m.group(1)))
+                number = float(f"{m.group(1)}.{m.group(2)}") if m.group(2) else int(m.group(1))
+                values.append(round(number / 100, 12) if m.group(3) == "%" else number)
             else:
                 values.append(cell)
         t.row(*values)
     return t
 
 
-def publish(name: str, markdown: str, results: Path | None, figures: dict | None = None,
+def publish(report: Report | str, results: Path | None, name: str = "", figures: dict | None = None,
             names: tuple[str, ...] = ()) -> Report:
-    """One benchmark's results: its report as blocks (tables named by ``names``, in order), saved as
-    ``results``/<name>.json; docs/BENCHMARKS.md is rendered again when ``results`` is the committed folder."""
-    r = Report(name, figures=dict(figures or {}))
-    r.add_markdown(markdown, names)
+    """One benchmark's results, saved as ``results``/<name>.json (None: not saved); docs/BENCHMARKS.md is rendered
+    again when ``results`` is the committed folder. ``report``: a Report, or markdown whose tables are named
+    ``names`` in order."""
+    if isinstance(report, str):
+        text, report = report, Report(name)
+        report.add_markdown(text, names)
+    report.figures.update(figures or {})
     if results is not None:
-        path = r.save(results)
-        print(f"wrote {path}", file=sys.stderr)
+        print(f"wrote {report.save(results)}", file=sys.stderr)
         if Path(results).resolve() == RESULTS.resolve():
             from bench import render
 
             print(f"wrote {render.write()}", file=sys.stderr)
-    return r
+    return report

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.common.report import publish
+from bench.common.report import Report, publish
 from bench.engine import decode_setup
 from bench.engine.real_inputs import Timed
 
@@ -211,7 +211,7 @@ def acceptance(by: dict, args) -> list[str]:
             "| figure | measured | target | |", "|---|---|---|---|", *rows]
 
 
-def render(args, info: dict, cells: list[Cell], verification: dict, consistency: dict, acc: list[dict] | None) -> str:
+def render(args, info: dict, cells: list[Cell], verification: dict, consistency: dict, acc: list[dict] | None) -> Report:
     c = info["model"]
     m = info["machine"]
     by = {(x.engine, x.batch, x.new_tokens): x for x in cells}
@@ -242,11 +242,10 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
     if consistency:
         lines.append("Identical forced outputs (texts) in the timed runs, all cells: "
                      + "; ".join(f"{k}: {v}" for k, v in consistency.items()) + ".")
-    lines += [
-        "",
-        "| new tokens | batch | engine | sequences/s | tokens/s | spread | x CT2 |",
-        "|---:|---:|---|---:|---:|---:|---:|",
-    ]
+    report = Report(NAME)
+    report.add_markdown("\n".join(lines))
+    grid = report.table("grid", ("new tokens", "{}"), ("batch", "{}"), "engine", ("sequences/s", "{:.1f}"),
+                        ("tokens/s", "{:.0f}"), ("spread", "{:.0%}"), ("x CT2", "{:.2f}"))
     for n in args.new_tokens:
         for b in args.batch_sizes:
             for e in args.engines:
@@ -254,43 +253,34 @@ def render(args, info: dict, cells: list[Cell], verification: dict, consistency:
                 if x is None:
                     continue
                 base = by.get((BASELINE[e], b, n))
-                ratio = f"{x.tok_s / base.tok_s:.2f}" if base else "-"
-                lines.append(f"| {n} | {b} | {e} | {x.seq_s:.1f} | {x.tok_s:.0f} | {100 * x.spread:.0f}% | {ratio} |")
+                grid.row(n, b, e, x.seq_s, x.tok_s, x.spread, x.tok_s / base.tok_s if base else None)
+    tail = []
     # KV-cache speed-up of the engine, the figure the engine's design rests on.
     if "ort+kv" in args.engines and "ort-nocache" in args.engines:
         ups = [f"N={n} B={b}: {by[('ort+kv', b, n)].tok_s / by[('ort-nocache', b, n)].tok_s:.1f}x"
                for n in args.new_tokens for b in args.batch_sizes if ('ort+kv', b, n) in by and ('ort-nocache', b, n) in by]
-        lines += ["", "KV cache speed-up of the engine (ort+kv / ort-nocache tokens/s): " + ", ".join(ups) + "."]
-    lines += acceptance(by, args)
+        tail.append("KV cache speed-up of the engine (ort+kv / ort-nocache tokens/s): " + ", ".join(ups) + ".")
+    report.add_markdown("\n".join(tail + acceptance(by, args)), ("acceptance",))
     if acc:
-        speed = []
-        for b in args.batch_sizes:
-            for n in args.new_tokens:
-                for f32, i8 in (("ort+kv", "ort-int8+kv"), ("ct2", "ct2-int8")):
-                    if (f32, b, n) in by and (i8, b, n) in by:
-                        speed.append((f32, b, n, by[(i8, b, n)].tok_s / by[(f32, b, n)].tok_s))
-        lines += [
-            "",
+        report.text(
             f"**int8** (ORT: `{info.get('bundle_int8', '?')}`, `s2s export --quantize {args.int8_variant}`; CTranslate2: "
             f"`compute_type=\"int8\"`). Accuracy on {acc[0]['n']} test sentences, greedy with EOS, batch 64 "
-            f"(BLEU tokenize `{acc[0]['bleu_tokenize']}`); *same as fp32* = outputs identical to the same engine in float32:",
-            "",
-            "| engine | precision | exact match | chrF | BLEU | same as fp32 | seconds |",
-            "|---|---|---:|---:|---:|---:|---:|",
-        ]
+            f"(BLEU tokenize `{acc[0]['bleu_tokenize']}`); *same as fp32* = outputs identical to the same engine in float32:")
+        t = report.table("int8_accuracy", "engine", "precision", ("exact match", "{:.1%}"), ("chrF", "{:.1f}"),
+                         ("BLEU", "{:.1f}"), ("same as fp32", "{:.1%}"), ("seconds", "{:.1f}"))
         for r in acc:
-            bleu = "-" if r["bleu"] is None else f"{r['bleu']:.1f}"
-            lines.append(f"| {r['engine']} | {r['precision']} | {100 * r['exact']:.1f}% | {r['chrf']:.1f} | {bleu} | "
-                         f"{100 * r['same_as_fp32']:.1f}% | {r['seconds']:.1f} |")
+            t.row(r["engine"], r["precision"], r["exact"], r["chrf"], "-" if r["bleu"] is None else r["bleu"],
+                  r["same_as_fp32"], r["seconds"])
+        speed = {(f32, b, n): by[(i8, b, n)].tok_s / by[(f32, b, n)].tok_s for b in args.batch_sizes for n in args.new_tokens
+                 for f32, i8 in (("ort+kv", "ort-int8+kv"), ("ct2", "ct2-int8")) if (f32, b, n) in by and (i8, b, n) in by}
         if speed:
-            lines += ["", "int8 speed-up over float32 (tokens/s ratio, same engine):", "",
-                      "| new tokens | batch | ort-int8+kv / ort+kv | ct2-int8 / ct2 |", "|---:|---:|---:|---:|"]
-            ratio = {(e, b, n): r for e, b, n, r in speed}
+            report.text("int8 speed-up over float32 (tokens/s ratio, same engine):")
+            t = report.table("int8_speedup", ("new tokens", "{}"), ("batch", "{}"), ("ort-int8+kv / ort+kv", "{:.2f}"),
+                             ("ct2-int8 / ct2", "{:.2f}"))
             for n in args.new_tokens:
                 for b in args.batch_sizes:
-                    cols = [f"{ratio[(e, b, n)]:.2f}" if (e, b, n) in ratio else "-" for e in ("ort+kv", "ct2")]
-                    lines.append(f"| {n} | {b} | {cols[0]} | {cols[1]} |")
-    return "\n".join(lines) + "\n"
+                    t.row(n, b, *(speed.get((e, b, n)) for e in ("ort+kv", "ct2")))
+    return report
 
 
 # ----------------------------------------------------------------------------- main
@@ -336,9 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         acc = accuracy(args, s.ck, s.engine, s.engine_int8, s.ct2, s.ct2_int8, s.shuffled[: args.accuracy_sentences])
     s.info["seconds"] = time.perf_counter() - s.info["started"]
     report = render(args, s.info, cells, s.verification, consistency, acc)
-    print(report)
-    figures = {**decode_setup.verification_figures(s.verification), "identical_outputs": same_counts}
-    publish(NAME, report, args.results, figures, ("grid", "acceptance", "int8_accuracy", "int8_speedup"))
+    report.figures.update(decode_setup.verification_figures(s.verification), identical_outputs=same_counts)
+    print(report.markdown())
+    publish(report, args.results)
     return 0 if s.verification["rate"] == 1.0 else 1
 
 

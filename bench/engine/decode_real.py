@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from bench.common.report import publish
+from bench.common.report import Report, publish
 from bench.engine import decode_setup
 from bench.engine.real_inputs import RealSystem, time_real
 
@@ -148,7 +148,7 @@ def real_acceptance(real: dict, args) -> list[str]:
             "| figure | measured | target | |", "|---|---|---|---|", *rows]
 
 
-def render_real(args, info: dict, real: dict) -> str:
+def render_real(args, info: dict, real: dict) -> Report:
     """The real-inputs table, its method and its acceptance rows."""
     by = {(c.system, c.precision, c.beam, c.batch): c for c in real["cells"]}
     precisions = ["float32"] + (["int8"] if any(c.precision == "int8" for c in real["cells"]) else [])
@@ -185,10 +185,12 @@ def render_real(args, info: dict, real: dict) -> str:
         "- batch B counts inputs on both sides: the engine gets `max_batch_size=B x beam` (it counts rows, a beam "
         "its width, and refills rows as sequences finish); CTranslate2 decodes chunks of B length-sorted inputs "
         "(B x beam rows).",
-        "",
-        "| search | batch | precision | engine seq/s | CT2 seq/s | engine / CT2 | spread engine / CT2 | mean output tokens | identical | GNMT rule seq/s |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    report = Report(NAME)
+    report.add_markdown("\n".join(lines))
+    t = report.table("real", "search", ("batch", "{}"), "precision", ("engine seq/s", "{:.1f}"), ("CT2 seq/s", "{:.1f}"),
+                     ("engine / CT2", "{:.2f}"), ("spread engine / CT2", "", "r"), ("mean output tokens", "", "r"),
+                     ("identical", "", "r"), ("GNMT rule seq/s", "{:.1f}"))
     for beam in args.beams:
         for batch in args.batch_sizes:
             for prec in precisions:
@@ -197,12 +199,11 @@ def render_real(args, info: dict, real: dict) -> str:
                     continue
                 same = real["same"].get((prec, beam, batch))
                 g = by.get(("engine-gnmt", prec, beam, batch))
-                lines.append(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {batch} | {prec} | {e.seq_s:.1f} | {c.seq_s:.1f} | "
-                             f"{e.seq_s / c.seq_s:.2f} | {100 * e.spread:.0f}% / {100 * c.spread:.0f}% | "
-                             f"{e.mean_len:.1f} / {c.mean_len:.1f} | {same}/{real['distinct']} | "
-                             f"{f'{g.seq_s:.1f}' if g else ''} |")
-    lines += real_acceptance(real, args)
-    return "\n".join(lines) + "\n"
+                t.row("greedy" if beam == 1 else f"beam {beam}", batch, prec, e.seq_s, c.seq_s, e.seq_s / c.seq_s,
+                      f"{100 * e.spread:.0f}% / {100 * c.spread:.0f}%", f"{e.mean_len:.1f} / {c.mean_len:.1f}",
+                      f"{same}/{real['distinct']}", g.seq_s if g else None)
+    report.add_markdown("\n".join(real_acceptance(real, args)), ("acceptance",))
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(s, int):
         return s
     real = real_table(args, s.ck, s.budget, s.engine, s.engine_int8, s.ct2, s.ct2_int8, [x for x, _ in s.shuffled])
-    text = render_real(args, s.info, real)
-    names = ["real", "acceptance"]
+    report = render_real(args, s.info, real)
     if args.served_default and s.engine.config.task.beam_size > 1:
         from bench.engine import served_default
         from contract.decoding import DecodingOptions
@@ -222,14 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         sd = served_default.measure(s.engine, s.ct2, s.ck.codec, texts, args.batch_sizes, args.real_repeats, s.budget)
         task = s.engine.config.task
         d = DecodingOptions(length_penalty_type=task.length_penalty_type)
-        text += served_default.render(sd, f"beam {task.beam_size}, length_penalty_type {d.length_penalty_type}, "
-                                          f"length_penalty {d.alpha:g}")
-        names.append("served_default")
-    text += "\n" + decode_setup.conversion_check(s.verification) + "\n"
-    print(text)
-    figures = {**decode_setup.verification_figures(s.verification),
-               "identical_outputs": {f"{p}/beam{b}/batch{B}": [v, real["distinct"]] for (p, b, B), v in real["same"].items()}}
-    publish(NAME, text, args.results, figures, tuple(names))
+        report.add_markdown(served_default.render(sd, f"beam {task.beam_size}, length_penalty_type "
+                                                      f"{d.length_penalty_type}, length_penalty {d.alpha:g}"),
+                            ("served_default",))
+    report.text(decode_setup.conversion_check(s.verification))
+    print(report.markdown())
+    same = {f"{p}/beam{b}/batch{B}": [v, real["distinct"]] for (p, b, B), v in real["same"].items()}
+    publish(report, args.results, figures={**decode_setup.verification_figures(s.verification), "identical_outputs": same})
     return 0 if s.verification["rate"] == 1.0 else 1
 
 

@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     lines += ["", f"Fused and standard outputs identical on {fused_same}/200 inputs (greedy)."]
     report = "\n".join(lines) + "\n"
     print(report)
-    publish(NAME, report, None if args.no_write else args.results, names=("variants", "fused"))
+    publish(report, None if args.no_write else args.results, NAME, names=("variants", "fused"))
     return 0
 
 

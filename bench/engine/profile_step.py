@@ -187,7 +187,7 @@ def main() -> int:
         f"{ab['encoder.onnx'][1]:.2f} ms ({ab['encoder.onnx'][2]:.2f}x).",
     ])
     print(table)
-    publish("profile-step", table, args.results, names=("operators",))
+    publish(table, args.results, "profile-step", names=("operators",))
     return 0
 
 

@@ -70,7 +70,7 @@ def measure(engine, ct2, codec, texts: list[str], batches: list[int], repeats: i
 
 
 def render(m: dict, served_search: str) -> str:
-    lines = ["", "#### The served default search vs CTranslate2's default beam 4", "",
+    lines = ["", "### The served default search vs CTranslate2's default beam 4", "",
              f"CPU time per sequence (ms; median of {m['repeats']} passes over the {m['n']} inputs above, the three "
              f"sides taking turns) and chrF on the {m['heldout']} held-out-project strings. *served default*: a request "
              f"with no option ({served_search}); *engine, CTranslate2's default*: the engine with `beam_size=4, "

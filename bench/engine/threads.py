@@ -52,7 +52,7 @@ def main() -> int:
         "One thread per session is the default (`--intra-op-threads 1`): on this machine a second thread costs more in",
         "synchronisation than it gains at these matrix sizes, and it would compete with the gRPC event loop for the other core.",
     ])
-    publish("threads", table, args.results, names=("threads",))
+    publish(table, args.results, "threads", names=("threads",))
     return 0
 
 

@@ -119,7 +119,7 @@ async def run(args) -> None:
             f"| KServe REST, `X-Timeout-Seconds` | {ms(http_t)} | {dict(http_codes)} |",
             f"| gRPC (client deadline) | {ms(grpc_t)} | {dict(grpc_codes)} |",
         ])
-        publish("http-deadlines", body, RESULTS, names=("deadlines",))
+        publish(body, RESULTS, "http-deadlines", names=("deadlines",))
 
 
 def main() -> None:

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     text = section(args, cells, ceiling, inputs, inputs_path, bundle, started, load_before, elapsed)
     print(text)
-    publish("serve", text, args.results if args.write else None,
+    publish(text, args.results if args.write else None, "serve",
             names=("acceptance", "windows", "ceiling_cores", "ct2", "batching_acceptance"))
     log(f"done in {elapsed:.0f}s")
     if args.options:
@@ -223,7 +223,7 @@ def cost_section(args: argparse.Namespace, inputs: list[str], bundle: Path, star
             + f"\n- date: {started:%Y-%m-%d %H:%M} UTC; CPU: {serve_cost_report.cpu_model()}; load average at start {load_before}; "
             f"command: `{cmd}`; {time.perf_counter() - t:.0f} s\n")
     print(text)
-    publish("serve-cost", text, args.results if args.write else None, names=("acceptance", "cost"))
+    publish(text, args.results if args.write else None, "serve-cost", names=("acceptance", "cost"))
 
 
 def options_section(args: argparse.Namespace, inputs: list[str], started, load_before: str, t_all: float, log) -> int:
@@ -243,7 +243,7 @@ def options_section(args: argparse.Namespace, inputs: list[str], started, load_b
             f"- date: {started:%Y-%m-%d %H:%M} UTC; load average at start {load_before}; command: `{cmd}`; "
             f"{time.perf_counter() - t_all:.0f} s\n")
     print(text)
-    publish(name, text, args.results if args.write else None, names=("options",))
+    publish(text, args.results if args.write else None, name, names=("options",))
     return 0
 
 

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"cores {w.per(w.cores_s):.0f} µs", file=sys.stderr, flush=True)
     text = report(args, variants, results, started, time.perf_counter() - t0)
     print(text)
-    publish(args.name, text, args.results if args.write else None, names=("variants",))
+    publish(text, args.results if args.write else None, args.name, names=("variants",))
     return 0
 
 
