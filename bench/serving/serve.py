@@ -199,10 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = measure_ceiling(engine, bundle, args, inputs, single, log)
     elapsed = time.perf_counter() - t_all
 
-    text = section(args, cells, ceiling, inputs, inputs_path, bundle, started, load_before, elapsed)
-    print(text)
-    publish(text, args.results if args.write else None, "serve",
-            names=("acceptance", "windows", "ceiling_cores", "ct2", "batching_acceptance"))
+    report = section(args, cells, ceiling, inputs, inputs_path, bundle, started, load_before, elapsed)
+    print(report.markdown())
+    publish(report, args.results if args.write else None)
     log(f"done in {elapsed:.0f}s")
     if args.options:
         return options_section(args, inputs, started, load_before, t_all, log)

@@ -13,6 +13,7 @@ import grpc
 
 from bench import ROOT
 from bench.common.machine import cpu_model, nproc
+from bench.common.report import Report
 from bench.serving.ceilings import Ceiling
 from bench.serving.load import Cell, pct
 
@@ -31,19 +32,20 @@ def ms(x: float) -> str:
     return "n/a" if x != x else f"{1000 * x:.1f}"
 
 
-def table(cells: list[Cell]) -> list[str]:
-    # ``instances`` sits after ``answers``: the columns before it are what tests/test_bench_smoke.py reads
-    rows = ["| batching | C | answers | instances | window s | req/s | tok/s | p50 ms | p95 ms | p99 ms | TTFT p50 ms | rows/step | step ms | in steps | CPU server / client | errors |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+def table(report: Report, cells: list[Cell]) -> None:
+    """The windows, one row per (batching mode, engine cores, concurrency)."""
+    def opt(x: float | None, scale: float = 1.0):  # "n/a" where the window had no such figure
+        return "n/a" if x is None or x != x else scale * x
+
+    t = report.table("windows", "batching", ("C", "{}"), ("answers", "{}"), ("instances", "{}"), ("window s", "{:.1f}"),
+                     ("req/s", "{:.1f}"), ("tok/s", "{:.0f}"), ("p50 ms", "{:.1f}"), ("p95 ms", "{:.1f}"),
+                     ("p99 ms", "{:.1f}"), ("TTFT p50 ms", "{:.1f}"), ("rows/step", "{:.1f}"), ("step ms", "{:.2f}"),
+                     ("in steps", "{:.0%}"), ("CPU server / client", "", "r"), "errors")
     for c in cells:
         err = ", ".join(f"{k} {v}" for k, v in sorted(c.errors.items())) or "0"
-        rows.append(f"| {c.mode} | {c.conc} | {c.answers} | {c.instances} | {c.window_s:.1f} | {c.rps:.1f} | {c.tps:.0f} | {ms(c.lat(50))} | "
-                    f"{ms(c.lat(95))} | {ms(c.lat(99))} | {ms(pct(c.ttfts, 50))} | "
-                    f"{'n/a' if c.rows_per_step is None else f'{c.rows_per_step:.1f}'} | "
-                    f"{'n/a' if c.step_ms is None else f'{c.step_ms:.2f}'} | "
-                    f"{'n/a' if c.busy is None else f'{100 * c.busy:.0f}%'} | "
-                    f"{100 * c.server_cpu:.0f}% / {100 * c.client_cpu:.0f}% | {err} |")
-    return rows
+        t.row(c.mode, c.conc, c.answers, c.instances, c.window_s, c.rps, c.tps, opt(c.lat(50), 1000), opt(c.lat(95), 1000),
+              opt(c.lat(99), 1000), opt(pct(c.ttfts, 50), 1000), opt(c.rows_per_step), opt(c.step_ms), opt(c.busy),
+              f"{100 * c.server_cpu:.0f}% / {100 * c.client_cpu:.0f}%", err)
 
 
 def verdict(ok: bool | None) -> str:
@@ -229,7 +231,7 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
 
 
 def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str], inputs_path: Path, bundle: Path,
-            started: dt.datetime, load_before: str, elapsed: float) -> str:
+            started: dt.datetime, load_before: str, elapsed: float) -> Report:
     cmd = " ".join(["python -m bench.serving.serve", *(shlex.quote(a) for a in sys.argv[1:])])
     k0 = min(args.instances)
     lines = [
@@ -262,17 +264,18 @@ def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str],
         "server's `s2s_batch_size` and `s2s_decode_step_duration_seconds` histograms (all cores) over the window. CPU: the "
         "server's processes' (front end and engine cores) and this (client) process's CPU time over the window (100% = one "
         "core).",
-        "",
-        *table(cells),
-        "",
     ]
-    if ceiling:
-        lines += ceiling_text(args, ceiling)
+    report = Report("serve")
+    report.add_markdown("\n".join(lines), ("acceptance",))
+    table(report, cells)
+    lines = ceiling_text(args, ceiling) if ceiling else []
     acc = acceptance(cells, ceiling)
     if len(acc) == 2:
         acc.append("| (needs the continuous, request and none modes) | | | |")
     lines += [f"Batching modes ({inst(k0)}; their acceptance figures):", "", *acc, ""]
     if nts := notes(cells, ceiling):
         lines += ["Notes:", "", *nts]
-    return "\n".join(lines)
+    report.add_markdown("\n".join(lines), (("ceiling_cores", "ct2") if ceiling and ceiling.ct2 else ("ceiling_cores",) if ceiling
+                                           else ()) + ("batching_acceptance",))
+    return report
 
