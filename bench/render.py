@@ -17,13 +17,10 @@ from bench.common.report import RESULTS, Report
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PARTS = (
     "intro.md",
-    "decode-grid", "decode-real", "beam-int8-notes.md",
-    "serve", "serve-cost-notes.md", "serve-cost", "serve-variants", "serve-commits",
-    "threads", "profile-step", "profile-step-notes.md",
-    "options", "options-ab",
-    "int8-variants",
-    "gpu-check",
+    "decode-grid", "decode-real", "beam-int8-notes.md", "int8-variants", "threads", "profile-step", "profile-step-notes.md",
+    "serve", "options", "options-ab", "serve-cost-notes.md", "serve-cost", "serve-variants", "serve-commits",
     "http-deadlines",
+    "gpu-check",
 )
 HEADER = ("# Benchmarks\n\n<!-- Written by `python -m bench.render` from docs/bench/ (figures: <name>.json, written by "
           "each benchmark; notes: <name>.md). Edit those, not this file. -->\n")

@@ -79,15 +79,14 @@ def paired(rounds: dict, a: str, b: str, metric) -> list[float]:
     return [metric(x) / metric(y) for x, y in zip(rounds[a], rounds[b]) if metric(y)]
 
 
-def table(cells: dict, args: argparse.Namespace) -> str:
+def table(cells: dict, args: argparse.Namespace, heading: str = "## Decoding options under load (`bench/serving/option_cost.py`)") -> str:
     import statistics
 
     rounds = cells.pop("_rounds", {})
     base = cells["no option"]
     opts = dict(FAMILIES)
     lines = [
-        "### Decoding options under load (`bench/serving/option_cost.py`)",
-        "",
+        *([heading, ""] if heading else []),
         f"One engine core, continuous batching (--max-batch-size {args.max_batch_size}), C={args.option_concurrency} "
         f"closed-loop workers, one held-out input per request, every request of a window with the family's options "
         "(and beam_size=1 unless they set it: the model's default may be a beam); "

@@ -236,10 +236,13 @@ def options_section(args: argparse.Namespace, inputs: list[str], started, load_b
     # keeps results of its own, next to the full table's.
     focused = args.option_families.strip() == "none"
     name = "options-ab" if focused else "options"
-    text = (("Focused A/B (`--option-families none`): only the no-option windows, on both servers, so that neither serves anything else between them (in the "
-             "full table above only this tree's server also runs the other families' windows).\n\n" if focused else "")
-            + option_cost.table(cells, args) + "\n\n"
-            f"- date: {started:%Y-%m-%d %H:%M} UTC; load average at start {load_before}; command: `{cmd}`; "
+    if focused:
+        body = ("### The no-option path against the baseline, alone\n\nFocused A/B (`--option-families none`): only the "
+                "no-option windows, on both servers, so that neither serves anything else between them (in the full table "
+                "above only this tree's server also runs the other families' windows).\n\n" + option_cost.table(cells, args, None))
+    else:
+        body = option_cost.table(cells, args)
+    text = (body + f"\n\n- date: {started:%Y-%m-%d %H:%M} UTC; load average at start {load_before}; command: `{cmd}`; "
             f"{time.perf_counter() - t_all:.0f} s\n")
     print(text)
     publish(text, args.results if args.write else None, name, names=("options",))

@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=6.0, help="window length (at least; and 3 x C answers)")
     p.add_argument("--name", default="serve-variants", help="the results it writes: docs/bench/NAME.json")
+    p.add_argument("--title", default="Server variants side by side", help="the heading of its section")
     p.add_argument("--write", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--results", type=Path, default=RESULTS, help="folder of the results JSON")
     return p.parse_args(argv)
@@ -104,7 +105,7 @@ def report(args, variants, results, started, elapsed: float) -> str:
                     f"{statistics.median(w.per(w.front_s) for w in ws):.0f} | {statistics.median(w.per(w.cores_s) for w in ws):.0f} | "
                     f"{statistics.median(w.per(w.front_s + w.cores_s) for w in ws):.0f} | {lat[len(lat) // 2] * 1e3:.1f} |")
     cmd = "python -m bench.serving.variants " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    return ("Serving-cost changes, each measured on its own: `s2s serve` with its defaults, and the same with one default "
+    return (f"### {args.title} (`bench/serving/variants.py`)\n\nServing-cost changes, each measured on its own: `s2s serve` with its defaults, and the same with one default "
             f"reverted (or an older tree), {args.model}, C={args.concurrency} closed-loop KServe gRPC workers "
             f"({'greedy' if args.beam == '1' else 'beam ' + args.beam}), one held-out input a request; {args.rounds} rounds, "
             "the variants taking turns (order reversed every other round); medians.\n\n" + "\n".join(rows) + "\n\n"
