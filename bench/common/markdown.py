@@ -1,7 +1,7 @@
 """Rewrite one marked section of a Markdown report, leaving the rest of the file as it is.
 
-Each benchmark and experiment script owns the text between ``<!-- NAME:begin -->`` and
-``<!-- NAME:end -->`` in its report (docs/BENCHMARKS.md, docs/experiments.md).
+The experiment scripts and the training benchmark each own the text between ``<!-- NAME:begin -->`` and
+``<!-- NAME:end -->`` of docs/experiments.md. (docs/BENCHMARKS.md is rendered whole: bench.render.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
-def write_section(path: Path, name: str, body: str, title: str = "# Benchmarks") -> None:
+def write_section(path: Path, name: str, body: str, title: str = "# Experiments") -> None:
     """Replace section ``name`` of ``path`` with ``body`` (appending it, or creating the file, if absent)."""
     begin, end = markers(name)
     block = f"{begin}\n{body.strip(chr(10))}\n{end}"
