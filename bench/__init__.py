@@ -5,4 +5,6 @@ benchmark writes its figures to docs/bench/<name>.json; ``python -m bench.render
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
-CACHE = ROOT / ".cache" / "bench"  # conversions and exports the benchmarks reuse (rebuilt when the weights change)
+CACHE = (
+    ROOT / ".cache" / "bench"
+)  # conversions and exports the benchmarks reuse (rebuilt when the weights change)

@@ -17,13 +17,27 @@ from bench.common.report import RESULTS, Report
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PARTS = (
     "intro.md",
-    "decode-grid", "decode-real", "beam-int8-notes.md", "int8-variants", "threads", "profile-step", "profile-step-notes.md",
-    "serve", "options", "options-ab", "serve-cost-notes.md", "serve-cost", "serve-variants", "serve-commits",
+    "decode-grid",
+    "decode-real",
+    "beam-int8-notes.md",
+    "int8-variants",
+    "threads",
+    "profile-step",
+    "profile-step-notes.md",
+    "serve",
+    "options",
+    "options-ab",
+    "serve-cost-notes.md",
+    "serve-cost",
+    "serve-variants",
+    "serve-commits",
     "http-deadlines",
     "gpu-check",
 )
-HEADER = ("# Benchmarks\n\n<!-- Written by `python -m bench.render` from docs/bench/ (figures: <name>.json, written by "
-          "each benchmark; notes: <name>.md). Edit those, not this file. -->\n")
+HEADER = (
+    "# Benchmarks\n\n<!-- Written by `python -m bench.render` from docs/bench/ (figures: <name>.json, written by "
+    "each benchmark; notes: <name>.md). Edit those, not this file. -->\n"
+)
 
 
 def render(results: Path = RESULTS) -> str:
@@ -53,11 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.render", description=__doc__.split("\n\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS, help="folder of the results and notes")
     p.add_argument("--output", type=Path, default=DOC)
-    p.add_argument("--check", action="store_true", help="exit 1 if --output is not what the results render to")
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 if --output is not what the results render to"
+    )
     args = p.parse_args(argv)
     if args.check:
         same = args.output.is_file() and args.output.read_text(encoding="utf-8") == render(args.results)
-        print("up to date" if same else f"{args.output} differs from what {args.results} renders to", file=sys.stderr)
+        print(
+            "up to date" if same else f"{args.output} differs from what {args.results} renders to",
+            file=sys.stderr,
+        )
         return 0 if same else 1
     print(f"wrote {write(args.results, args.output)}", file=sys.stderr)
     return 0

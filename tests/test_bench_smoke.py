@@ -10,16 +10,19 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import CHECKPOINTS, MODEL_REPO, ROOT
 
 ADDITION = CHECKPOINTS / "addition"
-needs_addition = pytest.mark.skipif(not (ADDITION / "test.tsv").is_file(),
-                                    reason=f"no addition checkpoint with test.tsv at {ADDITION} (run `make models`)")
+needs_addition = pytest.mark.skipif(
+    not (ADDITION / "test.tsv").is_file(),
+    reason=f"no addition checkpoint with test.tsv at {ADDITION} (run `make models`)",
+)
 
 
 def ct2_module():
-    return pytest.importorskip("ctranslate2", reason="ctranslate2 is the bench extra: pip install -e '.[bench]'")
+    return pytest.importorskip(
+        "ctranslate2", reason="ctranslate2 is the bench extra: pip install -e '.[bench]'"
+    )
 
 
 def rows(results: dict, table: str) -> list[dict]:
@@ -30,7 +33,9 @@ def rows(results: dict, table: str) -> list[dict]:
 
 
 def run_bench(module: str, *args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -91,8 +96,9 @@ def test_benchmarks_md_is_what_the_results_render_to():
     """docs/BENCHMARKS.md is written by bench.render from docs/bench/, never edited by hand."""
     from bench import render
 
-    assert (ROOT / "docs" / "BENCHMARKS.md").read_text(encoding="utf-8") == render.render(), \
+    assert (ROOT / "docs" / "BENCHMARKS.md").read_text(encoding="utf-8") == render.render(), (
         "docs/BENCHMARKS.md is stale: run `python -m bench.render` (edit docs/bench/, not the rendered file)"
+    )
 
 
 def test_committed_results_hold_their_figures():
@@ -116,7 +122,9 @@ def test_a_new_results_file_is_rendered(tmp_path):
     t.row("ort", 12.345, 0.5)
     r.save(tmp_path)
     text = render.render(tmp_path)
-    assert "## A made-up benchmark\n\n| engine | seq/s | share |\n|---|---:|---:|\n| ort | 12.3 | 50% |" in text
+    assert (
+        "## A made-up benchmark\n\n| engine | seq/s | share |\n|---|---:|---:|\n| ort | 12.3 | 50% |" in text
+    )
 
 
 @needs_addition
@@ -128,8 +136,17 @@ def test_decode_benchmarks_quick_run(tmp_path):
     bundle = MODEL_REPO / "addition" / "1"
     if not (bundle / "config.json").is_file():
         pytest.skip(f"no addition bundle at {bundle}")
-    common = ["--quick", "--model", "addition", "--checkpoint", str(ADDITION), "--bundle", str(bundle),
-              "--results", str(tmp_path)]
+    common = [
+        "--quick",
+        "--model",
+        "addition",
+        "--checkpoint",
+        str(ADDITION),
+        "--bundle",
+        str(bundle),
+        "--results",
+        str(tmp_path),
+    ]
     run_bench("bench.engine.decode_grid", *common)
     run_bench("bench.engine.decode_real", *common)
     grid = json.loads((tmp_path / "decode-grid.json").read_text())
@@ -144,7 +161,9 @@ def test_decode_benchmarks_quick_run(tmp_path):
     for pair, (same, total) in grid["figures"]["identical_outputs"].items():
         assert same == total > 0, pair  # forced outputs equal across the engine, no-cache and PyTorch
     real_rows = rows(real, "real")
-    assert {(r["search"], r["batch"]) for r in real_rows} == {(s, b) for s in ("greedy", "beam 4") for b in (1, 4)}
+    assert {(r["search"], r["batch"]) for r in real_rows} == {
+        (s, b) for s in ("greedy", "beam 4") for b in (1, 4)
+    }
     for r in real_rows:
         assert r["engine_seq_s"] > 0 and r["ct2_seq_s"] > 0 and 0 < r["engine_ct2"] < 100, r
     for key, (same, total) in real["figures"]["identical_outputs"].items():
@@ -156,12 +175,28 @@ def test_decode_benchmarks_quick_run(tmp_path):
 def test_serve_benchmark_quick_run(tmp_path):
     """`bench.serving.serve --quick` end to end on the addition model: three real server processes, interleaved
     windows, the in-process ceilings and the CPU-per-request table, every figure present and sane."""
-    run_bench("bench.serving.serve", "--quick", "--model", "addition", "--model-repo", str(MODEL_REPO),
-              "--inputs", str(ADDITION / "test.tsv"), "--concurrency", "1,4", "--cost-concurrency", "1,4", "--write",
-              "--results", str(tmp_path))
+    run_bench(
+        "bench.serving.serve",
+        "--quick",
+        "--model",
+        "addition",
+        "--model-repo",
+        str(MODEL_REPO),
+        "--inputs",
+        str(ADDITION / "test.tsv"),
+        "--concurrency",
+        "1,4",
+        "--cost-concurrency",
+        "1,4",
+        "--write",
+        "--results",
+        str(tmp_path),
+    )
     serve = json.loads((tmp_path / "serve.json").read_text())
     windows = rows(serve, "windows")
-    assert {(r["batching"], r["c"]) for r in windows} == {(m, c) for m in ("continuous", "request", "none") for c in (1, 4)}
+    assert {(r["batching"], r["c"]) for r in windows} == {
+        (m, c) for m in ("continuous", "request", "none") for c in (1, 4)
+    }
     for r in windows:
         assert r["answers"] > 0 and r["req_s"] > 0 and str(r["errors"]) == "0", r
     assert all(r["sequences_s"] > 0 for r in rows(serve, "ceiling_cores"))
@@ -172,7 +207,9 @@ def test_serve_benchmark_quick_run(tmp_path):
     greedy = [r for r in rows(cost, "cost") if r["search"] == "greedy"]
     assert [r["c"] for r in greedy] == [1, 4], greedy
     for r in greedy:
-        assert r["served_answers_s"] > 0 and r["front_end_us_request"] > 0 and r["engine_cores_us_request"] > 0, r
+        assert (
+            r["served_answers_s"] > 0 and r["front_end_us_request"] > 0 and r["engine_cores_us_request"] > 0
+        ), r
         served, total = (int(x) for x in r["outputs_engine_s"].split(" of "))
         assert total > 0 and served == total, r
     assert rows(cost, "acceptance")

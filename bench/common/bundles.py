@@ -10,7 +10,9 @@ from bench import CACHE, ROOT
 
 def latest(repo: Path, model: str) -> Path | None:
     """``repo``/``model``/<highest version>, or None when there is none."""
-    versions = sorted((int(d.name) for d in (Path(repo) / model).glob("*") if d.is_dir() and d.name.isdigit()), reverse=True)
+    versions = sorted(
+        (int(d.name) for d in (Path(repo) / model).glob("*") if d.is_dir() and d.name.isdigit()), reverse=True
+    )
     return Path(repo) / model / str(versions[0]) if versions else None
 
 
@@ -31,8 +33,11 @@ def cached_bundle(checkpoint_dir: Path, name: str, quantize: str = "none", fused
     if (folder / "config.json").is_file() and (folder / "config.json").stat().st_mtime > recipe:
         try:
             cfg = bundle.read_bundle(folder, verify_hashes=False)
-            if (cfg.source_checkpoint_sha256 == ckpt_io.weights_sha256(checkpoint_dir) and cfg.quantization == quantize
-                    and cfg.format_version == want):
+            if (
+                cfg.source_checkpoint_sha256 == ckpt_io.weights_sha256(checkpoint_dir)
+                and cfg.quantization == quantize
+                and cfg.format_version == want
+            ):
                 return folder
         except Exception:  # stale or partial: re-export
             pass
@@ -45,7 +50,11 @@ def cached_bundle(checkpoint_dir: Path, name: str, quantize: str = "none", fused
     print(f"exporting {bname} from {checkpoint_dir} to {folder} ...", file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.onnx's dynamic-axis naming notes
-        return export(ExportOptions(checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize=quantize, fused=fused))
+        return export(
+            ExportOptions(
+                checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize=quantize, fused=fused
+            )
+        )
 
 
 def rel(p: Path) -> str:

@@ -43,7 +43,9 @@ def vocabulary(tokenizer) -> list[str]:
     tokens = [None] * len(vocab)
     for tok, i in vocab.items():
         if i >= len(tokens) or tokens[i] is not None:
-            raise ValueError(f"tokenizer ids are not a contiguous 0..{len(vocab) - 1} range (id {i}, token {tok!r})")
+            raise ValueError(
+                f"tokenizer ids are not a contiguous 0..{len(vocab) - 1} range (id {i}, token {tok!r})"
+            )
         tokens[i] = tok
     if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
         raise ValueError(f"tokenizer does not start with the special tokens {SPECIAL_TOKENS}: {tokens[:4]}")
@@ -60,8 +62,8 @@ def _linear(spec, layer: torch.nn.Linear) -> None:
 
 
 def _fused(spec, layers: list[torch.nn.Linear]) -> None:
-    spec.weight = np.concatenate([_np(l.weight) for l in layers], axis=0)
-    spec.bias = np.concatenate([_np(l.bias) for l in layers], axis=0)
+    spec.weight = np.concatenate([_np(layer.weight) for layer in layers], axis=0)
+    spec.bias = np.concatenate([_np(layer.bias) for layer in layers], axis=0)
 
 
 def _norm(spec, ln: torch.nn.LayerNorm) -> None:
@@ -74,10 +76,16 @@ def build_spec(model: Transformer, tokens: list[str]):
 
     c = model.config
     if len(tokens) != c.src_vocab_size or len(tokens) != c.tgt_vocab_size:
-        raise ValueError(f"vocabulary has {len(tokens)} tokens, the model {c.src_vocab_size}/{c.tgt_vocab_size}")
+        raise ValueError(
+            f"vocabulary has {len(tokens)} tokens, the model {c.src_vocab_size}/{c.tgt_vocab_size}"
+        )
     relu = common_spec.Activation.RELU
-    enc = transformer_spec.TransformerEncoderSpec(c.n_encoder_layers, c.n_heads, pre_norm=False, activation=relu)
-    dec = transformer_spec.TransformerDecoderSpec(c.n_decoder_layers, c.n_heads, pre_norm=False, activation=relu)
+    enc = transformer_spec.TransformerEncoderSpec(
+        c.n_encoder_layers, c.n_heads, pre_norm=False, activation=relu
+    )
+    dec = transformer_spec.TransformerDecoderSpec(
+        c.n_decoder_layers, c.n_heads, pre_norm=False, activation=relu
+    )
     spec = transformer_spec.TransformerSpec(enc, dec)
 
     pe = _np(model.pos.pe)  # (max_len, d_model), interleaved sin/cos
@@ -127,8 +135,11 @@ def build_spec(model: Transformer, tokens: list[str]):
 def convert(checkpoint_dir: Path, out_dir: Path, force: bool = False) -> Path:
     """checkpoint folder -> CTranslate2 model folder (float32); reused when already converted from these weights."""
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
-    stamp = {"converter_version": CONVERTER_VERSION, "weights_sha256": ckpt_io.weights_sha256(checkpoint_dir),
-             "checkpoint": str(checkpoint_dir.resolve())}
+    stamp = {
+        "converter_version": CONVERTER_VERSION,
+        "weights_sha256": ckpt_io.weights_sha256(checkpoint_dir),
+        "checkpoint": str(checkpoint_dir.resolve()),
+    }
     stamp_file = out_dir / STAMP
     if not force and (out_dir / "model.bin").is_file() and stamp_file.is_file():
         try:
@@ -165,8 +176,9 @@ class CT2Translator:
     def __init__(self, model_dir: Path, tokens: list[str], compute_type: str = "float32", threads: int = 1):
         import ctranslate2
 
-        self.translator = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=threads,
-                                                 inter_threads=1, compute_type=compute_type)
+        self.translator = ctranslate2.Translator(
+            str(model_dir), device="cpu", intra_threads=threads, inter_threads=1, compute_type=compute_type
+        )
         self.tokens = tokens
         self.ids = {t: i for i, t in enumerate(tokens)}
 
@@ -174,15 +186,25 @@ class CT2Translator:
         """Greedy decoding of a batch; force=True generates exactly max_new_tokens (EOS masked until then)."""
         src = [[self.tokens[i] for i in row] for row in src_ids]
         res = self.translator.translate_batch(
-            src, beam_size=1, max_batch_size=0, max_decoding_length=max_new_tokens,
-            min_decoding_length=max_new_tokens if force else 0, return_scores=False,
+            src,
+            beam_size=1,
+            max_batch_size=0,
+            max_decoding_length=max_new_tokens,
+            min_decoding_length=max_new_tokens if force else 0,
+            return_scores=False,
         )
         return [[self.ids[t] for t in r.hypotheses[0]] for r in res]
 
 
 @torch.no_grad()
-def verify(model: Transformer, codec, translator: CT2Translator, sources: list[str], max_new_tokens: int,
-           batch_size: int = 64) -> dict:
+def verify(
+    model: Transformer,
+    codec,
+    translator: CT2Translator,
+    sources: list[str],
+    max_new_tokens: int,
+    batch_size: int = 64,
+) -> dict:
     """CTranslate2 greedy vs PyTorch greedy (``training.decoding.greedy``, stops at EOS) on ``sources``.
 
     Returns the token agreement and, as a finer check, the largest difference of the per-token
@@ -206,8 +228,10 @@ def verify(model: Transformer, codec, translator: CT2Translator, sources: list[s
             elif first_mismatch is None:
                 first_mismatch = {"source": sources[k + i], "pytorch": a, "ctranslate2": b}
         # Teacher-forced log-probabilities of our outputs (+ EOS) under both implementations.
-        scored = translator.translator.score_batch([[translator.tokens[t] for t in r] for r in chunk],
-                                                   [[translator.tokens[t] for t in r] for r in ours])
+        scored = translator.translator.score_batch(
+            [[translator.tokens[t] for t in r] for r in chunk],
+            [[translator.tokens[t] for t in r] for r in ours],
+        )
         tgt = [[sp.bos] + r for r in ours]
         tin, _ = pad_batch(tgt, sp.pad)
         logp = torch.log_softmax(model(ids, mask, torch.from_numpy(tin)), -1)
@@ -215,8 +239,13 @@ def verify(model: Transformer, codec, translator: CT2Translator, sources: list[s
             gold = r + [sp.eos]
             ref = logp[i, torch.arange(len(gold)), torch.tensor(gold)].numpy()
             max_diff = max(max_diff, float(np.abs(ref - np.asarray(res.log_probs)).max()))
-    return {"n": len(src), "identical": same, "rate": same / max(len(src), 1),
-            "max_abs_logprob_diff": max_diff, "first_mismatch": first_mismatch}
+    return {
+        "n": len(src),
+        "identical": same,
+        "rate": same / max(len(src), 1),
+        "max_abs_logprob_diff": max_diff,
+        "first_mismatch": first_mismatch,
+    }
 
 
 def ct2_model(ckpt: Path, model: str, engine, log) -> tuple[Path, list[str], str] | str:

@@ -43,8 +43,10 @@ class Table:
 
     def markdown(self) -> str:
         bar = {"l": "---", "r": "---:", "c": ":-:"}
-        lines = ["| " + " | ".join(c["header"] for c in self.columns) + " |",
-                 "|" + "|".join(bar[c["align"]] for c in self.columns) + "|"]
+        lines = [
+            "| " + " | ".join(c["header"] for c in self.columns) + " |",
+            "|" + "|".join(bar[c["align"]] for c in self.columns) + "|",
+        ]
         for r in self.rows:
             cells = [_cell(r.get(c["key"]), c["fmt"]) for c in self.columns]
             lines.append("| " + " | ".join(cells) + " |")
@@ -107,8 +109,17 @@ class Report:
 
     # ---- JSON
     def to_json(self) -> dict:
-        blocks = [{"table": b["table"].name, "columns": b["table"].columns, "rows": b["table"].rows,
-                   **({"tight": True} if b.get("tight") else {})} if "table" in b else b for b in self.blocks]
+        blocks = [
+            {
+                "table": b["table"].name,
+                "columns": b["table"].columns,
+                "rows": b["table"].rows,
+                **({"tight": True} if b.get("tight") else {}),
+            }
+            if "table" in b
+            else b
+            for b in self.blocks
+        ]
         return {"name": self.name, "figures": self.figures, "blocks": blocks}
 
     @classmethod
@@ -116,8 +127,12 @@ class Report:
         blocks = []
         for b in data["blocks"]:
             if "table" in b:
-                blocks.append({"table": Table(b["table"], b["columns"], b["rows"]),
-                               **({"tight": True} if b.get("tight") else {})})
+                blocks.append(
+                    {
+                        "table": Table(b["table"], b["columns"], b["rows"]),
+                        **({"tight": True} if b.get("tight") else {}),
+                    }
+                )
             else:
                 blocks.append(b)
         return cls(data["name"], blocks, data.get("figures", {}))
@@ -149,8 +164,12 @@ class Report:
                 gap = False
             if rows:
                 k, n = len(self.tables()), len(self.tables()) - before
-                self.blocks.append({"table": _parse_table(names[n] if n < len(names) else f"t{k + 1}", rows),
-                                    **({} if gap or not self.blocks else {"tight": True})})
+                self.blocks.append(
+                    {
+                        "table": _parse_table(names[n] if n < len(names) else f"t{k + 1}", rows),
+                        **({} if gap or not self.blocks else {"tight": True}),
+                    }
+                )
                 rows.clear()
                 gap = False
 
@@ -184,13 +203,18 @@ def _parse_table(name: str, lines: list[str]) -> Table:
     specs = []
     for j, h in enumerate(header):
         cells = [r[j] if j < len(r) else "" for r in body]
-        shapes = {(m.group(2) and len(m.group(2)), m.group(3)) if (m := _NUMBER.match(c)) else None
-                  for c in cells if c}
+        shapes = {
+            (m.group(2) and len(m.group(2)), m.group(3)) if (m := _NUMBER.match(c)) else None
+            for c in cells
+            if c
+        }
         fmt = ""
         if shapes and None not in shapes and len(shapes) == 1:
             decimals, suffix = shapes.pop()
             # a percentage is kept as the fraction it shows (28% -> 0.28), as a benchmark records it
-            fmt = "{:.%d%%}" % (decimals or 0) if suffix == "%" else "{:.%df}%s" % (decimals or 0, suffix or "")
+            fmt = (
+                "{:.%d%%}" % (decimals or 0) if suffix == "%" else "{:.%df}%s" % (decimals or 0, suffix or "")
+            )
         specs.append((h, fmt, align[j]))
     t = Table(name, columns(*specs))
     for r in body:
@@ -208,8 +232,13 @@ def _parse_table(name: str, lines: list[str]) -> Table:
     return t
 
 
-def publish(report: Report | str, results: Path | None, name: str = "", figures: dict | None = None,
-            names: tuple[str, ...] = ()) -> Report:
+def publish(
+    report: Report | str,
+    results: Path | None,
+    name: str = "",
+    figures: dict | None = None,
+    names: tuple[str, ...] = (),
+) -> Report:
     """One benchmark's results, saved as ``results``/<name>.json (None: not saved); docs/BENCHMARKS.md is rendered
     again when ``results`` is the committed folder. ``report``: a Report, or markdown whose tables are named
     ``names`` in order."""

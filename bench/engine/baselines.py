@@ -15,8 +15,14 @@ from engine.search import Greedy
 from engine.translator import Translator
 
 
-def generate(t: Translator, texts: list[str], max_new_tokens: int | None = None, beam: int = 1,
-             batch_size: int = 64, ignore_eos: bool = False) -> list[str]:
+def generate(
+    t: Translator,
+    texts: list[str],
+    max_new_tokens: int | None = None,
+    beam: int = 1,
+    batch_size: int = 64,
+    ignore_eos: bool = False,
+) -> list[str]:
     """Decode texts to completion in batches. ignore_eos (greedy only): exactly max_new_tokens per input."""
     budget = max_new_tokens or t.config.task.max_new_tokens
     seqs = [Sequence(t.codec.source_ids(s), budget, beam) for s in texts]
@@ -27,8 +33,9 @@ def generate(t: Translator, texts: list[str], max_new_tokens: int | None = None,
     return [t.codec.decode(s.result) for s in seqs]
 
 
-def generate_no_cache(t: Translator, texts: list[str], max_new_tokens: int | None = None,
-                      ignore_eos: bool = False) -> list[str]:
+def generate_no_cache(
+    t: Translator, texts: list[str], max_new_tokens: int | None = None, ignore_eos: bool = False
+) -> list[str]:
     """Greedy decoding with no KV cache: the whole prefix is fed again at every step."""
     r = t.runner
     sp = r.special

@@ -43,8 +43,14 @@ def encoder_padding(folder: Path, data: Path, batch: int, repeats: int = 9) -> d
             if r:  # the first round warms both up
                 out.append(1000 * (time.perf_counter() - t))
     lengths = mask.sum(axis=1)
-    return {"n": len(lines), "mean_len": float(lengths.mean()), "max_len": int(lengths.max()),
-            "padding": ids.size / lengths.sum(), "padded_ms": float(np.median(padded)), "grouped_ms": float(np.median(grouped))}
+    return {
+        "n": len(lines),
+        "mean_len": float(lengths.mean()),
+        "max_len": int(lengths.max()),
+        "padding": ids.size / lengths.sum(),
+        "padded_ms": float(np.median(padded)),
+        "grouped_ms": float(np.median(grouped)),
+    }
 
 
 def decoder_feed(m, b: int, p: int, s: int) -> dict:
@@ -52,8 +58,12 @@ def decoder_feed(m, b: int, p: int, s: int) -> dict:
     from contract import names
 
     rng = np.random.default_rng(0)
-    feed = {names.TGT_IDS: np.full((b, 1), 5, np.int64), names.POSITIONS: np.full((b, 1), p, np.int64),
-            names.PAST_MASK: np.ones((b, p), np.int64), names.SRC_MASK: np.ones((b, s), np.int64)}
+    feed = {
+        names.TGT_IDS: np.full((b, 1), 5, np.int64),
+        names.POSITIONS: np.full((b, 1), p, np.int64),
+        names.PAST_MASK: np.ones((b, p), np.int64),
+        names.SRC_MASK: np.ones((b, s), np.int64),
+    }
     for i in range(m.n_decoder_layers):
         for name in (names.past_key(i), names.past_value(i)):
             feed[name] = rng.standard_normal((b, m.n_heads, p, m.d_head), dtype=np.float32)
@@ -75,8 +85,12 @@ def profile(folder: Path, args) -> tuple[float, collections.Counter]:
     from engine.device import CPU_DISABLED_OPTIMIZERS
 
     # As the engine runs it: the same fusions turned off (engine/device.py).
-    sess = ort.InferenceSession(str(folder / "decoder.onnx"), so, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=list(CPU_DISABLED_OPTIMIZERS))
+    sess = ort.InferenceSession(
+        str(folder / "decoder.onnx"),
+        so,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=list(CPU_DISABLED_OPTIMIZERS),
+    )
     feed = decoder_feed(m, args.batch, args.past, args.src)
     for _ in range(20):
         sess.run(None, feed)
@@ -108,8 +122,9 @@ def fusion_ab(folder: Path, args, rounds: int = 9) -> dict:
         for label, disabled in (("engine", list(CPU_DISABLED_OPTIMIZERS)), ("all fusions", [])):
             so = ort.SessionOptions()
             so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
-            sessions[label] = ort.InferenceSession(str(folder / graph), so, providers=["CPUExecutionProvider"],
-                                                   disabled_optimizers=disabled)
+            sessions[label] = ort.InferenceSession(
+                str(folder / graph), so, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
+            )
         times = {k: [] for k in sessions}
         for r in range(rounds):
             for label in abba(list(sessions), r):
@@ -120,7 +135,11 @@ def fusion_ab(folder: Path, args, rounds: int = 9) -> dict:
                     sess.run(None, feed)
                 times[label].append((time.perf_counter() - t0) / n * 1e3)
         ratio = np.array(times["all fusions"]) / np.array(times["engine"])
-        out[graph] = (float(np.median(times["engine"])), float(np.median(times["all fusions"])), float(np.median(ratio)))
+        out[graph] = (
+            float(np.median(times["engine"])),
+            float(np.median(times["all fusions"])),
+            float(np.median(ratio)),
+        )
     return out
 
 
@@ -130,16 +149,24 @@ ATTENTION_OPS = ("FusedMatMul", "Softmax")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.engine.profile_step", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.engine.profile_step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--model", default="translate-en-ja")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--past", type=int, default=32, help="cached positions P")
     ap.add_argument("--src", type=int, default=16, help="source length S")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--encoder-batch", type=int, default=64, help="held-out sentences in the encoder timing")
-    ap.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True,
-                    help="also profile the same step of a --fused-attention export of the checkpoint (cached under "
-                         ".cache/bench/models/; the first run exports it, ~1 min)")
+    ap.add_argument(
+        "--fused",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also profile the same step of a --fused-attention export of the checkpoint (cached under "
+        ".cache/bench/models/; the first run exports it, ~1 min)",
+    )
     ap.add_argument("--results", type=Path, default=RESULTS, help="folder of the results JSON")
     args = ap.parse_args()
 
@@ -147,7 +174,9 @@ def main() -> int:
     folder = ROOT / "models" / args.model / "1"
     step_ms, per_op = profile(folder, args)
     fused = None
-    if args.fused:  # the same step with attention as ONNX Runtime's fused operator (s2s export --fused-attention)
+    if (
+        args.fused
+    ):  # the same step with attention as ONNX Runtime's fused operator (s2s export --fused-attention)
         from bench.common.bundles import cached_bundle
 
         fused = profile(cached_bundle(ROOT / "checkpoints" / args.model, args.model, fused=True), args)
@@ -157,35 +186,48 @@ def main() -> int:
 
     total = sum(per_op.values())
     rows = [f"| {op} | {us / total:.1%} |" for op, us in per_op.most_common(10)]
-    table = "\n".join([
-        "## One decoder step, per operator (`bench/engine/profile_step.py`)", "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: `python -m bench.engine.profile_step --model {args.model} "
-        f"--batch {b} --past {p}`",
-        f"- `{args.model}` decoder.onnx, batch {b}, {p} cached positions, source {s}, 1 intra-op thread: "
-        f"**{step_ms:.2f} ms per step** (mean of {args.steps})", "",
-        "| operator | share of kernel time |", "|---|---:|", *rows, "",
-        "`MatMul` is the projections and the tied output layer; `FusedMatMul` the attention products; `Concat`",
-        "mostly the self-attention cache growing by one position (past + new -> present) each step.",
-        "",
-        *([] if fused is None else [
-            f"Fused attention (`s2s export --fused-attention`, same weights and shape): **{fused[0]:.2f} ms per step**; "
-            f"`MultiHeadAttention` {fused[1]['MultiHeadAttention']:.0f} us per step, where the standard graph spends "
-            f"{sum(per_op[o] for o in ATTENTION_OPS):.0f} us in `{'` + `'.join(ATTENTION_OPS)}` plus its attention-weights "
-            f"@ V products (counted under `MatMul`, {per_op['MatMul'] / total:.0%} of the standard step with the "
-            "projections).", ""]),
-        f"Encoder, {enc['n']} held-out sources (`checkpoints/{args.model}/test.tsv`; mean {enc['mean_len']:.1f} tokens, "
-        f"longest {enc['max_len']}: {enc['padding']:.1f}x padding), median of 9 taking turns: one run over the padded "
-        f"batch **{enc['padded_ms']:.1f} ms**, rows in equal-length groups (`Runner.encode`, no padding computed) "
-        f"**{enc['grouped_ms']:.1f} ms** ({enc['padded_ms'] / enc['grouped_ms']:.1f}x). The encoder costs about the same "
-        "per token at any batch size on one core, so padding costs in full.",
-        "",
-        "Fusions the engine turns off on the CPU (`engine/device.py`: "
-        f"{', '.join(f'`{o}`' for o in CPU_DISABLED_OPTIMIZERS)}), "
-        "measured in this run, the two sessions taking turns (median of 9 rounds): decoder step (the shape above) "
-        f"**{ab['decoder.onnx'][0]:.2f} ms** as the engine runs it against {ab['decoder.onnx'][1]:.2f} ms with every "
-        f"fusion ({ab['decoder.onnx'][2]:.2f}x); encoder, 16 sources of 12 tokens, {ab['encoder.onnx'][0]:.2f} against "
-        f"{ab['encoder.onnx'][1]:.2f} ms ({ab['encoder.onnx'][2]:.2f}x).",
-    ])
+    table = "\n".join(
+        [
+            "## One decoder step, per operator (`bench/engine/profile_step.py`)",
+            "",
+            f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: `python -m bench.engine.profile_step --model {args.model} "
+            f"--batch {b} --past {p}`",
+            f"- `{args.model}` decoder.onnx, batch {b}, {p} cached positions, source {s}, 1 intra-op thread: "
+            f"**{step_ms:.2f} ms per step** (mean of {args.steps})",
+            "",
+            "| operator | share of kernel time |",
+            "|---|---:|",
+            *rows,
+            "",
+            "`MatMul` is the projections and the tied output layer; `FusedMatMul` the attention products; `Concat`",
+            "mostly the self-attention cache growing by one position (past + new -> present) each step.",
+            "",
+            *(
+                []
+                if fused is None
+                else [
+                    f"Fused attention (`s2s export --fused-attention`, same weights and shape): **{fused[0]:.2f} ms per step**; "
+                    f"`MultiHeadAttention` {fused[1]['MultiHeadAttention']:.0f} us per step, where the standard graph spends "
+                    f"{sum(per_op[o] for o in ATTENTION_OPS):.0f} us in `{'` + `'.join(ATTENTION_OPS)}` plus its attention-weights "
+                    f"@ V products (counted under `MatMul`, {per_op['MatMul'] / total:.0%} of the standard step with the "
+                    "projections).",
+                    "",
+                ]
+            ),
+            f"Encoder, {enc['n']} held-out sources (`checkpoints/{args.model}/test.tsv`; mean {enc['mean_len']:.1f} tokens, "
+            f"longest {enc['max_len']}: {enc['padding']:.1f}x padding), median of 9 taking turns: one run over the padded "
+            f"batch **{enc['padded_ms']:.1f} ms**, rows in equal-length groups (`Runner.encode`, no padding computed) "
+            f"**{enc['grouped_ms']:.1f} ms** ({enc['padded_ms'] / enc['grouped_ms']:.1f}x). The encoder costs about the same "
+            "per token at any batch size on one core, so padding costs in full.",
+            "",
+            "Fusions the engine turns off on the CPU (`engine/device.py`: "
+            f"{', '.join(f'`{o}`' for o in CPU_DISABLED_OPTIMIZERS)}), "
+            "measured in this run, the two sessions taking turns (median of 9 rounds): decoder step (the shape above) "
+            f"**{ab['decoder.onnx'][0]:.2f} ms** as the engine runs it against {ab['decoder.onnx'][1]:.2f} ms with every "
+            f"fusion ({ab['decoder.onnx'][2]:.2f}x); encoder, 16 sources of 12 tokens, {ab['encoder.onnx'][0]:.2f} against "
+            f"{ab['encoder.onnx'][1]:.2f} ms ({ab['encoder.onnx'][2]:.2f}x).",
+        ]
+    )
     print(table)
     publish(table, args.results, "profile-step", names=("operators",))
     return 0

@@ -58,8 +58,15 @@ class RealCell(Timed):
         return sum(len(r) for r in self.ids) / max(len(self.ids), 1)
 
 
-def time_real(systems: list[RealSystem], texts: list[str], tokens: list[list[str]], beams: list[int], batches: list[int],
-              repeats: int, tick=lambda: None) -> list[RealCell]:
+def time_real(
+    systems: list[RealSystem],
+    texts: list[str],
+    tokens: list[list[str]],
+    beams: list[int],
+    batches: list[int],
+    repeats: int,
+    tick=lambda: None,
+) -> list[RealCell]:
     """Every (beam, batch) cell for every system: one warm-up each on 2B inputs, then ``repeats`` passes over all
     inputs, the systems taking turns, the order reversed every other pass (ABBA: no side always runs first)."""
     cells: list[RealCell] = []
@@ -81,4 +88,3 @@ def time_real(systems: list[RealSystem], texts: list[str], tokens: list[list[str
                 c.ids, c.raw = s.ids(c.raw), []
             cells += row
     return cells
-

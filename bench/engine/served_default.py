@@ -34,12 +34,22 @@ def measure(engine, ct2, codec, texts: list[str], batches: list[int], repeats: i
         return [r.text for r in engine.generate(t, max_new_tokens=budget, max_batch_size=b * 4)]
 
     def eng_ct2(t, _tok, b):
-        return [r.text for r in engine.generate(t, beam_size=4, length_penalty_type="ctranslate2", length_penalty=1.0,
-                                                max_new_tokens=budget, max_batch_size=b * 4)]
+        return [
+            r.text
+            for r in engine.generate(
+                t,
+                beam_size=4,
+                length_penalty_type="ctranslate2",
+                length_penalty=1.0,
+                max_new_tokens=budget,
+                max_batch_size=b * 4,
+            )
+        ]
 
     def ct2_default(_t, tok, b):
-        res = ct2.translator.translate_batch(tok, max_batch_size=b, batch_type="examples", beam_size=4,
-                                             max_decoding_length=budget)
+        res = ct2.translator.translate_batch(
+            tok, max_batch_size=b, batch_type="examples", beam_size=4, max_decoding_length=budget
+        )
         return [codec.decode([ct2.ids[x] for x in r.hypotheses[0]]) for r in res]
 
     sides = dict(zip(SIDES, (served, eng_ct2, ct2_default)))
@@ -64,28 +74,44 @@ def measure(engine, ct2, codec, texts: list[str], batches: list[int], repeats: i
         src_toks = tokens(srcs)
         for name, fn in sides.items():
             chrf[name] = sacrebleu.corpus_chrf(fn(srcs, src_toks, 64), [refs]).score
-    return {"cpu_ms": {f"{n}/{b}": 1000 * statistics.median(v) for (n, b), v in cpu.items()}, "chrf": chrf,
-            "heldout": len(read_tsv(HELDOUT)) if HELDOUT.is_file() else 0, "batches": batches, "n": len(texts),
-            "repeats": repeats}
+    return {
+        "cpu_ms": {f"{n}/{b}": 1000 * statistics.median(v) for (n, b), v in cpu.items()},
+        "chrf": chrf,
+        "heldout": len(read_tsv(HELDOUT)) if HELDOUT.is_file() else 0,
+        "batches": batches,
+        "n": len(texts),
+        "repeats": repeats,
+    }
 
 
 def render(m: dict, served_search: str) -> str:
-    lines = ["", "### The served default search vs CTranslate2's default beam 4", "",
-             f"CPU time per sequence (ms; median of {m['repeats']} passes over the {m['n']} inputs above, the three "
-             f"sides taking turns) and chrF on the {m['heldout']} held-out-project strings. *served default*: a request "
-             f"with no option ({served_search}); *engine, CTranslate2's default*: the engine with `beam_size=4, "
-             "length_penalty_type=\"ctranslate2\", length_penalty=1`; *CTranslate2*: `translate_batch(tokens, "
-             "beam_size=4)`, its defaults (length_penalty 1, stop after 4 ended hypotheses).", "",
-             "| batch | " + " | ".join(f"{s} ms/seq" for s in SIDES) + " | served / CTranslate2 CPU |",
-             "|---:|" + "---:|" * (len(SIDES) + 1)]
+    lines = [
+        "",
+        "### The served default search vs CTranslate2's default beam 4",
+        "",
+        f"CPU time per sequence (ms; median of {m['repeats']} passes over the {m['n']} inputs above, the three "
+        f"sides taking turns) and chrF on the {m['heldout']} held-out-project strings. *served default*: a request "
+        f"with no option ({served_search}); *engine, CTranslate2's default*: the engine with `beam_size=4, "
+        'length_penalty_type="ctranslate2", length_penalty=1`; *CTranslate2*: `translate_batch(tokens, '
+        "beam_size=4)`, its defaults (length_penalty 1, stop after 4 ended hypotheses).",
+        "",
+        "| batch | " + " | ".join(f"{s} ms/seq" for s in SIDES) + " | served / CTranslate2 CPU |",
+        "|---:|" + "---:|" * (len(SIDES) + 1),
+    ]
     for b in m["batches"]:
         v = [m["cpu_ms"][f"{s}/{b}"] for s in SIDES]
         lines.append(f"| {b} | " + " | ".join(f"{x:.2f}" for x in v) + f" | {v[0] / v[2]:.2f} |")
     if m["chrf"]:
-        lines += ["", "chrF, held-out projects: " + "; ".join(f"{s} **{m['chrf'][s]:.2f}**" for s in SIDES) + "."]
+        lines += [
+            "",
+            "chrF, held-out projects: " + "; ".join(f"{s} **{m['chrf'][s]:.2f}**" for s in SIDES) + ".",
+        ]
         worst = max(m["cpu_ms"][f"{SIDES[0]}/{b}"] / m["cpu_ms"][f"{SIDES[2]}/{b}"] for b in m["batches"])
         ok = worst <= 1.0 and m["chrf"][SIDES[0]] >= m["chrf"][SIDES[2]]
-        lines += ["", f"Acceptance: the served default costs no more CPU per sequence than CTranslate2's default beam 4 "
-                      f"at equal or better chrF: CPU ratio at most {worst:.2f}, chrF {m['chrf'][SIDES[0]]:.2f} vs "
-                      f"{m['chrf'][SIDES[2]]:.2f}: {'met' if ok else '**not met**'}."]
+        lines += [
+            "",
+            f"Acceptance: the served default costs no more CPU per sequence than CTranslate2's default beam 4 "
+            f"at equal or better chrF: CPU ratio at most {worst:.2f}, chrF {m['chrf'][SIDES[0]]:.2f} vs "
+            f"{m['chrf'][SIDES[2]]:.2f}: {'met' if ok else '**not met**'}.",
+        ]
     return "\n".join(lines) + "\n"

@@ -72,10 +72,19 @@ class G:
         wq = self.const(np.round(w / wscale).astype(np.int8), "wq")
         x2 = self.op("Reshape", [x, self.const(np.array([-1, d_in], np.int64))])
         amax = self.op("ReduceMax", [self.op("Abs", [x2])], axes=[1], keepdims=0)
-        scale = self.op("Add", [self.op("Mul", [amax, self.const(np.float32(1 / 127.0))]), self.const(np.float32(1e-12))])
+        scale = self.op(
+            "Add", [self.op("Mul", [amax, self.const(np.float32(1 / 127.0))]), self.const(np.float32(1e-12))]
+        )
         # uint8 with zero point 128 (symmetric in effect): MLAS's fast kernels are u8 x s8; s8 x s8 measured 9x slower
-        zp = self.op("Cast", [self.op("Add", [self.op("Mul", [scale, self.const(np.float32(0))]), self.const(np.float32(128))])],
-                     to=TensorProto.UINT8)
+        zp = self.op(
+            "Cast",
+            [
+                self.op(
+                    "Add", [self.op("Mul", [scale, self.const(np.float32(0))]), self.const(np.float32(128))]
+                )
+            ],
+            to=TensorProto.UINT8,
+        )
         xq = self.op("QuantizeLinear", [x2, scale, zp], axis=0)
         acc = self.op("Cast", [self.op("MatMulInteger", [xq, wq, self.const(np.uint8(128))])], to=F)
         rs = self.op("Unsqueeze", [scale, self.const(np.array([1], np.int64))])
@@ -84,17 +93,39 @@ class G:
         return self.op("Reshape", [y, self.const(np.array([-1, 1, d_out], np.int64))])
 
     def ln(self, x, d):
-        return self.op("LayerNormalization", [x, self.const(np.ones(d, np.float32)), self.const(np.zeros(d, np.float32))], axis=-1)
+        return self.op(
+            "LayerNormalization",
+            [x, self.const(np.ones(d, np.float32)), self.const(np.zeros(d, np.float32))],
+            axis=-1,
+        )
 
     def heads(self, x, h, dh):  # (R, 1, D) -> (R, H, 1, dh)
-        return self.op("Transpose", [self.op("Reshape", [x, self.const(np.array([0, 1, h, dh], np.int64))])], perm=[0, 2, 1, 3])
+        return self.op(
+            "Transpose",
+            [self.op("Reshape", [x, self.const(np.array([0, 1, h, dh], np.int64))])],
+            perm=[0, 2, 1, 3],
+        )
 
     def merge(self, x, d):  # (R, H, 1, dh) -> (R, 1, D)
-        return self.op("Reshape", [self.op("Transpose", [x], perm=[0, 2, 1, 3]), self.const(np.array([0, 1, d], np.int64))])
+        return self.op(
+            "Reshape",
+            [self.op("Transpose", [x], perm=[0, 2, 1, 3]), self.const(np.array([0, 1, d], np.int64))],
+        )
 
     def attend(self, q, k, v, mask, dh):
-        s = self.op("Add", [self.op("Mul", [self.op("MatMul", [q, self.op("Transpose", [k], perm=[0, 1, 3, 2])]),
-                                            self.const(np.float32(dh ** -0.5))]), mask])
+        s = self.op(
+            "Add",
+            [
+                self.op(
+                    "Mul",
+                    [
+                        self.op("MatMul", [q, self.op("Transpose", [k], perm=[0, 1, 3, 2])]),
+                        self.const(np.float32(dh**-0.5)),
+                    ],
+                ),
+                mask,
+            ],
+        )
         return self.op("MatMul", [self.op("Softmax", [s], axis=-1), v])
 
 
@@ -104,8 +135,10 @@ def build(m: dict, variant: str, beam: int) -> tuple[onnx.ModelProto, dict]:
     dh = d // h
     g = G(np.random.default_rng(0))
     i8 = variant == "int8-row"
-    inputs = [helper.make_tensor_value_info("x", F, ["R", 1, d]),
-              helper.make_tensor_value_info("src_mask", F, ["B" if variant == "cross-shared" else "R", 1, 1, "S"])]
+    inputs = [
+        helper.make_tensor_value_info("x", F, ["R", 1, d]),
+        helper.make_tensor_value_info("src_mask", F, ["B" if variant == "cross-shared" else "R", 1, 1, "S"]),
+    ]
     if variant == "cross-gather":
         inputs = inputs[:1]  # src_mask is added per row below, as the base graph has it
         inputs.append(helper.make_tensor_value_info("src_mask", F, ["R", 1, 1, "S"]))
@@ -114,21 +147,36 @@ def build(m: dict, variant: str, beam: int) -> tuple[onnx.ModelProto, dict]:
     if variant == "cross-gather":
         inputs.append(helper.make_tensor_value_info("row_input", TensorProto.INT64, ["R"]))
     if variant == "gqa":
-        inputs += [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["R"]),
-                   helper.make_tensor_value_info("total_len", TensorProto.INT32, [])]
+        inputs += [
+            helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["R"]),
+            helper.make_tensor_value_info("total_len", TensorProto.INT32, []),
+        ]
     else:
         inputs.append(helper.make_tensor_value_info("self_mask", F, ["R", 1, 1, "T"]))
     x = "x"
     for i in range(nl):
         pk, pv, ck, cv = f"past_key.{i}", f"past_value.{i}", f"cross_key.{i}", f"cross_value.{i}"
-        inputs += [helper.make_tensor_value_info(pk, F, ["R", h, "P", dh]), helper.make_tensor_value_info(pv, F, ["R", h, "P", dh])]
+        inputs += [
+            helper.make_tensor_value_info(pk, F, ["R", h, "P", dh]),
+            helper.make_tensor_value_info(pv, F, ["R", h, "P", dh]),
+        ]
         rows = "B" if shared else "R"
-        inputs += [helper.make_tensor_value_info(ck, F, [rows, h, "S", dh]), helper.make_tensor_value_info(cv, F, [rows, h, "S", dh])]
+        inputs += [
+            helper.make_tensor_value_info(ck, F, [rows, h, "S", dh]),
+            helper.make_tensor_value_info(cv, F, [rows, h, "S", dh]),
+        ]
         y = g.ln(x, d)
         q, k, v = (g.linear(y, d, d, i8) for _ in range(3))
         if variant == "gqa":
-            a, prk, prv = g.op("GroupQueryAttention", [q, k, v, pk, pv, "seqlens_k", "total_len"], n_out=3,
-                               domain="com.microsoft", num_heads=h, kv_num_heads=h, scale=dh ** -0.5)
+            a, prk, prv = g.op(
+                "GroupQueryAttention",
+                [q, k, v, pk, pv, "seqlens_k", "total_len"],
+                n_out=3,
+                domain="com.microsoft",
+                num_heads=h,
+                kv_num_heads=h,
+                scale=dh**-0.5,
+            )
             outputs += [prk, prv]
         else:
             kk = g.op("Concat", [pk, g.heads(k, h, dh)], axis=2)
@@ -138,10 +186,19 @@ def build(m: dict, variant: str, beam: int) -> tuple[onnx.ModelProto, dict]:
         x = g.op("Add", [x, g.linear(a, d, d, i8)])
         y = g.ln(x, d)
         q = g.linear(y, d, d, i8)
-        if variant == "cross-shared":  # (R,1,D) -> (B,k,H,dh) -> (B,H,k,dh): the beams of one input as one GEMM's rows
-            qb = g.op("Transpose", [g.op("Reshape", [q, g.const(np.array([-1, beam, h, dh], np.int64))])], perm=[0, 2, 1, 3])
+        if (
+            variant == "cross-shared"
+        ):  # (R,1,D) -> (B,k,H,dh) -> (B,H,k,dh): the beams of one input as one GEMM's rows
+            qb = g.op(
+                "Transpose",
+                [g.op("Reshape", [q, g.const(np.array([-1, beam, h, dh], np.int64))])],
+                perm=[0, 2, 1, 3],
+            )
             a = g.attend(qb, ck, cv, "src_mask", dh)  # (B,H,k,dh)
-            a = g.op("Reshape", [g.op("Transpose", [a], perm=[0, 2, 1, 3]), g.const(np.array([-1, 1, d], np.int64))])
+            a = g.op(
+                "Reshape",
+                [g.op("Transpose", [a], perm=[0, 2, 1, 3]), g.const(np.array([-1, 1, d], np.int64))],
+            )
         elif variant == "cross-gather":
             gk, gv = g.op("Gather", [ck, "row_input"], axis=0), g.op("Gather", [cv, "row_input"], axis=0)
             a = g.merge(g.attend(g.heads(q, h, dh), gk, gv, "src_mask", dh), d)
@@ -151,9 +208,13 @@ def build(m: dict, variant: str, beam: int) -> tuple[onnx.ModelProto, dict]:
         y = g.ln(x, d)
         x = g.op("Add", [x, g.linear(g.op("Relu", [g.linear(y, d, ff, i8)]), ff, d, i8)])
     logits = g.linear(g.ln(x, d), d, vocab, i8)
-    outs = [helper.make_tensor_value_info(logits, F, None)] + [helper.make_tensor_value_info(o, F, None) for o in outputs]
+    outs = [helper.make_tensor_value_info(logits, F, None)] + [
+        helper.make_tensor_value_info(o, F, None) for o in outputs
+    ]
     graph = helper.make_graph(g.nodes, "step", inputs, outs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = 9
     return model, outs
 
@@ -162,8 +223,12 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=["SkipLayerNormFusion"])
+    return ort.InferenceSession(
+        model.SerializeToString(),
+        so,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=["SkipLayerNormFusion"],
+    )
 
 
 def feed(m: dict, variant: str, b: int, beam: int, past: int, src: int, max_len: int) -> dict:
@@ -209,7 +274,10 @@ def check(m: dict, sb, sv, variant: str, beam: int, past: int, src: int) -> floa
     built from one seed in one order). Cross-shared gets each input's K/V once, the base the same K/V per beam row;
     gqa gets the base's past in the first ``past`` columns of its buffer."""
     b, n = 2, m["n_decoder_layers"]
-    fb, fv = feed(m, "base", b, beam, past, src, m["max_len"]), feed(m, variant, b, beam, past, src, m["max_len"])
+    fb, fv = (
+        feed(m, "base", b, beam, past, src, m["max_len"]),
+        feed(m, variant, b, beam, past, src, m["max_len"]),
+    )
     fv["x"] = fb["x"]
     for i in range(n):
         for kind in ("key", "value"):
@@ -241,7 +309,9 @@ def ab(run_a, run_b, rounds: int, reps: int) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.engine.step_variants", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bench.engine.step_variants", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--model", default="translate-en-ja")
     p.add_argument("--variant", nargs="+", default=["cross-shared", "cross-gather", "gqa", "int8-row"])
     p.add_argument("--batch", type=int, nargs="+", default=[16, 64])
@@ -257,14 +327,23 @@ def main() -> None:
     for variant in args.variant:
         if variant == "int8-row":
             from onnxruntime.quantization import QuantType, quantize_dynamic
+
             with tempfile.TemporaryDirectory() as tmp:
                 onnx.save(base, f"{tmp}/f.onnx")
-                quantize_dynamic(f"{tmp}/f.onnx", f"{tmp}/q.onnx", weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+                quantize_dynamic(
+                    f"{tmp}/f.onnx",
+                    f"{tmp}/q.onnx",
+                    weight_type=QuantType.QInt8,
+                    op_types_to_quantize=["MatMul"],
+                )
                 sa_ref = session(onnx.load(f"{tmp}/q.onnx"))  # the per-tensor path the engine exports today
         model, _ = build(m, variant, args.beam)
         sv = session(model)
         if variant != "int8-row":
-            print(f"{variant}: max |logits - base logits| = {check(m, sb, sv, variant, args.beam, 8, args.src):.2e}", flush=True)
+            print(
+                f"{variant}: max |logits - base logits| = {check(m, sb, sv, variant, args.beam, 8, args.src):.2e}",
+                flush=True,
+            )
         for b in args.batch:
             for past in args.past:
                 fb = feed(m, "base", b, args.beam, past, args.src, m["max_len"])
@@ -274,11 +353,15 @@ def main() -> None:
                 r = runner(ref, fb, "base", m["n_decoder_layers"])
                 ms_v, ms_r, ratio = ab(a, r, args.rounds, args.reps)
                 label = "int8-dynamic" if variant == "int8-row" else "concat/replicated (as decoder.onnx)"
-                print(f"{variant:13s} beam {args.beam} batch {b:3d} ({b * args.beam:3d} rows) past {past:2d} src {args.src}: "
-                      f"{ms_v:7.3f} ms vs {label} {ms_r:7.3f} ms; speedup {1 / ratio:5.3f}x (median of {args.rounds} paired rounds)",
-                      flush=True)
+                print(
+                    f"{variant:13s} beam {args.beam} batch {b:3d} ({b * args.beam:3d} rows) past {past:2d} src {args.src}: "
+                    f"{ms_v:7.3f} ms vs {label} {ms_r:7.3f} ms; speedup {1 / ratio:5.3f}x (median of {args.rounds} paired rounds)",
+                    flush=True,
+                )
                 if variant == "int8-row":  # and against float32, for scale
-                    _, ms_f, ratio2 = ab(a, runner(sb, fb, "base", m["n_decoder_layers"]), args.rounds // 2, args.reps)
+                    _, ms_f, ratio2 = ab(
+                        a, runner(sb, fb, "base", m["n_decoder_layers"]), args.rounds // 2, args.reps
+                    )
                     print(f"{'':13s} int8-row vs float32 {ms_f:7.3f} ms: {1 / ratio2:5.3f}x", flush=True)
 
 

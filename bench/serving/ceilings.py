@@ -115,7 +115,9 @@ def engine_outputs(engine, texts: list[str], max_new_tokens: int, batch_size: in
     return [list(s.result or []) for s in seqs]
 
 
-def measure_ceiling(engine, bundle: Path, args: argparse.Namespace, inputs: list[str], single: list[float], log) -> Ceiling:
+def measure_ceiling(
+    engine, bundle: Path, args: argparse.Namespace, inputs: list[str], single: list[float], log
+) -> Ceiling:
     from bench.engine.baselines import generate
 
     mnt = args.max_new_tokens or None
@@ -127,7 +129,9 @@ def measure_ceiling(engine, bundle: Path, args: argparse.Namespace, inputs: list
         best = min(best, time.perf_counter() - t)
         log(f"  engine.generate run {r + 1}: {len(inputs)} sequences in {time.perf_counter() - t:.2f}s")
     single = single or single_request_times(engine, args, inputs, list(range(min(40, len(inputs)))))
-    ceiling = Ceiling(len(inputs), best, sum(len(o) for o in outputs), 1000 * statistics.median(single), len(single))
+    ceiling = Ceiling(
+        len(inputs), best, sum(len(o) for o in outputs), 1000 * statistics.median(single), len(single)
+    )
     ceiling.callers = args.ceiling_callers or max(args.concurrency)
     ids = [engine.codec.source_ids(t) for t in inputs]
     budget = args.max_new_tokens or engine.config.task.max_new_tokens  # as the server's requests get it
@@ -150,7 +154,9 @@ def _recv(conn, timeout: float, what: str):
     return msg
 
 
-def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[int]], budget: int, callers: int) -> None:
+def _core_worker(
+    conn, bundle: str, threads: int, sched: dict, shard: list[list[int]], budget: int, callers: int
+) -> None:
     """A ceiling process: one Runner and the server's Scheduler, driven by ``callers`` closed-loop callers.
 
     The scheduler's sink puts each iteration's events on a queue; this (main) thread takes them and, for
@@ -196,7 +202,9 @@ def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[
                 try:
                     evs = events.get(timeout=120)
                 except queue.Empty:
-                    raise RuntimeError(f"no event from the scheduler in 120 s ({flying} requests in flight)") from None
+                    raise RuntimeError(
+                        f"no event from the scheduler in 120 s ({flying} requests in flight)"
+                    ) from None
                 now = time.monotonic()
                 for ev in evs:
                     if not isinstance(ev, (Finished, Failed)):
@@ -217,8 +225,9 @@ def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[
             conn.send(("error", traceback.format_exc()))
 
 
-def engine_cores_ceiling(args: argparse.Namespace, bundle: Path, ids: list[list[int]], budget: int, k: int, callers: int,
-                         log) -> CoreCeiling:
+def engine_cores_ceiling(
+    args: argparse.Namespace, bundle: Path, ids: list[list[int]], budget: int, k: int, callers: int, log
+) -> CoreCeiling:
     """K engine cores' in-process ceiling: K spawned processes, each the server's Scheduler (continuous) on its
     own Runner with its share of the callers (callers // K, the remainder to the first) and of the inputs
     (every K-th), run over the same wall window; answers finished inside it are summed. Best of
@@ -226,15 +235,22 @@ def engine_cores_ceiling(args: argparse.Namespace, bundle: Path, ids: list[list[
     ctx = multiprocessing.get_context("spawn")
     shards = [ids[j::k] or ids for j in range(k)]
     split = [callers // k + (j < callers % k) for j in range(k)]
-    sched = dict(mode="continuous", max_batch_size=args.max_batch_size, max_queue_size=max(args.max_queue_size, callers))
+    sched = dict(
+        mode="continuous",
+        max_batch_size=args.max_batch_size,
+        max_queue_size=max(args.max_queue_size, callers),
+    )
     procs, conns = [], []
     best: CoreCeiling | None = None
     try:
         for j in range(k):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_core_worker, name=f"bench-core-{j}", daemon=True,
-                               args=(child, str(bundle), args.intra_op_threads, sched, shards[j],
-                                     budget, split[j]))
+            proc = ctx.Process(
+                target=_core_worker,
+                name=f"bench-core-{j}",
+                daemon=True,
+                args=(child, str(bundle), args.intra_op_threads, sched, shards[j], budget, split[j]),
+            )
             proc.start()
             child.close()
             procs.append(proc)
@@ -247,13 +263,26 @@ def engine_cores_ceiling(args: argparse.Namespace, bundle: Path, ids: list[list[
             t_close = t_open + args.ceiling_seconds
             for conn in conns:
                 conn.send((t_start, t_open, t_close))
-            res = [_recv(conn, args.ceiling_warmup_s + args.ceiling_seconds + 180, f"ceiling core {j}")
-                   for j, conn in enumerate(conns)]
-            cc = CoreCeiling(k, callers, t_close - t_open, sum(m[1] for m in res), sum(m[2] for m in res),
-                             sum(m[3] for m in res), [m[1] for m in res], sum(m[4] for m in res), sum(m[5] for m in res))
-            log(f"  {k} engine core{'s' if k > 1 else ''} in process ({callers} callers), window {r + 1}: "
+            res = [
+                _recv(conn, args.ceiling_warmup_s + args.ceiling_seconds + 180, f"ceiling core {j}")
+                for j, conn in enumerate(conns)
+            ]
+            cc = CoreCeiling(
+                k,
+                callers,
+                t_close - t_open,
+                sum(m[1] for m in res),
+                sum(m[2] for m in res),
+                sum(m[3] for m in res),
+                [m[1] for m in res],
+                sum(m[4] for m in res),
+                sum(m[5] for m in res),
+            )
+            log(
+                f"  {k} engine core{'s' if k > 1 else ''} in process ({callers} callers), window {r + 1}: "
                 f"{cc.answers} sequences in {cc.window_s:.1f}s = {cc.sps:.1f}/s (per core {cc.per_core})"
-                + (f", {cc.errors} failed" if cc.errors else ""))
+                + (f", {cc.errors} failed" if cc.errors else "")
+            )
             if best is None or cc.sps > best.sps:
                 best = cc
     finally:
@@ -271,7 +300,9 @@ def engine_cores_ceiling(args: argparse.Namespace, bundle: Path, ids: list[list[
 
 
 # ---- CTranslate2 -------------------------------------------------------------------------------
-def measure_ct2(args: argparse.Namespace, engine, inputs: list[str], outputs: list[list[int]], log) -> tuple[CT2Ref | None, str]:
+def measure_ct2(
+    args: argparse.Namespace, engine, inputs: list[str], outputs: list[list[int]], log
+) -> tuple[CT2Ref | None, str]:
     """CTranslate2 ``translate_batch`` on the same weights and inputs: greedy, EOS-stopped, max_decoding_length =
     the engine's budget, intra_threads=1; each of max_batch_size 16/64 x inter_threads 1/2, best of
     --ceiling-repeats. Tokenization (the bundle's tokenizer) is outside the timing."""
@@ -294,9 +325,17 @@ def measure_ct2(args: argparse.Namespace, engine, inputs: list[str], outputs: li
     tokens: dict[tuple[int, int], int] = {}
     identical = 0
     for inter in (1, 2):
-        tr = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32", inter_threads=inter, intra_threads=1)
+        tr = ctranslate2.Translator(
+            str(model_dir), device="cpu", compute_type="float32", inter_threads=inter, intra_threads=1
+        )
         for bs in (16, 64):
-            kw = dict(beam_size=1, max_batch_size=bs, batch_type="examples", max_decoding_length=length, return_scores=False)
+            kw = dict(
+                beam_size=1,
+                max_batch_size=bs,
+                batch_type="examples",
+                max_decoding_length=length,
+                return_scores=False,
+            )
             tr.translate_batch(batch[: 2 * bs * inter], **kw)  # warm-up
             best = float("inf")
             for _ in range(args.ceiling_repeats):
@@ -307,9 +346,10 @@ def measure_ct2(args: argparse.Namespace, engine, inputs: list[str], outputs: li
             hyps = [[index[tok] for tok in r.hypotheses[0]] for r in res]
             tokens[(bs, inter)] = sum(len(h) for h in hyps)
             identical = sum(h == o for h, o in zip(hyps, outputs))
-            log(f"  CTranslate2 max_batch_size={bs} inter_threads={inter}: {n} sequences in {best:.2f}s = {n / best:.1f}/s")
+            log(
+                f"  CTranslate2 max_batch_size={bs} inter_threads={inter}: {n} sequences in {best:.2f}s = {n / best:.1f}/s"
+            )
         del tr
     ref = CT2Ref(n, 0, length, runs, identical, len(outputs), str(model_dir), note)
     ref.tokens = tokens[ref.best]
     return ref, note
-

@@ -57,10 +57,19 @@ def searches(engine, log=print) -> list[Search]:
 
     out = [Search("greedy", 1, {"beam_size": 1}, dict(beam_size=1), dict(beam_size=1))]
     if beam > 1 and rule == "ctranslate2":
-        out.append(Search(f"beam {beam} (served default)", beam, {},
-                          dict(beam_size=beam), dict(beam_size=beam, length_penalty=DEFAULT_LENGTH_PENALTY[rule])))
+        out.append(
+            Search(
+                f"beam {beam} (served default)",
+                beam,
+                {},
+                dict(beam_size=beam),
+                dict(beam_size=beam, length_penalty=DEFAULT_LENGTH_PENALTY[rule]),
+            )
+        )
     elif beam > 1:
-        log(f"  the served default (beam {beam}, length rule {rule}) has no CTranslate2 equivalent: greedy only")
+        log(
+            f"  the served default (beam {beam}, length rule {rule}) has no CTranslate2 equivalent: greedy only"
+        )
     return out
 
 
@@ -74,14 +83,24 @@ class Served:
     client_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
     texts: dict[int, str] = field(default_factory=dict)  # input index -> served text
-    by_index: dict[int, float] = field(default_factory=dict)  # input index -> its (first) latency in the window
+    by_index: dict[int, float] = field(
+        default_factory=dict
+    )  # input index -> its (first) latency in the window
 
     def per(self, cpu_s: float) -> float:
         return cpu_s / self.answers * 1e6  # µs per request
 
 
-async def load_window(server: ServerProcess, model: str, inputs: list[str], conc: int, search: Search,
-                      seconds: float, min_answers: int, warmup: int) -> Served:
+async def load_window(
+    server: ServerProcess,
+    model: str,
+    inputs: list[str],
+    conc: int,
+    search: Search,
+    seconds: float,
+    min_answers: int,
+    warmup: int,
+) -> Served:
     """C closed-loop KServe gRPC workers; a warm-up of ``warmup`` answers, then a measured window."""
     import tritonclient.grpc.aio as triton_aio
     from tritonclient.grpc import InferInput
@@ -111,7 +130,12 @@ async def load_window(server: ServerProcess, model: str, inputs: list[str], conc
     try:
         while state["done"] < warmup:
             await asyncio.sleep(0.01)
-        c0, f0, k0, p0 = time.perf_counter(), proc_cpu_s(front), sum(map(proc_cpu_s, cores)), time.process_time()
+        c0, f0, k0, p0 = (
+            time.perf_counter(),
+            proc_cpu_s(front),
+            sum(map(proc_cpu_s, cores)),
+            time.process_time(),
+        )
         state["measuring"] = True
         while True:
             await asyncio.sleep(0.02)
@@ -132,7 +156,9 @@ async def load_window(server: ServerProcess, model: str, inputs: list[str], conc
 
 
 def _window_process(conn, address: str, pid: int, *args) -> None:
-    conn.send(asyncio.run(load_window(SimpleNamespace(address=address, proc=SimpleNamespace(pid=pid)), *args)))
+    conn.send(
+        asyncio.run(load_window(SimpleNamespace(address=address, proc=SimpleNamespace(pid=pid)), *args))
+    )
 
 
 def served_window(server: ServerProcess, *args) -> Served:
@@ -141,7 +167,9 @@ def served_window(server: ServerProcess, *args) -> Served:
     the server at once, fewer answers/s, more CPU per request in every process) than a lean one."""
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_window_process, args=(theirs, server.address, server.proc.pid, *args), daemon=True)
+    proc = ctx.Process(
+        target=_window_process, args=(theirs, server.address, server.proc.pid, *args), daemon=True
+    )
     proc.start()
     try:
         return ours.recv()
@@ -182,8 +210,14 @@ def engine_single(engine, texts: list[str], search: Search) -> list[float]:
 
 def ct2_batch(translator, tokens: list[list[str]], search: Search, bs: int, length: int) -> InProcess:
     c, p = time.perf_counter(), time.process_time()
-    translator.translate_batch(tokens, max_batch_size=bs, batch_type="examples", max_decoding_length=length,
-                               return_scores=False, **search.ct2_kw)
+    translator.translate_batch(
+        tokens,
+        max_batch_size=bs,
+        batch_type="examples",
+        max_decoding_length=length,
+        return_scores=False,
+        **search.ct2_kw,
+    )
     return InProcess(time.perf_counter() - c, time.process_time() - p, len(tokens))
 
 
@@ -197,7 +231,9 @@ class Cell:
     served: list[Served] = field(default_factory=list)
     engine: list[InProcess] = field(default_factory=list)
     single_ms: list[float] = field(default_factory=list)  # engine, one input at a time: median per round
-    single_idx: range = range(0)  # the inputs it times: the first ones a C=1 window measures (after its warm-up)
+    single_idx: range = range(
+        0
+    )  # the inputs it times: the first ones a C=1 window measures (after its warm-up)
     ct2: list[dict[tuple[int, int], InProcess]] = field(default_factory=list)
     identical: tuple[int, int] = (0, 0)
 
@@ -215,8 +251,12 @@ def _ct2_translators(args: argparse.Namespace, engine, log) -> tuple[dict | None
     import ctranslate2
 
     model_dir, vocab, _ = got
-    return {inter: ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32", inter_threads=inter,
-                                          intra_threads=1) for inter in (1, 2)}, vocab
+    return {
+        inter: ctranslate2.Translator(
+            str(model_dir), device="cpu", compute_type="float32", inter_threads=inter, intra_threads=1
+        )
+        for inter in (1, 2)
+    }, vocab
 
 
 def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple[list[Cell], dict]:
@@ -239,8 +279,12 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
         for r in range(args.cost_rounds):
             for search in {c.search.name: c.search for c in cells}.values():
                 mine = [c for c in cells if c.search is search]
-                sides = [lambda: _served(server, args, inputs, mine, log),
-                         lambda: _reference(ref, translators, tokens, inputs, single_inputs, length, mine, log)]
+                sides = [
+                    lambda mine=mine: _served(server, args, inputs, mine, log),
+                    lambda mine=mine: _reference(
+                        ref, translators, tokens, inputs, single_inputs, length, mine, log
+                    ),
+                ]
                 for side in abba(sides, r):
                     side()
     expected: dict[str, list[str]] = {}
@@ -255,12 +299,22 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
 
 def _served(server, args, inputs, cells: list[Cell], log) -> None:
     for c in cells:
-        s = served_window(server, args.model, inputs, c.conc, c.search, args.cost_seconds,
-                          max(args.cost_min_requests, 3 * c.conc), max(2 * c.conc, WARMUP_MIN))
+        s = served_window(
+            server,
+            args.model,
+            inputs,
+            c.conc,
+            c.search,
+            args.cost_seconds,
+            max(args.cost_min_requests, 3 * c.conc),
+            max(2 * c.conc, WARMUP_MIN),
+        )
         c.served.append(s)
-        log(f"  served {c.search.name} C={c.conc}: {s.answers / s.seconds:.1f}/s, front end {s.per(s.front_s):.0f} µs, "
+        log(
+            f"  served {c.search.name} C={c.conc}: {s.answers / s.seconds:.1f}/s, front end {s.per(s.front_s):.0f} µs, "
             f"cores {s.per(s.cores_s):.0f} µs, client {s.per(s.client_s):.0f} µs per request, "
-            f"p50 {statistics.median(s.latencies) * 1e3:.1f} ms")
+            f"p50 {statistics.median(s.latencies) * 1e3:.1f} ms"
+        )
 
 
 def _reference(ref, translators, tokens, inputs, single_inputs, length, cells: list[Cell], log) -> None:
@@ -274,8 +328,10 @@ def _reference(ref, translators, tokens, inputs, single_inputs, length, cells: l
                 ct2_batch(tr, tokens[: 2 * bs * inter], search, bs, length)  # warm-up
                 ct2[(bs, inter)] = ct2_batch(tr, tokens, search, bs, length)
     best = max(ct2.values(), key=lambda x: x.sps) if ct2 else None
-    log(f"  in process {search.name}: engine {e.sps:.1f}/s, {e.cpu_us:.0f} µs CPU per sequence, one input {single:.2f} ms"
-        + (f"; CTranslate2 best {best.sps:.1f}/s, {best.cpu_us:.0f} µs" if best else ""))
+    log(
+        f"  in process {search.name}: engine {e.sps:.1f}/s, {e.cpu_us:.0f} µs CPU per sequence, one input {single:.2f} ms"
+        + (f"; CTranslate2 best {best.sps:.1f}/s, {best.cpu_us:.0f} µs" if best else "")
+    )
     for c in cells:
         c.engine.append(e)
         c.single_ms.append(single)

@@ -35,26 +35,37 @@ def figures(c: Cell) -> dict:
         cores_ratio=_med(s.per(s.cores_s) / e.cpu_us for s, e in zip(c.served, c.engine)),
         ct2_ratio=_med((s.answers / s.seconds) / b.sps for s, b in zip(c.served, best) if b),
         # Paired: the served latencies of the very inputs the engine timed one at a time (the window's first ones).
-        p50_ratio=_med(statistics.median(lat) * 1e3 / m for s, m in zip(c.served, c.single_ms)
-                       if (lat := [s.by_index[i] for i in c.single_idx if i in s.by_index])),
+        p50_ratio=_med(
+            statistics.median(lat) * 1e3 / m
+            for s, m in zip(c.served, c.single_ms)
+            if (lat := [s.by_index[i] for i in c.single_idx if i in s.by_index])
+        ),
     )
     f["ct2_config"] = max(c.ct2[-1], key=lambda k: c.ct2[-1][k].sps) if c.ct2 and c.ct2[-1] else None
     return f
 
 
 def table(cells: list[Cell], meta: dict, args: argparse.Namespace) -> str:
-    rows = ["| search | C | served answers/s | p50 / p99 ms | front end µs/request | engine cores µs/request | "
-            "server in all µs/request | load client µs/request | engine in process µs/sequence | CTranslate2 µs/sequence | "
-            "cores / engine | served / CTranslate2 answers/s | p50 / engine's one input | outputs = engine's |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| search | C | served answers/s | p50 / p99 ms | front end µs/request | engine cores µs/request | "
+        "server in all µs/request | load client µs/request | engine in process µs/sequence | CTranslate2 µs/sequence | "
+        "cores / engine | served / CTranslate2 answers/s | p50 / engine's one input | outputs = engine's |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for c in cells:
         f = figures(c)
-        ct2 = f"{f['ct2']:.0f} ({f['ct2_sps']:.0f}/s, batch {f['ct2_config'][0]}, {f['ct2_config'][1]} thr)" if f["ct2_config"] else "n/a"
-        rows.append(f"| {c.search.name} | {c.conc} | {f['rps']:.1f} | {f['p50']:.1f} / {f['p99']:.1f} | {f['front']:.0f} | "
-                    f"{f['cores']:.0f} | {f['server']:.0f} | {f['client']:.0f} | {f['engine']:.0f} ({f['engine_sps']:.0f}/s) | {ct2} | "
-                    f"**{f['cores_ratio']:.2f}×** | **{f['ct2_ratio']:.2f}×** | "
-                    + (f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms" if f["p50_ratio"] == f["p50_ratio"] else "—")
-                    + f" | {c.identical[0]} of {c.identical[1]} |")
+        ct2 = (
+            f"{f['ct2']:.0f} ({f['ct2_sps']:.0f}/s, batch {f['ct2_config'][0]}, {f['ct2_config'][1]} thr)"
+            if f["ct2_config"]
+            else "n/a"
+        )
+        rows.append(
+            f"| {c.search.name} | {c.conc} | {f['rps']:.1f} | {f['p50']:.1f} / {f['p99']:.1f} | {f['front']:.0f} | "
+            f"{f['cores']:.0f} | {f['server']:.0f} | {f['client']:.0f} | {f['engine']:.0f} ({f['engine_sps']:.0f}/s) | {ct2} | "
+            f"**{f['cores_ratio']:.2f}×** | **{f['ct2_ratio']:.2f}×** | "
+            + (f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms" if f["p50_ratio"] == f["p50_ratio"] else "—")
+            + f" | {c.identical[0]} of {c.identical[1]} |"
+        )
     return "\n".join(rows)
 
 
@@ -72,8 +83,19 @@ def acceptance(cells: list[Cell]) -> str:
         if c.conc == top and c.search.beam == 1:
             row(f"front end ≤ 350 µs per request, C={top} greedy", f["front"], 350, ".0f")
         if c.conc == top:
-            row(f"engine cores ≤ 1.15× the engine in process, CPU per sequence, C={top} {c.search.name}", f["cores_ratio"], 1.15, ".2f")
-            row(f"served ≥ 0.6× CTranslate2 in process, answers/s, C={top} {c.search.name}", f["ct2_ratio"], 0.6, ".2f", below=False)
+            row(
+                f"engine cores ≤ 1.15× the engine in process, CPU per sequence, C={top} {c.search.name}",
+                f["cores_ratio"],
+                1.15,
+                ".2f",
+            )
+            row(
+                f"served ≥ 0.6× CTranslate2 in process, answers/s, C={top} {c.search.name}",
+                f["ct2_ratio"],
+                0.6,
+                ".2f",
+                below=False,
+            )
         if c.conc == 1:
             row(f"C=1 p50 ≤ 1.2× the engine's one-input time, {c.search.name}", f["p50_ratio"], 1.2, ".2f")
     return "\n".join(rows)
@@ -85,18 +107,20 @@ def cpu_model() -> str:
 
 def notes(meta: dict, args: argparse.Namespace) -> str:
     inst = meta["instances"] or "its default"
-    return (f"- server: `s2s serve` with its defaults (continuous batching, engine cores: {inst}, {meta['cores']} running), "
-            f"{args.model}; load: C closed-loop `tritonclient.grpc.aio` workers over KServe v2 gRPC, one held-out input a "
-            f"request ({meta['inputs']} inputs, cycled in order); windows of at least {args.cost_seconds:g} s and "
-            f"max({args.cost_min_requests}, 3×C) answers after a warm-up of max(2×C, 8) answers.\n"
-            "- CPU per request: each process's own user+system time from /proc over the window / answers in it; "
-            "*engine cores* sums the core processes.\n"
-            f"- engine in process: `engine.load(bundle, threads=1).generate(inputs, max_batch_size=64 × beam)`, CPU of "
-            f"this process per sequence; one input: `generate([text])` on the first {args.cost_single_inputs} inputs a C=1 window measures, median wall "
-            "time, against the served latencies of those same inputs (p50 / engine's one input).\n"
-            f"- CTranslate2: the same weights (bench/common/ct2.py), `translate_batch` with intra_threads=1, "
-            f"max_decoding_length={meta['length']}, the same search (greedy; beam with length_penalty as the served rule), "
-            "the best of max_batch_size 16/64 × inter_threads 1/2 by answers/s; its CPU per sequence is that configuration's.\n"
-            f"- {meta['rounds']} rounds: per search, the served windows and the in-process references take turns "
-            "(served, references; references, served: ABBA); each figure is the median over the rounds, each ratio the "
-            "median of the per-round ratios; p50/p99 pool every round's latencies.")
+    return (
+        f"- server: `s2s serve` with its defaults (continuous batching, engine cores: {inst}, {meta['cores']} running), "
+        f"{args.model}; load: C closed-loop `tritonclient.grpc.aio` workers over KServe v2 gRPC, one held-out input a "
+        f"request ({meta['inputs']} inputs, cycled in order); windows of at least {args.cost_seconds:g} s and "
+        f"max({args.cost_min_requests}, 3×C) answers after a warm-up of max(2×C, 8) answers.\n"
+        "- CPU per request: each process's own user+system time from /proc over the window / answers in it; "
+        "*engine cores* sums the core processes.\n"
+        f"- engine in process: `engine.load(bundle, threads=1).generate(inputs, max_batch_size=64 × beam)`, CPU of "
+        f"this process per sequence; one input: `generate([text])` on the first {args.cost_single_inputs} inputs a C=1 window measures, median wall "
+        "time, against the served latencies of those same inputs (p50 / engine's one input).\n"
+        f"- CTranslate2: the same weights (bench/common/ct2.py), `translate_batch` with intra_threads=1, "
+        f"max_decoding_length={meta['length']}, the same search (greedy; beam with length_penalty as the served rule), "
+        "the best of max_batch_size 16/64 × inter_threads 1/2 by answers/s; its CPU per sequence is that configuration's.\n"
+        f"- {meta['rounds']} rounds: per search, the served windows and the in-process references take turns "
+        "(served, references; references, served: ABBA); each figure is the median over the rounds, each ratio the "
+        "median of the per-round ratios; p50/p99 pool every round's latencies."
+    )

@@ -1,5 +1,5 @@
 """bench.serving.serve's closed-loop load: C gRPC workers per cell, windows interleaved across the server variants
-(rotated order per round) and pooled; the single-request reference times."""
+(rotated order per round) and pooled; the single-request reference times; the inputs it sends."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
+from bench import ROOT
 from bench.common.abba import rotated
 from bench.serving.server_process import ServerProcess
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
@@ -28,8 +30,12 @@ class Cell:
     tokens: int = 0  # their generated tokens
     latencies: list[float] = field(default_factory=list)  # requests sent inside the window (drained)
     ttfts: list[float] = field(default_factory=list)
-    server_s: list[float] = field(default_factory=list)  # server-side Timings.total_seconds of the same requests
-    rtt_s: list[float] = field(default_factory=list)  # bare round trips (ListModels) on this mode's server, C=1 cells only
+    server_s: list[float] = field(
+        default_factory=list
+    )  # server-side Timings.total_seconds of the same requests
+    rtt_s: list[float] = field(
+        default_factory=list
+    )  # bare round trips (ListModels) on this mode's server, C=1 cells only
     errors: dict[str, int] = field(default_factory=dict)
     indices: list[int] = field(default_factory=list)  # inputs sent inside the window
     steps: float = 0.0  # decode steps inside the window (server histograms)
@@ -43,7 +49,16 @@ class Cell:
         """One cell from the windows of several rounds: counts and durations add up, samples are pooled."""
         out = cls(rounds[0].mode, rounds[0].conc, rounds[0].instances)
         for c in rounds:
-            for name in ("window_s", "answers", "tokens", "steps", "rows_sum", "step_s", "server_cpu_s", "client_cpu_s"):
+            for name in (
+                "window_s",
+                "answers",
+                "tokens",
+                "steps",
+                "rows_sum",
+                "step_s",
+                "server_cpu_s",
+                "client_cpu_s",
+            ):
                 setattr(out, name, getattr(out, name) + getattr(c, name))
             for name in ("latencies", "ttfts", "server_s", "rtt_s", "indices"):
                 getattr(out, name).extend(getattr(c, name))
@@ -60,7 +75,9 @@ class Cell:
         return 1000 * self.step_s / self.steps if self.steps else None
 
     @property
-    def busy(self) -> float | None:  # share of the window a core's step loop spent inside decode steps (mean of the cores)
+    def busy(
+        self,
+    ) -> float | None:  # share of the window a core's step loop spent inside decode steps (mean of the cores)
         return self.step_s / (self.window_s * self.instances) if self.steps and self.window_s else None
 
     @property
@@ -94,8 +111,14 @@ def pct(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list[str], conc: int,
-                   start_index: int, options: dict | None = None) -> Cell:
+async def run_cell(
+    server: ServerProcess,
+    args: argparse.Namespace,
+    inputs: list[str],
+    conc: int,
+    start_index: int,
+    options: dict | None = None,
+) -> Cell:
     """One window; ``options``: GenerateOptions fields every request sets (none: greedy, beam_size=1)."""
     cell = Cell(server.mode, conc, server.instances)
     label = server.label
@@ -128,10 +151,14 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
             while not stop.is_set():
                 i = next(counter) % len(inputs)
                 measured = window_open.is_set()
-                req = pb.GenerateRequest(model=args.model, inputs=[inputs[i]],
-                                         # greedy unless the cell says otherwise: a model's default may be a beam
-                                         options=pb.GenerateOptions(max_new_tokens=args.max_new_tokens,
-                                                                    **{"beam_size": 1, **(options or {})}))
+                req = pb.GenerateRequest(
+                    model=args.model,
+                    inputs=[inputs[i]],
+                    # greedy unless the cell says otherwise: a model's default may be a beam
+                    options=pb.GenerateOptions(
+                        max_new_tokens=args.max_new_tokens, **{"beam_size": 1, **(options or {})}
+                    ),
+                )
                 t0 = time.perf_counter()
                 try:
                     resp = await stub.Generate(req, timeout=args.request_timeout_s)
@@ -158,7 +185,9 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
                     if warm_answers >= warm_target:
                         open_window()
                 if err is not None and not window_open.is_set() and err != "RESOURCE_EXHAUSTED":
-                    raise RuntimeError(f"{label} C={conc}: request failed during warm-up: {err}\n{server.tail()}")
+                    raise RuntimeError(
+                        f"{label} C={conc}: request failed during warm-up: {err}\n{server.tail()}"
+                    )
 
         tasks = [asyncio.create_task(worker()) for _ in range(conc)]
         try:
@@ -174,7 +203,9 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
                     break
                 with contextlib.suppress(asyncio.TimeoutError):
                     # wake up at --min-seconds too, in case the answer target was reached before it
-                    await asyncio.wait_for(stop.wait(), min(left, max(args.min_seconds - (time.perf_counter() - t_open), 0.05)))
+                    await asyncio.wait_for(
+                        stop.wait(), min(left, max(args.min_seconds - (time.perf_counter() - t_open), 0.05))
+                    )
                 if cell.answers >= target and time.perf_counter() - t_open >= args.min_seconds:
                     break
             close_window()
@@ -195,7 +226,9 @@ async def run_cell(server: ServerProcess, args: argparse.Namespace, inputs: list
     cell.server_cpu_s, cell.client_cpu_s = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     cell.steps = after["s2s_batch_size_count"] - before["s2s_batch_size_count"]
     cell.rows_sum = after["s2s_batch_size_sum"] - before["s2s_batch_size_sum"]
-    cell.step_s = after["s2s_decode_step_duration_seconds_sum"] - before["s2s_decode_step_duration_seconds_sum"]
+    cell.step_s = (
+        after["s2s_decode_step_duration_seconds_sum"] - before["s2s_decode_step_duration_seconds_sum"]
+    )
     return cell
 
 
@@ -235,7 +268,9 @@ def variants(args: argparse.Namespace) -> list[tuple[str, int]]:
     return out
 
 
-async def run_interleaved(args: argparse.Namespace, inputs: list[str], engine, log) -> tuple[list[Cell], list[float]]:
+async def run_interleaved(
+    args: argparse.Namespace, inputs: list[str], engine, log
+) -> tuple[list[Cell], list[float]]:
     """One server per variant (batching mode, engine cores), all started up front; for each concurrency,
     ``--rounds`` rounds of one window per variant (the order rotating), pooled per cell. Interleaving keeps
     the machine's drift over minutes (docs/BENCHMARKS.md states how much) out of the ratios between variants. After
@@ -246,11 +281,20 @@ async def run_interleaved(args: argparse.Namespace, inputs: list[str], engine, l
         for mode, k in variants(args):
             log(f"{mode} x{k}: starting the server ({k} engine core{'s' if k > 1 else ''})")
             servers[(mode, k)] = stack.enter_context(ServerProcess(args, mode, k))
-        for server in servers.values():  # one short burst each, so that ONNX Runtime's first runs are in no cell
+        for (
+            server
+        ) in servers.values():  # one short burst each, so that ONNX Runtime's first runs are in no cell
             async with grpc.aio.insecure_channel(server.address) as ch:
                 stub = pb_grpc.Seq2SeqStub(ch)
-                await asyncio.gather(*(stub.Generate(pb.GenerateRequest(model=args.model, inputs=[inputs[i % len(inputs)]]),
-                                                     timeout=args.request_timeout_s) for i in range(8 * server.instances)))
+                await asyncio.gather(
+                    *(
+                        stub.Generate(
+                            pb.GenerateRequest(model=args.model, inputs=[inputs[i % len(inputs)]]),
+                            timeout=args.request_timeout_s,
+                        )
+                        for i in range(8 * server.instances)
+                    )
+                )
         keys = list(servers)
         cells, single = [], []
         for conc in args.concurrency:
@@ -262,9 +306,11 @@ async def run_interleaved(args: argparse.Namespace, inputs: list[str], engine, l
                     if conc == 1:
                         cell.rtt_s = await rtt(servers[key], args)
                     rounds[key].append(cell)
-                    log(f"  {servers[key].label:13s} C={conc:<3d} round {r + 1}: {cell.answers:4d} answers in {cell.window_s:5.1f}s  "
+                    log(
+                        f"  {servers[key].label:13s} C={conc:<3d} round {r + 1}: {cell.answers:4d} answers in {cell.window_s:5.1f}s  "
                         f"{cell.rps:7.1f} req/s  p50 {1000 * cell.lat(50):7.1f} ms  p99 {1000 * cell.lat(99):7.1f} ms  "
-                        f"({time.perf_counter() - t:.1f}s)")
+                        f"({time.perf_counter() - t:.1f}s)"
+                    )
                 if conc == 1:
                     sent = sorted({i for key in keys for i in rounds[key][-1].indices})
                     single += await asyncio.to_thread(single_request_times, engine, args, inputs, sent)
@@ -272,3 +318,33 @@ async def run_interleaved(args: argparse.Namespace, inputs: list[str], engine, l
     order = {m: i for i, m in enumerate(args.modes)}
     return sorted(cells, key=lambda c: (order[c.mode], c.instances, c.conc)), single
 
+
+def load_inputs(args: argparse.Namespace, engine) -> tuple[list[str], Path]:
+    from contract.text import UnknownCharactersError
+
+    path = args.inputs
+    if path is None:
+        cands = [
+            ROOT / "checkpoints" / args.model / "test.tsv",
+            ROOT / "runs" / args.model / "data" / "test.tsv",
+        ]
+        path = next((c for c in cands if c.exists()), cands[0])
+    if not path.exists():
+        raise SystemExit(f"bench.serving.serve: no inputs at {path} (give --inputs FILE.tsv)")
+    limit = engine.config.model.max_len
+    texts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        src = line.split("\t", 1)[0]
+        if not src.strip():
+            continue
+        try:
+            if len(engine.codec.source_ids(src)) > limit:
+                continue  # the server would refuse it (INVALID_ARGUMENT)
+        except UnknownCharactersError:
+            continue
+        texts.append(src)
+    if args.limit_inputs:
+        texts = texts[: args.limit_inputs]
+    if not texts:
+        raise SystemExit(f"bench.serving.serve: no usable inputs in {path}")
+    return texts, path

@@ -45,12 +45,18 @@ async def run(args: argparse.Namespace, inputs: list[str], log) -> dict[str, obj
         if args.baseline:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-baseline-")))
             tree = baseline_tree(ROOT, args.baseline, tmp)
-            old = argparse.Namespace(**{**vars(args), "model_repo": baseline_repo(args.model_repo, args.model, tmp)})
+            old = argparse.Namespace(
+                **{**vars(args), "model_repo": baseline_repo(args.model_repo, args.model, tmp)}
+            )
             servers["baseline"] = stack.enter_context(
-                ServerProcess(old, "continuous", 1, root=tree, label=f"baseline {args.baseline}"))
+                ServerProcess(old, "continuous", 1, root=tree, label=f"baseline {args.baseline}")
+            )
         only = [f.strip() for f in args.option_families.split(",") if f.strip()]
-        plan = [(name, "current", opts) for name, opts in FAMILIES  # "none": the no-option row (and baseline) only
-                if name == "no option" or not only or any(name.startswith(f) for f in only if f != "none")]
+        plan = [
+            (name, "current", opts)
+            for name, opts in FAMILIES  # "none": the no-option row (and baseline) only
+            if name == "no option" or not only or any(name.startswith(f) for f in only if f != "none")
+        ]
         if "baseline" in servers:
             plan.append((BASELINE, "baseline", {}))
         for key in servers:  # warm each server (ONNX Runtime's first runs) outside every window
@@ -61,8 +67,10 @@ async def run(args: argparse.Namespace, inputs: list[str], log) -> dict[str, obj
                 t = time.perf_counter()
                 cell = await run_cell(servers[key], args, inputs, conc, start_index=0, options=opts)
                 rounds[name].append(cell)
-                log(f"  options {name:44s} round {r + 1}: {cell.answers:4d} answers {cell.rps:7.1f} req/s "
-                    f"({time.perf_counter() - t:.1f}s)")
+                log(
+                    f"  options {name:44s} round {r + 1}: {cell.answers:4d} answers {cell.rps:7.1f} req/s "
+                    f"({time.perf_counter() - t:.1f}s)"
+                )
         pooled = {name: Cell.pooled(cells) for name, cells in rounds.items()}
         pooled["_rounds"] = rounds  # per-round windows, for the paired baseline ratio
         return pooled
@@ -79,7 +87,11 @@ def paired(rounds: dict, a: str, b: str, metric) -> list[float]:
     return [metric(x) / metric(y) for x, y in zip(rounds[a], rounds[b]) if metric(y)]
 
 
-def table(cells: dict, args: argparse.Namespace, heading: str = "## Decoding options under load (`bench/serving/option_cost.py`)") -> str:
+def table(
+    cells: dict,
+    args: argparse.Namespace,
+    heading: str = "## Decoding options under load (`bench/serving/option_cost.py`)",
+) -> str:
     import statistics
 
     rounds = cells.pop("_rounds", {})
@@ -91,8 +103,12 @@ def table(cells: dict, args: argparse.Namespace, heading: str = "## Decoding opt
         f"closed-loop workers, one held-out input per request, every request of a window with the family's options "
         "(and beam_size=1 unless they set it: the model's default may be a beam); "
         f"{args.rounds} round(s) per row, the order rotated each round, pooled. *x no option*: tokens/s over the "
-        "no-option row of the same server." + (f" Baseline: the server of commit `{args.baseline}`, same flags, "
-                                               "interleaved with the others." if args.baseline else ""),
+        "no-option row of the same server."
+        + (
+            f" Baseline: the server of commit `{args.baseline}`, same flags, interleaved with the others."
+            if args.baseline
+            else ""
+        ),
         "",
         "| family | options | answers/s | tokens/s | x no option | server CPU ms / token | p50 ms | rows/step | errors |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -102,19 +118,29 @@ def table(cells: dict, args: argparse.Namespace, heading: str = "## Decoding opt
         shown = ", ".join(f"{k}={v}" for k, v in o.items()) or "—"
         rows = f"{c.rows_per_step:.1f}" if c.rows_per_step else "—"
         ratio = c.tps / base.tps if base.tps else float("nan")
-        lines.append(f"| {name} | {shown} | {c.rps:.1f} | {c.tps:.0f} | {ratio:.2f} | {cpu_ms_per_token(c):.2f} | "
-                     f"{1000 * c.lat(50):.1f} | {rows} | {sum(c.errors.values())} |")
+        lines.append(
+            f"| {name} | {shown} | {c.rps:.1f} | {c.tps:.0f} | {ratio:.2f} | {cpu_ms_per_token(c):.2f} | "
+            f"{1000 * c.lat(50):.1f} | {rows} | {sum(c.errors.values())} |"
+        )
     if BASELINE in cells and cells[BASELINE].tps:
         b = cells[BASELINE]
         ratio = base.tps / b.tps
         per_round = paired(rounds, "no option", BASELINE, lambda c: c.tps) if rounds else []
-        cpu = paired(rounds, BASELINE, "no option", cpu_ms_per_token) if rounds else []  # baseline's CPU / ours: > 1 = cheaper
-        lines += ["", f"No-option throughput, this tree / baseline `{args.baseline}`: **{ratio:.3f}** pooled "
-                      f"({base.tps:.0f} vs {b.tps:.0f} tokens/s; target: within 3%, i.e. >= 0.97: "
-                      f"{'met' if ratio >= 0.97 else 'NOT met'})."]
+        cpu = (
+            paired(rounds, BASELINE, "no option", cpu_ms_per_token) if rounds else []
+        )  # baseline's CPU / ours: > 1 = cheaper
+        lines += [
+            "",
+            f"No-option throughput, this tree / baseline `{args.baseline}`: **{ratio:.3f}** pooled "
+            f"({base.tps:.0f} vs {b.tps:.0f} tokens/s; target: within 3%, i.e. >= 0.97: "
+            f"{'met' if ratio >= 0.97 else 'NOT met'}).",
+        ]
         if len(per_round) >= 2:
-            lines += ["", f"Paired by round ({len(per_round)} rounds; each ratio from two windows of one round): tokens/s "
-                          f"median **{statistics.median(per_round):.3f}** (min {min(per_round):.3f}, max {max(per_round):.3f}); "
-                          f"server CPU per token, baseline / this tree, median **{statistics.median(cpu):.3f}** "
-                          f"(min {min(cpu):.3f}, max {max(cpu):.3f}; > 1 = this tree spends less CPU per token)."]
+            lines += [
+                "",
+                f"Paired by round ({len(per_round)} rounds; each ratio from two windows of one round): tokens/s "
+                f"median **{statistics.median(per_round):.3f}** (min {min(per_round):.3f}, max {max(per_round):.3f}); "
+                f"server CPU per token, baseline / this tree, median **{statistics.median(cpu):.3f}** "
+                f"(min {min(cpu):.3f}, max {max(cpu):.3f}; > 1 = this tree spends less CPU per token).",
+            ]
     return "\n".join(lines)

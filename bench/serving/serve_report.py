@@ -34,18 +34,49 @@ def ms(x: float) -> str:
 
 def table(report: Report, cells: list[Cell]) -> None:
     """The windows, one row per (batching mode, engine cores, concurrency)."""
+
     def opt(x: float | None, scale: float = 1.0):  # "n/a" where the window had no such figure
         return "n/a" if x is None or x != x else scale * x
 
-    t = report.table("windows", "batching", ("C", "{}"), ("answers", "{}"), ("instances", "{}"), ("window s", "{:.1f}"),
-                     ("req/s", "{:.1f}"), ("tok/s", "{:.0f}"), ("p50 ms", "{:.1f}"), ("p95 ms", "{:.1f}"),
-                     ("p99 ms", "{:.1f}"), ("TTFT p50 ms", "{:.1f}"), ("rows/step", "{:.1f}"), ("step ms", "{:.2f}"),
-                     ("in steps", "{:.0%}"), ("CPU server / client", "", "r"), "errors")
+    t = report.table(
+        "windows",
+        "batching",
+        ("C", "{}"),
+        ("answers", "{}"),
+        ("instances", "{}"),
+        ("window s", "{:.1f}"),
+        ("req/s", "{:.1f}"),
+        ("tok/s", "{:.0f}"),
+        ("p50 ms", "{:.1f}"),
+        ("p95 ms", "{:.1f}"),
+        ("p99 ms", "{:.1f}"),
+        ("TTFT p50 ms", "{:.1f}"),
+        ("rows/step", "{:.1f}"),
+        ("step ms", "{:.2f}"),
+        ("in steps", "{:.0%}"),
+        ("CPU server / client", "", "r"),
+        "errors",
+    )
     for c in cells:
         err = ", ".join(f"{k} {v}" for k, v in sorted(c.errors.items())) or "0"
-        t.row(c.mode, c.conc, c.answers, c.instances, c.window_s, c.rps, c.tps, opt(c.lat(50), 1000), opt(c.lat(95), 1000),
-              opt(c.lat(99), 1000), opt(pct(c.ttfts, 50), 1000), opt(c.rows_per_step), opt(c.step_ms), opt(c.busy),
-              f"{100 * c.server_cpu:.0f}% / {100 * c.client_cpu:.0f}%", err)
+        t.row(
+            c.mode,
+            c.conc,
+            c.answers,
+            c.instances,
+            c.window_s,
+            c.rps,
+            c.tps,
+            opt(c.lat(50), 1000),
+            opt(c.lat(95), 1000),
+            opt(c.lat(99), 1000),
+            opt(pct(c.ttfts, 50), 1000),
+            opt(c.rows_per_step),
+            opt(c.step_ms),
+            opt(c.busy),
+            f"{100 * c.server_cpu:.0f}% / {100 * c.client_cpu:.0f}%",
+            err,
+        )
 
 
 def verdict(ok: bool | None) -> str:
@@ -74,29 +105,37 @@ def headline(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
         c = by.get(("continuous", k, top))
         if c and base:
             r, want = ratio(c.rps, base.rps), 0.85 * k / ks[0]
-            rows.append(f"| throughput {inst(k)} / {inst(ks[0])} at C={top} | {c.rps:.1f} / {base.rps:.1f} req/s = **{r:.2f}×** "
-                        f"(tokens {ratio(c.tps, base.tps):.2f}×) | ≥ {want:.2f}× | {verdict(r >= want)} |")
+            rows.append(
+                f"| throughput {inst(k)} / {inst(ks[0])} at C={top} | {c.rps:.1f} / {base.rps:.1f} req/s = **{r:.2f}×** "
+                f"(tokens {ratio(c.tps, base.tps):.2f}×) | ≥ {want:.2f}× | {verdict(r >= want)} |"
+            )
     for k in ks:
         c, cc = by.get(("continuous", k, top)), ceiling.cores.get(k) if ceiling else None
         if c and cc:
             r = ratio(c.rps, cc.sps)
-            rows.append(f"| server at C={top} / own cores' ceiling ({inst(k)}; {k} in-process engine core{'s' if k > 1 else ''}, "
-                        f"{cc.callers} callers) | {c.rps:.1f} / {cc.sps:.1f} sequences/s = **{100 * r:.0f}%** "
-                        f"(tokens {100 * ratio(c.tps, cc.tps):.0f}%) | ≥ 90% | {verdict(r >= 0.9)} |")
+            rows.append(
+                f"| server at C={top} / own cores' ceiling ({inst(k)}; {k} in-process engine core{'s' if k > 1 else ''}, "
+                f"{cc.callers} callers) | {c.rps:.1f} / {cc.sps:.1f} sequences/s = **{100 * r:.0f}%** "
+                f"(tokens {100 * ratio(c.tps, cc.tps):.0f}%) | ≥ 90% | {verdict(r >= 0.9)} |"
+            )
     for k in ks:
         c1 = by.get(("continuous", k, 1))
         if c1 and ceiling:
             r = ratio(1000 * c1.lat(50), ceiling.single_ms)
-            rows.append(f"| C=1 p50 latency / engine single request ({inst(k)}) | {ms(c1.lat(50))} / {ceiling.single_ms:.1f} ms = "
-                        f"**{r:.2f}×** | ≤ 1.3× | {verdict(r <= 1.3)} |")
+            rows.append(
+                f"| C=1 p50 latency / engine single request ({inst(k)}) | {ms(c1.lat(50))} / {ceiling.single_ms:.1f} ms = "
+                f"**{r:.2f}×** | ≤ 1.3× | {verdict(r <= 1.3)} |"
+            )
     ct2 = ceiling.ct2 if ceiling else None
     for k in ks:
         c = by.get(("continuous", k, top))
         if c and ct2:
             bs, it = ct2.best
-            rows.append(f"| server at C={top} / CTranslate2 in process ({inst(k)}; CTranslate2 max_batch_size {bs}, "
-                        f"inter_threads {it}) | {c.rps:.1f} / {ct2.sps:.1f} sequences/s = **{ratio(c.rps, ct2.sps):.2f}×** | "
-                        "none (printed) | |")
+            rows.append(
+                f"| server at C={top} / CTranslate2 in process ({inst(k)}; CTranslate2 max_batch_size {bs}, "
+                f"inter_threads {it}) | {c.rps:.1f} / {ct2.sps:.1f} sequences/s = **{ratio(c.rps, ct2.sps):.2f}×** | "
+                "none (printed) | |"
+            )
     if ceiling and ct2 is None:
         rows.append(f"| server / CTranslate2 in process | {ceiling.ct2_note} | none (printed) | |")
     return rows
@@ -111,29 +150,40 @@ def acceptance(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
     cont, none_, req = by.get(("continuous", top)), by.get(("none", top)), by.get(("request", top))
     if cont and none_:
         r = ratio(cont.rps, none_.rps)
-        rows.append(f"| throughput continuous / none at C={top} | {cont.rps:.1f} / {none_.rps:.1f} req/s = **{r:.2f}×** "
-                    f"(tokens: {ratio(cont.tps, none_.tps):.2f}×) | ≥ 5× | {verdict(r >= 5)} |")
+        rows.append(
+            f"| throughput continuous / none at C={top} | {cont.rps:.1f} / {none_.rps:.1f} req/s = **{r:.2f}×** "
+            f"(tokens: {ratio(cont.tps, none_.tps):.2f}×) | ≥ 5× | {verdict(r >= 5)} |"
+        )
     if cont and req:
         r = ratio(cont.lat(99), req.lat(99))
-        rows.append(f"| p99 latency continuous / request at C={top} | {ms(cont.lat(99))} / {ms(req.lat(99))} ms = **{r:.2f}×** "
-                    f"(p50 {ratio(cont.lat(50), req.lat(50)):.2f}×) | none set (< 1×: continuous has the shorter tail) | "
-                    f"{'continuous lower' if r < 1 else 'continuous higher'} |")
+        rows.append(
+            f"| p99 latency continuous / request at C={top} | {ms(cont.lat(99))} / {ms(req.lat(99))} ms = **{r:.2f}×** "
+            f"(p50 {ratio(cont.lat(50), req.lat(50)):.2f}×) | none set (< 1×: continuous has the shorter tail) | "
+            f"{'continuous lower' if r < 1 else 'continuous higher'} |"
+        )
     conts = [c for (m, _), c in by.items() if m == "continuous"]
     if conts and ceiling and k0 == 1:
         sat = max(conts, key=lambda c: c.tps)
         r_t, r_s = ratio(sat.tps, ceiling.tps), ratio(sat.rps, ceiling.sps)
-        rows.append(f"| saturation / one-core engine ceiling (continuous, 1 instance, best cell C={sat.conc}) | tokens "
-                    f"{sat.tps:.0f} / {ceiling.tps:.0f} tok/s = **{100 * r_t:.0f}%**; sequences {sat.rps:.1f} / {ceiling.sps:.1f} /s = "
-                    f"**{100 * r_s:.0f}%**"
-                    + (f" (at C={top}: {100 * ratio(cont.tps, ceiling.tps):.0f}% / {100 * ratio(cont.rps, ceiling.sps):.0f}%)"
-                       if cont and cont is not sat else "")
-                    + f" | ≥ 70% | {verdict(r_t >= 0.7 and r_s >= 0.7)} |")
+        rows.append(
+            f"| saturation / one-core engine ceiling (continuous, 1 instance, best cell C={sat.conc}) | tokens "
+            f"{sat.tps:.0f} / {ceiling.tps:.0f} tok/s = **{100 * r_t:.0f}%**; sequences {sat.rps:.1f} / {ceiling.sps:.1f} /s = "
+            f"**{100 * r_s:.0f}%**"
+            + (
+                f" (at C={top}: {100 * ratio(cont.tps, ceiling.tps):.0f}% / {100 * ratio(cont.rps, ceiling.sps):.0f}%)"
+                if cont and cont is not sat
+                else ""
+            )
+            + f" | ≥ 70% | {verdict(r_t >= 0.7 and r_s >= 0.7)} |"
+        )
     if ceiling:
         for mode in ("request", "none"):
             c = by.get((mode, 1))
             if c:
-                rows.append(f"| C=1 p50 latency / engine single request ({mode}) | {ms(c.lat(50))} / {ceiling.single_ms:.1f} ms = "
-                            f"{ratio(1000 * c.lat(50), ceiling.single_ms):.2f}× | (reference) | |")
+                rows.append(
+                    f"| C=1 p50 latency / engine single request ({mode}) | {ms(c.lat(50))} / {ceiling.single_ms:.1f} ms = "
+                    f"{ratio(1000 * c.lat(50), ceiling.single_ms):.2f}× | (reference) | |"
+                )
     return rows
 
 
@@ -144,37 +194,54 @@ def notes(cells: list[Cell], ceiling: Ceiling | None) -> list[str]:
     by = {(c.mode, c.instances, c.conc): c for c in cells}
     top = max((c.conc for c in cells), default=0)
     if ceiling:
-        out.append(f"- Mean generated tokens per input: {ceiling.tokens / ceiling.n:.1f} ({ceiling.tokens} / {ceiling.n}).")
+        out.append(
+            f"- Mean generated tokens per input: {ceiling.tokens / ceiling.n:.1f} ({ceiling.tokens} / {ceiling.n})."
+        )
         none_ = by.get(("none", k0, top))
         if none_ and none_.rps and k0 == 1:
-            out.append(f"- Upper bound of continuous / none at C={top} (1 instance) if the server reached the one-core "
-                       f"engine ceiling: {ceiling.sps:.1f} / {none_.rps:.1f} = {ceiling.sps / none_.rps:.2f}×.")
+            out.append(
+                f"- Upper bound of continuous / none at C={top} (1 instance) if the server reached the one-core "
+                f"engine ceiling: {ceiling.sps:.1f} / {none_.rps:.1f} = {ceiling.sps / none_.rps:.2f}×."
+            )
         for k, cc in sorted(ceiling.cores.items()):
             c = by.get(("continuous", k, top))
             if c and c.rows_per_step and cc.rows_per_step:
-                out.append(f"- Rows per decode step at C={top}, {inst(k)}: server {c.rows_per_step:.1f}, in-process cores "
-                           f"{cc.rows_per_step:.1f}; CPU of the server's processes (front end and cores) "
-                           f"{100 * c.server_cpu:.0f}% and of the client {100 * c.client_cpu:.0f}% (100% = one CPU core; "
-                           f"{nproc()} usable).")
-    per_row = [f"{inst(c.instances)} C={c.conc} {c.step_ms / c.rows_per_step:.3f}" for c in cells
-               if c.mode == "continuous" and c.step_ms and c.rows_per_step]
+                out.append(
+                    f"- Rows per decode step at C={top}, {inst(k)}: server {c.rows_per_step:.1f}, in-process cores "
+                    f"{cc.rows_per_step:.1f}; CPU of the server's processes (front end and cores) "
+                    f"{100 * c.server_cpu:.0f}% and of the client {100 * c.client_cpu:.0f}% (100% = one CPU core; "
+                    f"{nproc()} usable)."
+                )
+    per_row = [
+        f"{inst(c.instances)} C={c.conc} {c.step_ms / c.rows_per_step:.3f}"
+        for c in cells
+        if c.mode == "continuous" and c.step_ms and c.rows_per_step
+    ]
     if per_row:
         out.append(f"- Decode-step time per row, continuous (ms): {', '.join(per_row)}.")
     c1 = by.get(("continuous", k0, 1))
     if c1 and ceiling and c1.rtt_s and c1.server_s:
         lat, srv, rtt = 1000 * c1.lat(50), 1000 * pct(c1.server_s, 50), 1000 * pct(c1.rtt_s, 50)
-        out.append(f"- Where the C=1 latency goes (continuous, {inst(k0)}, medians): client p50 {lat:.2f} ms = engine single "
-                   f"request {ceiling.single_ms:.2f} ms + {lat - ceiling.single_ms:.2f} ms. The server's own `total_seconds` "
-                   f"(servicer entry to answer: validation and tokenization, the pipe to the engine core and back, "
-                   f"decoding) is {srv:.2f} ms, {srv - ceiling.single_ms:.2f} ms above the engine; the other {lat - srv:.2f} ms "
-                   f"is gRPC and protobuf in both processes. A bare round trip that does no inference (ListModels, "
-                   f"{len(c1.rtt_s)} calls) takes {rtt:.2f} ms p50 on its own, i.e. {rtt / ceiling.single_ms:.2f}× of the "
-                   f"engine's single-request time before any work is done.")
-    busy = [f"{inst(c.instances)} C={c.conc} {100 * c.busy:.0f}%" for c in cells if c.mode == "continuous" and c.busy is not None]
+        out.append(
+            f"- Where the C=1 latency goes (continuous, {inst(k0)}, medians): client p50 {lat:.2f} ms = engine single "
+            f"request {ceiling.single_ms:.2f} ms + {lat - ceiling.single_ms:.2f} ms. The server's own `total_seconds` "
+            f"(servicer entry to answer: validation and tokenization, the pipe to the engine core and back, "
+            f"decoding) is {srv:.2f} ms, {srv - ceiling.single_ms:.2f} ms above the engine; the other {lat - srv:.2f} ms "
+            f"is gRPC and protobuf in both processes. A bare round trip that does no inference (ListModels, "
+            f"{len(c1.rtt_s)} calls) takes {rtt:.2f} ms p50 on its own, i.e. {rtt / ceiling.single_ms:.2f}× of the "
+            f"engine's single-request time before any work is done."
+        )
+    busy = [
+        f"{inst(c.instances)} C={c.conc} {100 * c.busy:.0f}%"
+        for c in cells
+        if c.mode == "continuous" and c.busy is not None
+    ]
     if busy:
-        out.append(f"- Share of the window an engine core's step loop spent inside decode steps (mean of the cores), "
-                   f"continuous: {', '.join(busy)} (the rest: admission, i.e. encoder and cache growth, reporting over "
-                   "the pipe, plus waiting for work or for the GIL).")
+        out.append(
+            f"- Share of the window an engine core's step loop spent inside decode steps (mean of the cores), "
+            f"continuous: {', '.join(busy)} (the rest: admission, i.e. encoder and cache growth, reporting over "
+            "the pipe, plus waiting for work or for the GIL)."
+        )
     return out
 
 
@@ -192,9 +259,11 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
         "|---:|---:|---:|---:|---|---:|",
     ]
     for k, cc in sorted(ceiling.cores.items()):
-        lines.append(f"| {k} | {cc.callers} | {cc.sps:.1f} | {cc.tps:.0f} | {', '.join(map(str, cc.per_core))} | "
-                     f"{'n/a' if cc.rows_per_step is None else f'{cc.rows_per_step:.1f}'} |"
-                     + (f" ({cc.errors} failed)" if cc.errors else ""))
+        lines.append(
+            f"| {k} | {cc.callers} | {cc.sps:.1f} | {cc.tps:.0f} | {', '.join(map(str, cc.per_core))} | "
+            f"{'n/a' if cc.rows_per_step is None else f'{cc.rows_per_step:.1f}'} |"
+            + (f" ({cc.errors} failed)" if cc.errors else "")
+        )
     lines += [
         "",
         f"One core, `bench.baselines.generate(Translator(bundle), inputs, batch_size={args.max_batch_size})` on the {ceiling.n} inputs, "
@@ -215,12 +284,15 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
             f"tokenizer outside the timing), greedy, stopped at EOS, max_decoding_length {ct2.max_decoding_length} (the "
             f"engine's budget), intra_threads 1, batch_type examples (its own length sorting); best of "
             f"{args.ceiling_repeats} each. Outputs identical to the engine's on {ct2.identical} of {ct2.compared} inputs"
-            + (f"; note: {ct2.note}" if ct2.note else "") + ".",
+            + (f"; note: {ct2.note}" if ct2.note else "")
+            + ".",
             "",
             "| max_batch_size | inter_threads | sequences/s |",
             "|---:|---:|---:|",
-            *[f"| {b} | {i} | {'**' if (b, i) == ct2.best else ''}{ct2.n / s:.1f}{'**' if (b, i) == ct2.best else ''} |"
-              for (b, i), s in sorted(ct2.runs.items())],
+            *[
+                f"| {b} | {i} | {'**' if (b, i) == ct2.best else ''}{ct2.n / s:.1f}{'**' if (b, i) == ct2.best else ''} |"
+                for (b, i), s in sorted(ct2.runs.items())
+            ],
             "",
             f"Best: max_batch_size {bs}, inter_threads {it}: **{ct2.sps:.1f} sequences/s, {ct2.tps:.0f} tokens/s**.",
             "",
@@ -230,8 +302,17 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
     return lines
 
 
-def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str], inputs_path: Path, bundle: Path,
-            started: dt.datetime, load_before: str, elapsed: float) -> Report:
+def section(
+    args,
+    cells: list[Cell],
+    ceiling: Ceiling | None,
+    inputs: list[str],
+    inputs_path: Path,
+    bundle: Path,
+    started: dt.datetime,
+    load_before: str,
+    elapsed: float,
+) -> Report:
     cmd = " ".join(["python -m bench.serving.serve", *(shlex.quote(a) for a in sys.argv[1:])])
     k0 = min(args.instances)
     lines = [
@@ -275,7 +356,9 @@ def section(args, cells: list[Cell], ceiling: Ceiling | None, inputs: list[str],
     lines += [f"Batching modes ({inst(k0)}; their acceptance figures):", "", *acc, ""]
     if nts := notes(cells, ceiling):
         lines += ["Notes:", "", *nts]
-    report.add_markdown("\n".join(lines), (("ceiling_cores", "ct2") if ceiling and ceiling.ct2 else ("ceiling_cores",) if ceiling
-                                           else ()) + ("batching_acceptance",))
+    report.add_markdown(
+        "\n".join(lines),
+        (("ceiling_cores", "ct2") if ceiling and ceiling.ct2 else ("ceiling_cores",) if ceiling else ())
+        + ("batching_acceptance",),
+    )
     return report
-

@@ -39,8 +39,15 @@ class ServerProcess:
     """`python -m s2s.cli serve` on loopback, one model, one batching mode, ``instances`` engine cores;
     always terminated on exit."""
 
-    def __init__(self, args: argparse.Namespace, mode: str, instances: int, root: Path = ROOT, label: str = "",
-                 defaults: bool = False):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        mode: str,
+        instances: int,
+        root: Path = ROOT,
+        label: str = "",
+        defaults: bool = False,
+    ):
         """``root``: the source tree the server runs from (another commit's, for an A/B: bench.serving.trees).
         ``defaults``: the server's own defaults for everything but the ports and ``instances`` (0: its own too)."""
         self.mode, self.instances, self.root, self._label = mode, instances, root, label
@@ -48,24 +55,62 @@ class ServerProcess:
         while self.metrics_port == self.port:
             self.metrics_port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(args.model_repo), "--models", args.model,
-                    "--host", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.metrics_port), "--http-port", "0",
-                    "--batching", mode, "--instances", str(instances), "--max-batch-size", str(args.max_batch_size),
-                    "--max-queue-size", str(args.max_queue_size), "--intra-op-threads", str(args.intra_op_threads),
-                    "--grace-s", "2", "--log-level", "WARNING"]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "s2s.cli",
+            "serve",
+            "--model-repo",
+            str(args.model_repo),
+            "--models",
+            args.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--http-port",
+            "0",
+            "--batching",
+            mode,
+            "--instances",
+            str(instances),
+            "--max-batch-size",
+            str(args.max_batch_size),
+            "--max-queue-size",
+            str(args.max_queue_size),
+            "--intra-op-threads",
+            str(args.intra_op_threads),
+            "--grace-s",
+            "2",
+            "--log-level",
+            "WARNING",
+        ]
         if defaults:
             self.cmd = self.cmd[: self.cmd.index("--batching")] + ["--grace-s", "2", "--log-level", "WARNING"]
             if instances:
                 self.cmd += ["--instances", str(instances)]
         if mode == "request":
             self.cmd += ["--max-queue-delay-ms", str(args.queue_delay_ms)]
-        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"bench-serve-{mode}-x{instances}-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(
+            "w+", prefix=f"bench-serve-{mode}-x{instances}-", suffix=".log", delete=False
+        )
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> ServerProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("S2S_")}  # flags only, no stray settings
-        self.proc = subprocess.Popen(self.cmd, cwd=self.root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("S2S_")
+        }  # flags only, no stray settings
+        self.proc = subprocess.Popen(
+            self.cmd,
+            cwd=self.root,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
         try:
             self._wait_ready(120.0)
         except BaseException:
@@ -118,7 +163,11 @@ class ServerProcess:
         want = ("s2s_batch_size_sum", "s2s_batch_size_count", "s2s_decode_step_duration_seconds_sum")
         out = dict.fromkeys(want, 0.0)
         try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+            text = (
+                urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
+                .read()
+                .decode()
+            )
         except OSError:
             return out
         for line in text.splitlines():

@@ -16,8 +16,20 @@ def baseline_tree(root: Path, ref: str, into: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(root), "archive", ref], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
     protos = [str(p.relative_to(out)) for p in out.glob("protos/**/*.proto")]
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", ".", "--python_out=.", "--grpc_python_out=.", *protos],
-                   cwd=out, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I",
+            ".",
+            "--python_out=.",
+            "--grpc_python_out=.",
+            *protos,
+        ],
+        cwd=out,
+        check=True,
+    )
     return out
 
 

@@ -47,9 +47,19 @@ def setup(n_pairs: int):
     random.Random(0).shuffle(train)
     train = train[:n_pairs]
     tok = bpe_tokenizer((t for p in train for t in p), 8000)
-    cfg = ModelConfig(src_vocab_size=tok.get_vocab_size(), tgt_vocab_size=tok.get_vocab_size(), d_model=256, n_heads=4,
-                      n_encoder_layers=2, n_decoder_layers=2, d_ff=1024, dropout=0.1, max_len=64,
-                      share_embeddings=True, tie_output=True)
+    cfg = ModelConfig(
+        src_vocab_size=tok.get_vocab_size(),
+        tgt_vocab_size=tok.get_vocab_size(),
+        d_model=256,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=1024,
+        dropout=0.1,
+        max_len=64,
+        share_embeddings=True,
+        tie_output=True,
+    )
     codec = TextCodec(tok, TaskConfig("translation", False, "unk", max_new_tokens=63), cfg.special)
     return cfg, encode_pairs(train, codec, cfg.max_len)
 
@@ -82,7 +92,9 @@ def run_variant(cfg, examples, variant: dict, steps: int, rank: int = 0, world: 
         if variant.get("compile"):
             net = torch.compile(net, dynamic=True)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        batches = batch_indices(examples, 96, seed=1, rank=rank, world=world, max_tokens=variant.get("tokens", 0))
+        batches = batch_indices(
+            examples, 96, seed=1, rank=rank, world=world, max_tokens=variant.get("tokens", 0)
+        )
         dtype = torch.bfloat16 if variant.get("bf16") else None
         warm, tokens, t0 = 3, 0, 0.0
         for i, idx in enumerate(batches[: warm + steps]):
@@ -91,8 +103,12 @@ def run_variant(cfg, examples, variant: dict, steps: int, rank: int = 0, world: 
             b = collate([examples[j] for j in idx], cfg)
             with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
                 logits = net(b.src, b.src_mask, b.tgt_in)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), b.tgt_out.flatten(), ignore_index=cfg.special.pad,
-                                   label_smoothing=0.1)
+            loss = F.cross_entropy(
+                logits.float().flatten(0, 1),
+                b.tgt_out.flatten(),
+                ignore_index=cfg.special.pad,
+                label_smoothing=0.1,
+            )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -131,7 +147,9 @@ def run_ddp(cfg, examples, variant: dict, steps: int) -> float:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    mp.start_processes(_ddp_worker, args=(2, cfg, examples, variant, steps, port, out), nprocs=2, start_method="spawn")
+    mp.start_processes(
+        _ddp_worker, args=(2, cfg, examples, variant, steps, port, out), nprocs=2, start_method="spawn"
+    )
     return out.get(timeout=5)
 
 
@@ -139,18 +157,27 @@ VARIANTS = [
     ("before: written-out attention, 96-sentence batches, 1 process x 2 threads", dict(fused=False)),
     ("+ fused attention (scaled_dot_product_attention)", dict()),
     ("+ token batches (2,500 padded tokens)", dict(tokens=2500)),
-    ("+ 2 ranks x 1 thread (data parallel, gloo): the default recipe", dict(tokens=2500, threads=1, ddp=True)),
+    (
+        "+ 2 ranks x 1 thread (data parallel, gloo): the default recipe",
+        dict(tokens=2500, threads=1, ddp=True),
+    ),
     ("default recipe + bf16 autocast", dict(tokens=2500, threads=1, ddp=True, bf16=True)),
     ("default recipe + torch.compile", dict(tokens=2500, threads=1, ddp=True, compile=True)),
 ]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.training.train_speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.training.train_speed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--steps", type=int, default=12, help="timed steps per variant and pass")
     ap.add_argument("--passes", type=int, default=3, help="passes over all variants (median reported)")
     ap.add_argument("--pairs", type=int, default=30000, help="training pairs loaded (BPE is learned on them)")
-    ap.add_argument("--quick", action="store_true", help="4 steps, 1 pass, no compile; prints, writes nothing")
+    ap.add_argument(
+        "--quick", action="store_true", help="4 steps, 1 pass, no compile; prints, writes nothing"
+    )
     args = ap.parse_args()
     if args.quick:
         args.steps, args.passes = 4, 1
@@ -162,7 +189,11 @@ def main() -> int:
     for p in range(args.passes):
         order = variants if p % 2 == 0 else variants[::-1]  # ABBA: drift of the machine hits all alike
         for name, v in order:
-            rate = run_ddp(cfg, examples, v, args.steps) if v.get("ddp") else run_variant(cfg, examples, v, args.steps)
+            rate = (
+                run_ddp(cfg, examples, v, args.steps)
+                if v.get("ddp")
+                else run_variant(cfg, examples, v, args.steps)
+            )
             rates[name].append(rate)
             print(f"pass {p + 1}: {name}: {rate:.0f} tgt tok/s", flush=True)
     base = statistics.median(rates[variants[0][0]])
@@ -173,11 +204,19 @@ def main() -> int:
         rows.append(f"| {name} | {med:.0f} | {med / base:.2f}x |")
     import platform
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    table = (f"`python -m bench.training.train_speed`: {args.steps} steps per variant, median of {args.passes} ABBA passes, "
-             f"{os.cpu_count()} cores ({cpu}); bf16 autocast by `--precision auto` here: {'yes' if fast else 'no'} ({why}).\n\n"
-             + "\n".join(rows))
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    table = (
+        f"`python -m bench.training.train_speed`: {args.steps} steps per variant, median of {args.passes} ABBA passes, "
+        f"{os.cpu_count()} cores ({cpu}); bf16 autocast by `--precision auto` here: {'yes' if fast else 'no'} ({why}).\n\n"
+        + "\n".join(rows)
+    )
     print(table)
     if not args.quick:
         write_section(ROOT / "docs" / "experiments.md", "train-speed", table, title="# Experiments")
