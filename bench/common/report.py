@@ -39,7 +39,10 @@ class Table:
     def row(self, *values) -> None:
         if len(values) != len(self.columns):
             raise ValueError(f"table {self.name}: {len(values)} values for {len(self.columns)} columns")
-        self.rows.append({c["key"]: v for c, v in zip(self.columns, values)})
+        # NaN (a figure the run could not measure) is not JSON: it is kept as the text "n/a"
+        self.rows.append(
+            {c["key"]: "n/a" if isinstance(v, float) and v != v else v for c, v in zip(self.columns, values)}
+        )
 
     def markdown(self) -> str:
         bar = {"l": "---", "r": "---:", "c": ":-:"}
@@ -154,7 +157,10 @@ class Report:
         """Blocks from markdown (headings, tables, prose between blank lines); its tables are named ``names`` in
         order (then t<k>), and a column gets numbers where every cell of it is one number of the same shape
         (decimals, a %/x/× suffix)."""
-        gap, para, rows, before = True, [], [], len(self.tables())
+        def count() -> int:
+            return sum("table" in b for b in self.blocks)
+
+        gap, para, rows, before = True, [], [], count()
 
         def flush() -> None:
             nonlocal gap
@@ -163,7 +169,7 @@ class Report:
                 para.clear()
                 gap = False
             if rows:
-                k, n = len(self.tables()), len(self.tables()) - before
+                k, n = count(), count() - before
                 self.blocks.append(
                     {
                         "table": _parse_table(names[n] if n < len(names) else f"t{k + 1}", rows),
