@@ -157,6 +157,7 @@ class Report:
         """Blocks from markdown (headings, tables, prose between blank lines); its tables are named ``names`` in
         order (then t<k>), and a column gets numbers where every cell of it is one number of the same shape
         (decimals, a %/x/× suffix)."""
+
         def count() -> int:
             return sum("table" in b for b in self.blocks)
 
