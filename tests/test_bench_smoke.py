@@ -213,3 +213,42 @@ def test_serve_benchmark_quick_run(tmp_path):
         served, total = (int(x) for x in r["outputs_engine_s"].split(" of "))
         assert total > 0 and served == total, r
     assert rows(cost, "acceptance")
+
+
+@needs_addition
+def test_option_table_against_a_baseline_commit_quick_run(tmp_path):
+    """The no-option A/B against another commit's server (`--options-only --baseline`), the check a change to the
+    serving path is held to: both servers answer every window, with positive throughput and no errors."""
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout: no commit to run as the baseline")
+    run_bench(
+        "bench.serving.serve",
+        "--quick",
+        "--model",
+        "addition",
+        "--model-repo",
+        str(MODEL_REPO),
+        "--inputs",
+        str(ADDITION / "test.tsv"),
+        "--options-only",
+        "--option-families",
+        "none",
+        "--baseline",
+        "HEAD",
+        "--rounds",
+        "2",
+        "--option-concurrency",
+        "2",
+        "--write",
+        "--results",
+        str(tmp_path),
+    )
+    table = rows(json.loads((tmp_path / "options-ab.json").read_text()), "options")
+    assert [r["family"] for r in table] == ["no option", "no option, baseline"]
+    for r in table:
+        assert (
+            r["answers_s"] > 0
+            and r["tokens_s"] > 0
+            and 0 < r["x_no_option"] < 100
+            and str(r["errors"]) == "0"
+        ), r
