@@ -19,7 +19,7 @@ from bench import ROOT
 
 RESULTS = ROOT / "docs" / "bench"  # committed: the figures docs/BENCHMARKS.md is rendered from
 
-_NUMBER = re.compile(r"^(-?\d+)(?:\.(\d+))?(%|x|×)?$")
+_NUMBER = re.compile(r"^(\*\*)?(-?\d+)(?:\.(\d+))?(%|x|×)?(\*\*)?$")
 
 
 def slug(header: str) -> str:
@@ -200,6 +200,13 @@ class Report:
         flush()
 
 
+def _shape(m: re.Match) -> tuple[int, str, bool] | None:
+    """A number cell's decimals, suffix and bold (None where the bold is not on both sides)."""
+    if bool(m.group(1)) != bool(m.group(5)):
+        return None
+    return len(m.group(3) or ""), m.group(4) or "", bool(m.group(1))
+
+
 def _split_row(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
@@ -210,18 +217,13 @@ def _parse_table(name: str, lines: list[str]) -> Table:
     specs = []
     for j, h in enumerate(header):
         cells = [r[j] if j < len(r) else "" for r in body]
-        shapes = {
-            (m.group(2) and len(m.group(2)), m.group(3)) if (m := _NUMBER.match(c)) else None
-            for c in cells
-            if c
-        }
+        shapes = {_shape(m) if (m := _NUMBER.match(c)) else None for c in cells if c}
         fmt = ""
         if shapes and None not in shapes and len(shapes) == 1:
-            decimals, suffix = shapes.pop()
+            decimals, suffix, bold = shapes.pop()
             # a percentage is kept as the fraction it shows (28% -> 0.28), as a benchmark records it
-            fmt = (
-                "{:.%d%%}" % (decimals or 0) if suffix == "%" else "{:.%df}%s" % (decimals or 0, suffix or "")
-            )
+            fmt = "{:.%d%%}" % decimals if suffix == "%" else "{:.%df}%s" % (decimals, suffix)
+            fmt = f"**{fmt}**" if bold else fmt
         specs.append((h, fmt, align[j]))
     t = Table(name, columns(*specs))
     for r in body:
@@ -231,8 +233,8 @@ def _parse_table(name: str, lines: list[str]) -> Table:
                 values.append(None)
             elif c["fmt"]:
                 m = _NUMBER.match(cell)
-                number = float(f"{m.group(1)}.{m.group(2)}") if m.group(2) else int(m.group(1))
-                values.append(round(number / 100, 12) if m.group(3) == "%" else number)
+                number = float(f"{m.group(2)}.{m.group(3)}") if m.group(3) else int(m.group(2))
+                values.append(round(number / 100, 12) if m.group(4) == "%" else number)
             else:
                 values.append(cell)
         t.row(*values)

@@ -6,6 +6,7 @@ import argparse
 import statistics
 
 from bench.common import machine
+from bench.common.report import Report
 from bench.serving.cost import Cell
 
 
@@ -45,28 +46,24 @@ def figures(c: Cell) -> dict:
     return f
 
 
-def table(cells: list[Cell], meta: dict, args: argparse.Namespace) -> str:
-    rows = [
-        "| search | C | served answers/s | p50 / p99 ms | front end µs/request | engine cores µs/request | "
-        "server in all µs/request | load client µs/request | engine in process µs/sequence | CTranslate2 µs/sequence | "
-        "cores / engine | served / CTranslate2 answers/s | p50 / engine's one input | outputs = engine's |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+def table(report: Report, cells: list[Cell]) -> None:
+    """The CPU-per-request table: one row per (search, concurrency)."""
+    t = report.table(
+        "cost", "search", ("C", "{}"), ("served answers/s", "{:.1f}"), ("p50 / p99 ms", "", "r"),
+        ("front end µs/request", "{:.0f}"), ("engine cores µs/request", "{:.0f}"), ("server in all µs/request", "{:.0f}"),
+        ("load client µs/request", "{:.0f}"), ("engine in process µs/sequence", "", "r"),
+        ("CTranslate2 µs/sequence", "", "r"), ("cores / engine", "**{:.2f}×**"),
+        ("served / CTranslate2 answers/s", "**{:.2f}×**"), ("p50 / engine's one input", "", "r"),
+        ("outputs = engine's", "", "r"),
+    )  # fmt: skip
     for c in cells:
         f = figures(c)
-        ct2 = (
-            f"{f['ct2']:.0f} ({f['ct2_sps']:.0f}/s, batch {f['ct2_config'][0]}, {f['ct2_config'][1]} thr)"
-            if f["ct2_config"]
-            else "n/a"
-        )
-        rows.append(
-            f"| {c.search.name} | {c.conc} | {f['rps']:.1f} | {f['p50']:.1f} / {f['p99']:.1f} | {f['front']:.0f} | "
-            f"{f['cores']:.0f} | {f['server']:.0f} | {f['client']:.0f} | {f['engine']:.0f} ({f['engine_sps']:.0f}/s) | {ct2} | "
-            f"**{f['cores_ratio']:.2f}×** | **{f['ct2_ratio']:.2f}×** | "
-            + (f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms" if f["p50_ratio"] == f["p50_ratio"] else "—")
-            + f" | {c.identical[0]} of {c.identical[1]} |"
-        )
-    return "\n".join(rows)
+        cfg = f["ct2_config"]
+        ct2 = f"{f['ct2']:.0f} ({f['ct2_sps']:.0f}/s, batch {cfg[0]}, {cfg[1]} thr)" if cfg else "n/a"
+        p50 = f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms" if f["p50_ratio"] == f["p50_ratio"] else "—"
+        t.row(c.search.name, c.conc, f["rps"], f"{f['p50']:.1f} / {f['p99']:.1f}", f["front"], f["cores"],
+              f["server"], f["client"], f"{f['engine']:.0f} ({f['engine_sps']:.0f}/s)", ct2, f["cores_ratio"],
+              f["ct2_ratio"], p50, f"{c.identical[0]} of {c.identical[1]}")  # fmt: skip
 
 
 def acceptance(cells: list[Cell]) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from bench import ROOT
 from bench.common.bundles import latest
 from bench.common.machine import loadavg_text
-from bench.common.report import RESULTS, publish
+from bench.common.report import RESULTS, Report, publish
 from bench.serving.ceilings import measure_ceiling
 from bench.serving.load import load_inputs, run_interleaved
 from bench.serving.serve_report import section
@@ -328,18 +328,21 @@ def cost_section(
     log(f"CPU per request: C in {args.cost_concurrency}, {args.cost_rounds} rounds (ABBA)")
     cells, meta = serve_cost.run(args, inputs, bundle, log)
     cmd = PROG + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = (
+    report = Report("serve-cost")
+    report.add_markdown(
         "## Serving cost per request (`bench/serving/cost.py`)\n\n### Acceptance: the serving-cost bounds\n\n"
         + serve_cost_report.acceptance(cells)
-        + "\n\n### CPU per request\n\n"
-        + serve_cost_report.table(cells, meta, args)
-        + "\n\n"
-        + serve_cost_report.notes(meta, args)
-        + f"\n- date: {started:%Y-%m-%d %H:%M} UTC; CPU: {serve_cost_report.cpu_model()}; load average at start {load_before}; "
-        f"command: `{cmd}`; {time.perf_counter() - t:.0f} s\n"
+        + "\n\n### CPU per request",
+        ("acceptance",),
     )
-    print(text)
-    publish(text, args.results if args.write else None, "serve-cost", names=("acceptance", "cost"))
+    serve_cost_report.table(report, cells)
+    report.add_markdown(
+        serve_cost_report.notes(meta, args)
+        + f"\n- date: {started:%Y-%m-%d %H:%M} UTC; CPU: {serve_cost_report.cpu_model()}; load average at start "
+        f"{load_before}; command: `{cmd}`; {time.perf_counter() - t:.0f} s"
+    )
+    print(report.markdown())
+    publish(report, args.results if args.write else None)
 
 
 def options_section(
