@@ -210,6 +210,7 @@ def test_serve_benchmark_quick_run(tmp_path):
         assert (
             r["served_answers_s"] > 0 and r["front_end_us_request"] > 0 and r["engine_cores_us_request"] > 0
         ), r
+        assert 0 < r["cores_engine"] < 100, r  # the cores' CPU per request over the engine's in process
         served, total = (int(x) for x in r["outputs_engine_s"].split(" of "))
         assert total > 0 and served == total, r
     assert rows(cost, "acceptance")
