@@ -33,6 +33,7 @@ PARTS = (
     "serve-commits",
     "http-deadlines",
     "gpu-check",
+    "design-choices.md",
 )
 HEADER = (
     "# Benchmarks\n\n<!-- Written by `python -m bench.render` from docs/bench/ (figures: <name>.json, written by "

@@ -46,7 +46,7 @@ def setup(tmp_path_factory):
         pytest.skip(f"no addition checkpoint with test.tsv at {ADDITION} (run `make models`)")
     import torch
 
-    from bench.common.ct2 import CT2Translator, convert, vocabulary
+    from export.ctranslate2 import CT2Translator, convert, vocabulary
     from training import checkpoint
     from training.tasks import read_tsv
 
@@ -60,7 +60,7 @@ def setup(tmp_path_factory):
 
 
 def test_ct2_greedy_equals_pytorch_greedy(setup):
-    from bench.common.ct2 import verify
+    from export.ctranslate2 import verify
 
     ck, _, translator, sources, budget = setup
     report = verify(ck.model, ck.codec, translator, sources, budget)
@@ -81,7 +81,7 @@ def test_check_detects_wrong_positional_layout(setup, tmp_path):
     model's interleaved table must change the log-probabilities, else the check above proves nothing."""
     from ctranslate2.specs import model_spec
 
-    from bench.common.ct2 import CT2Translator, build_spec, save, verify
+    from export.ctranslate2 import CT2Translator, build_spec, save, verify
 
     ck, tokens, _, sources, budget = setup
     spec = build_spec(ck.model, tokens)

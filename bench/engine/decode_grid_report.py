@@ -14,7 +14,7 @@ NOTES = {
     "ort+kv": "the serving engine: ONNX Runtime with the KV cache",
     "ort-nocache": "the same ONNX graphs, whole prefix recomputed each step",
     "torch+kv": "PyTorch eager with the KV cache",
-    "ct2": "CTranslate2 float32 (same weights, bench/common/ct2.py)",
+    "ct2": "CTranslate2 float32 (same weights, export/ctranslate2.py)",
     "ort-int8+kv": "the engine on an int8 bundle (s2s export --quantize int8; export/quantize.py)",
     "ct2-int8": "CTranslate2 compute_type=int8",
 }

@@ -141,7 +141,7 @@ def load(args: argparse.Namespace, prog: str, argv: list[str] | None) -> Setup |
     import onnxruntime
     import torch
 
-    from bench.common.ct2 import CT2Translator, convert, verify, vocabulary
+    from export.ctranslate2 import CT2Translator, convert, verify, vocabulary
     from engine import EngineOptions, Translator
     from training import checkpoint as ckpt_io
     from training.tasks import read_tsv
@@ -213,7 +213,7 @@ def load(args: argparse.Namespace, prog: str, argv: list[str] | None) -> Setup |
 def conversion_check(v: dict) -> str:
     """The conversion check as the reports state it."""
     return (
-        "**Conversion check** (CTranslate2 via `TransformerSpec`, bench/common/ct2.py): "
+        "**Conversion check** (CTranslate2 via `TransformerSpec`, export/ctranslate2.py): "
         f"greedy tokens equal PyTorch's (`training.decoding.greedy`, stopping at EOS, budget {v['budget']}) on "
         f"{v['identical']}/{v['n']} held-out inputs ({100 * v['rate']:.1f}%); "
         f"teacher-forced log-probabilities of those outputs differ by at most {v['max_abs_logprob_diff']:.1e}."

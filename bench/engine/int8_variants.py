@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     import sacrebleu
     import torch
 
-    from bench.common.ct2 import CT2Translator, convert, vocabulary
+    from export.ctranslate2 import CT2Translator, convert, vocabulary
     from bench.engine.baselines import generate
     from engine import EngineOptions, Translator
     from export.quantize import INT8, VARIANTS

@@ -12,7 +12,7 @@ References, on the same inputs and the same search, with no server running:
 * the engine in process: ``engine.load(bundle, threads=1).generate(texts, max_batch_size=64 rows)`` (its CPU per
   sequence is what the cores are compared with) and, at C=1, one input at a time (``generate([text])``, its median
   wall time: what C=1 p50 is compared with);
-* CTranslate2 in process on the same weights (bench/common/ct2.py), intra_threads=1, the best of max_batch_size
+* CTranslate2 in process on the same weights (export/ctranslate2.py), intra_threads=1, the best of max_batch_size
   16/64 (inputs) x inter_threads 1/2 by throughput; its CPU per sequence is that best configuration's.
 
 The served and the reference sides take turns (served, reference, reference, served: ABBA) over --cost-rounds

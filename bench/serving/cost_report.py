@@ -114,7 +114,7 @@ def notes(meta: dict, args: argparse.Namespace) -> str:
         f"- engine in process: `engine.load(bundle, threads=1).generate(inputs, max_batch_size=64 × beam)`, CPU of "
         f"this process per sequence; one input: `generate([text])` on the first {args.cost_single_inputs} inputs a C=1 window measures, median wall "
         "time, against the served latencies of those same inputs (p50 / engine's one input).\n"
-        f"- CTranslate2: the same weights (bench/common/ct2.py), `translate_batch` with intra_threads=1, "
+        f"- CTranslate2: the same weights (export/ctranslate2.py), `translate_batch` with intra_threads=1, "
         f"max_decoding_length={meta['length']}, the same search (greedy; beam with length_penalty as the served rule), "
         "the best of max_batch_size 16/64 × inter_threads 1/2 by answers/s; its CPU per sequence is that configuration's.\n"
         f"- {meta['rounds']} rounds: per search, the served windows and the in-process references take turns "

@@ -278,7 +278,7 @@ def ceiling_text(args, ceiling: Ceiling) -> list[str]:
     if ct2:
         bs, it = ct2.best
         lines += [
-            f"CTranslate2 in process (reference): the checkpoint converted by `bench/common/ct2.py` "
+            f"CTranslate2 in process (reference): the checkpoint converted by `export/ctranslate2.py` "
             f"(`{os.path.relpath(ct2.model_dir, ROOT) if Path(ct2.model_dir).is_relative_to(ROOT) else ct2.model_dir}`, "
             f"float32), `translate_batch` of {ct2.n} inputs (the {ceiling.n} above, cycled; tokenized by the bundle's "
             f"tokenizer outside the timing), greedy, stopped at EOS, max_decoding_length {ct2.max_decoding_length} (the "
