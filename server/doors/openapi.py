@@ -20,6 +20,13 @@ DECODING_TYPES = {name: {int: "integer", float: "number", bool: "boolean", str: 
 _ERROR = {"description": "The request was refused or failed; `error` says why.",
           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
+# The text switches of translation models (docs/DECODING.md#protected-spans-and-long-inputs), on every door.
+TEXT_SWITCHES = {
+    "protect_spans": "keep placeholders, markup, URLs and e-mail addresses byte for byte (false: off)",
+    "keep_numbers": "keep numbers written as digits (false: off)",
+    "split_long": "translate inputs longer than the model reads piece by piece, up to max_input_chars (false: refuse)",
+}
+
 
 def _errors(*codes: int) -> dict[str, Any]:
     what = {400: "Malformed or out-of-range input (the message names the field and the limit).",
@@ -175,15 +182,18 @@ def document() -> dict[str, Any]:
                         # GET /v2/models/{model}/config, parameters <name>_range.
                         **{name: {"type": kind, "description": "see docs/DECODING.md"}
                            for name, kind in DECODING_TYPES.items()},
+                        **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
+                           for name in TEXT_SWITCHES},
                         "timeout": {"type": "integer", "minimum": 0, "description": "deadline in microseconds"},
                         "binary_data_output": {"type": "boolean"}}},
                     "inputs": {"type": "array", "items": tensor},
                     "outputs": {"type": "array", "items": {"type": "object", "properties": {
                         "name": {"type": "string", "enum": ["text_output", "input_tokens", "output_tokens",
-                                                            "hypotheses", "scores"],
-                                 "description": "text_output (BYTES) is always sent; the INT64 token counts and the "
+                                                            "hypotheses", "scores", "protected_spans", "pieces"],
+                                 "description": "text_output (BYTES) is always sent; the INT64 token counts, the "
                                                 "n-best lists (hypotheses BYTES, scores FP32, [N, num_hypotheses]) "
-                                                "only when asked for here"},
+                                                "and the spans kept (protected_spans BYTES: JSON per input; pieces "
+                                                "INT64) only when asked for here"},
                         "parameters": {"type": "object", "properties": {"binary_data": {"type": "boolean"}}}}}}}},
                 "InferResponse": {"type": "object", "properties": {
                     "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
@@ -195,6 +205,8 @@ def document() -> dict[str, Any]:
                     "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
                     "alternatives": {"type": "integer", "minimum": 0, "default": 0,
                                      "description": "the next best translations (beam search, n-best)"},
+                    **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
+                       for name in TEXT_SWITCHES},
                     "api_key": {"type": "string", "description": "the bearer token, for clients that cannot set headers"}}},
                 "TranslateResponse": {"type": "object", "properties": {
                     "translatedText": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},

@@ -127,7 +127,7 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
                                f"{lim.max_input_chars}")
     planned = plan(name, codec, texts, target_prefixes, text, lim.max_input_tokens) if text.any else None
     if planned is not None:
-        if planned.rows * beam > lim.max_rows:
+        if planned.changed and planned.rows * beam > lim.max_rows:
             raise InvalidInput(f"model {name!r}: the inputs are read as {planned.rows} pieces x beam_size {beam} = "
                                f"{planned.rows * beam} rows; one request may have at most {lim.max_rows} "
                                "(max_rows_per_request): send fewer or shorter inputs, or a narrower beam")
@@ -145,7 +145,7 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
     prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(out))]
     if options.sampling and options.seed is None:  # drawn here, so the core (and a retry of the same request) has one
         options = options.replace(seed=secrets.randbits(63))
-    return Prepared(out, options, prefixes, planned)
+    return Prepared(out, options, prefixes, planned if planned is not None and planned.changed else None)
 
 
 def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> list[int]:

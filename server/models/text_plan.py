@@ -5,8 +5,8 @@ the same submission (one continuous batch), joined back per input.
 On by default for translation models (``TextOptions``; every door has a field to turn each off); other tasks read
 their inputs as sent. An input with a target prefix is read as sent too: the prefix is the start of the whole
 output, which a split or masked input no longer has. A request none of whose inputs has a span, a line break or
-more tokens than the model reads gets no plan at all, and its texts are tokenized once (the ids travel on to
-``prepare``): ordinary requests pay for one regular-expression scan per input.
+more tokens than the model reads is decoded as sent (``Plan.changed`` False); its texts are tokenized once here
+either way: ordinary requests pay for one regular-expression scan per input.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class Plan:
     texts: list[str]  # what the model reads, one per row
     ids: list[list[int]]  # their source ids
     prefixes: list[str] | None  # one per row, or None
+    changed: bool = True  # False: the rows are the inputs as sent (only their ids are of use)
 
     @property
     def rows(self) -> int:
@@ -98,9 +99,9 @@ def _answer(ip: InputPlan, outputs: list, output_type: type):
 
 
 def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | None, opts: TextOptions,
-         max_tokens: int) -> Plan | None:
-    """The rows the model reads for ``texts``, or None where they are the texts themselves (then the ids are
-    not kept: ``prepare`` tokenizes). Raises InvalidInput naming the input and the limit."""
+         max_tokens: int) -> Plan:
+    """The rows the model reads for ``texts`` and their ids (tokenized once, also where they are the texts as
+    sent: ``changed`` False). Raises InvalidInput naming the input and the limit."""
     memo: dict[str, list[int]] = {}
 
     def ids_of(text: str, i: int) -> list[int]:
@@ -111,7 +112,7 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
                 raise InvalidInput(f"input {i}: {e}") from None
         return memo[text]
 
-    inputs, rows, row_prefix, changed = [], [], [], False
+    inputs, rows, row_ids, row_prefix, changed = [], [], [], [], False
     for i, text in enumerate(texts):
         prefix = prefixes[i] if prefixes else ""
         numbers = opts.protect_spans and opts.keep_numbers
@@ -137,12 +138,14 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
             if m.text:
                 row_of.append(len(rows))
                 rows.append(m.text)
+                row_ids.append(ids_of(m.text, i))
                 row_prefix.append(prefix)
+                if len(row_ids[-1]) > max_tokens:  # a span longer than the model reads, kept whole
+                    raise InvalidInput(f"input {i} has a piece of {len(row_ids[-1])} tokens that cannot be cut "
+                                       f"(one span); model {name!r} reads at most {max_tokens}")
             else:
                 row_of.append(-1)
         protected = tuple(find_spans(text, numbers)) if opts.protect_spans and not prefix else ()
         changed = changed or pieces is not None or whole.changed or row_of != [i]
         inputs.append(InputPlan(text, masks, tuple(row_of), pieces, protected))
-    if not changed:
-        return None
-    return Plan(tuple(inputs), rows, [ids_of(t, 0) for t in rows], row_prefix if prefixes else None)
+    return Plan(tuple(inputs), rows, row_ids, row_prefix if prefixes else None, changed)
