@@ -63,10 +63,14 @@ def split(text: str, fits: Callable[[str], bool], spans: list[Span] = ()) -> Pie
         inside[s.start + 1:s.end] = b"\x01" * (s.end - s.start - 1)
     bounds: list[tuple[int, int]] = []
     pos = 0
-    for line in re.finditer(r"[^\r\n]+", text):
-        if (ab := _strip(text, line.start(), line.end())) is not None:
+    for brk in re.finditer(r"[\r\n]+", text):
+        if inside[brk.start()]:  # a line break inside a span (a tag's attributes on two lines) is not a cut
+            continue
+        if (ab := _strip(text, pos, brk.start())) is not None:
             bounds += _fit(text, *ab, 0, fits, inside)
-        pos = line.end()
+        pos = brk.end()
+    if (ab := _strip(text, pos, len(text))) is not None:
+        bounds += _fit(text, *ab, 0, fits, inside)
     return Pieces(text, tuple(bounds))
 
 

@@ -165,3 +165,9 @@ def test_split_between_block_tags():
 def test_a_text_that_fits_on_one_line_is_one_piece():
     assert split("Save changes", fits_words(5)).pieces == ["Save changes"]
     assert split("a b c d e f g h", fits_words(3)).pieces == ["a b c", "d e f", "g h"]
+
+
+def test_a_line_break_inside_a_span_is_not_a_cut():
+    text = 'Open <a\nhref="https://x.org">the page</a>\nand read it.'
+    pieces = split(text, fits_words(50), find_spans(text))
+    assert pieces.pieces == ['Open <a\nhref="https://x.org">the page</a>', "and read it."]

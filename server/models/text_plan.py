@@ -117,7 +117,6 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
         prefix = prefixes[i] if prefixes else ""
         numbers = opts.protect_spans and opts.keep_numbers
         whole = mask(text, numbers) if opts.protect_spans and not prefix else Masked(text, text)
-        spans = list(whole.spans) if whole.changed else []
         ids = ids_of(whole.text, i) if whole.text else []
         fits = len(ids) <= max_tokens
         lines = "\n" in text.strip() or "\r" in text.strip()
