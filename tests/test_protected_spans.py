@@ -14,15 +14,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from conftest import MODEL_REPO, ServerThread, english, server_config
+from test_spans import SOURCES
+
 from contract import bundle
 from contract.spans import check, find_spans
 from contract.text import TextCodec
 from s2s.cli import main
 from s2s.seq2seq_client import Seq2SeqClient
 from server.models.text_plan import MAX_TEXT_CHARS, TextOptions, plan
-from test_spans import SOURCES
 
 pytestmark = pytest.mark.skipif(not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model")
 

@@ -6,11 +6,11 @@ Sets, all from data/en-ja/heldout-projects.tsv (2,000 strings of seven projects 
 - held-out strings without any, given markup, a URL, an e-mail address or a named placeholder on both sides
   (source and reference): the held-out set has no tag or URL of its own;
 - inputs of ~4,000 characters made of held-out strings (split into pieces by the server).
-Each set is sent protected (the default) and unprotected (``protect_spans`` and ``keep_numbers`` off). Then, in
+Each set is sent as by default and with ``protect_spans``, ``keep_numbers`` and ``split_long`` off. Then, in
 process (engine.load, beam 4), what the model reads: the spans as they are, the mix the server uses, or every span
 masked, each with the same repair.
 
-    python -m bench.quality.protected_spans [--write] [--results DIR]
+    python -m bench.quality.protected_spans [--write] [--results DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Server:
 
 def served(address: str, texts: list[str], protect: bool) -> list[str | None]:
     """Each text's output through the server; None where it was refused."""
-    kw = {} if protect else {"protect_spans": False, "keep_numbers": False}
+    kw = {} if protect else {"protect_spans": False, "keep_numbers": False, "split_long": False}
     out: list[str | None] = []
     with Seq2SeqClient(address, timeout=600) as c:
         for i in range(0, len(texts), 16):
@@ -146,17 +146,20 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--added", type=int, default=300, help="held-out strings given a span on both sides")
     p.add_argument("--long", type=int, default=20, help="inputs of ~4,000 characters")
+    p.add_argument("--quick", action="store_true", help="20 strings a set, one long input: checks that it runs")
     p.add_argument("--write", action="store_true", help="write docs/bench/protected-spans.json (and BENCHMARKS.md)")
     p.add_argument("--results", default=None, help="folder of the results JSON (default docs/bench with --write)")
     args = p.parse_args()
     rows = pairs()
-    data = sets(rows, args.added, args.long)
+    data = sets(rows, 20 if args.quick else args.added, 1 if args.quick else args.long)
+    if args.quick:
+        data = {k: v[:20] for k, v in data.items()}
     report = Report("protected-spans")
     report.heading("Protected spans and long inputs (`bench/quality/protected_spans.py`)")
     report.text(f"`python -m bench.quality.protected_spans --write`, {dt.date.today().isoformat()}: through one "
-                "`s2s serve` (seq2seq.v1, the served default: beam 4), each set sent protected (the default) and with "
-                "`protect_spans` and `keep_numbers` off. *Kept*: the output has every span of the source exactly as "
-                "often (`contract.spans.check`: placeholders, tags, entities, URLs, e-mail addresses; each number "
+                "`s2s serve` (seq2seq.v1, the served default: beam 4), each set sent as by default and with "
+                "`protect_spans`, `keep_numbers` and `split_long` off (as before this server had them). *Kept*: the "
+                "output has every span of the source exactly as often (`contract.spans.check`: placeholders, tags, entities, URLs, e-mail addresses; each number "
                 "at least as often). chrF against the held-out references (sacrebleu).")
     t = report.table("served", "set", ("strings", "{:d}"), "protection", ("kept", "{:d}"), ("kept %", "{:.1f}"),
                      ("refused", "{:d}"), ("chrF", "{:.2f}"), ("pieces per input", "{:.1f}"))
@@ -171,7 +174,7 @@ def main() -> None:
                 with Seq2SeqClient(srv.address, timeout=600) as c:
                     pieces = statistics.mean(o.pieces for o in c.generate_full(JA, src[:16]).outputs) \
                         if name.startswith("inputs") and protect else 1.0
-                label = "protected" if protect else "off"
+                label = "on (default)" if protect else "off"
                 t.row(name, len(src), label, kept, 100 * kept / len(src), refused, chrf(outs, ref), pieces)
                 figures[f"{name}, {label}"] = {"kept": kept, "n": len(src), "chrf": chrf(outs, ref)}
                 print(f"{name} / {label}: kept {kept}/{len(src)}, refused {refused}, chrF {chrf(outs, ref):.2f}",

@@ -113,9 +113,9 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
         return memo[text]
 
     inputs, rows, row_ids, row_prefix, changed = [], [], [], [], False
+    numbers = opts.protect_spans and opts.keep_numbers
     for i, text in enumerate(texts):
         prefix = prefixes[i] if prefixes else ""
-        numbers = opts.protect_spans and opts.keep_numbers
         whole = mask(text, numbers) if opts.protect_spans and not prefix else Masked(text, text)
         ids = ids_of(whole.text, i) if whole.text else []
         fits = len(ids) <= max_tokens
