@@ -50,6 +50,7 @@ class Masked:
     follows: tuple[bool, ...] = ()  # span i comes right after span i - 1 (only whitespace between)
     pairs: tuple[tuple[int, int], ...] = ()  # (open, close) tags, as indexes into spans
     numbers: bool = True
+    found: tuple[Span, ...] = ()  # every span of the source, those kept around the text included
 
     @property
     def changed(self) -> bool:
@@ -95,6 +96,7 @@ def mask(text: str, numbers: bool = True, keep=as_is) -> Masked:
     spans = find_spans(text, numbers)
     if not spans:
         return Masked(text, text, numbers=numbers)
+    found = tuple(spans)
     lo, hi = len(text) - len(text.lstrip()), len(text.rstrip())
     first, last = 0, len(spans)
     pairs = _pairs(spans)
@@ -112,11 +114,12 @@ def mask(text: str, numbers: bool = True, keep=as_is) -> Masked:
         pos = s.end
     pieces.append(text[pos:hi])
     if not _WORD.search("".join(pieces[0::2])):
-        return Masked(text, "", tuple(inner), marks, head, tail, numbers=numbers)
+        return Masked(text, "", tuple(inner), marks, head, tail, numbers=numbers, found=found)
     leading = tuple(not _WORD.search(text[lo:s.start]) for s in inner)
     follows = tuple(i > 0 and not text[inner[i - 1].end:s.start].strip() for i, s in enumerate(inner))
     inner_pairs = tuple((o - first, c - first) for o, c in pairs.items() if first <= o and c < last)
-    return Masked(text, "".join(pieces), tuple(inner), marks, head, tail, leading, follows, inner_pairs, numbers)
+    return Masked(text, "".join(pieces), tuple(inner), marks, head, tail, leading, follows, inner_pairs, numbers,
+                  found)
 
 
 def _parts(m: Masked, output: str) -> list[str | int]:
@@ -181,6 +184,6 @@ def restore(m: Masked, output: str) -> str:
         body = "".join(f"{pad}{m.spans[p].text}{pad}" if isinstance(p, int) else p for p in parts)
         result = m.head + re.sub(" {2,}", " ", body).strip() if spaced else m.head + body.strip()
         result += m.tail
-        if check(m.source, result, m.numbers).ok:
+        if check(m.source, result, m.numbers, m.found).ok:
             return result
     return m.source  # the model's text could not be joined to the spans without changing one of them

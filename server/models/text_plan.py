@@ -144,7 +144,8 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
                                        f"(one span); model {name!r} reads at most {max_tokens}")
             else:
                 row_of.append(-1)
-        protected = tuple(find_spans(text, numbers)) if opts.protect_spans and not prefix else ()
+        protected = (whole.found if pieces is None else tuple(find_spans(text, numbers))) \
+            if opts.protect_spans and not prefix else ()
         changed = changed or pieces is not None or whole.changed or row_of != [i]
         inputs.append(InputPlan(text, masks, tuple(row_of), pieces, protected))
     return Plan(tuple(inputs), rows, row_ids, row_prefix if prefixes else None, changed)
