@@ -172,10 +172,18 @@ def _put_back(m: Masked, parts: list[str | int]) -> list[str | int]:
     return parts
 
 
+def drop_made_up(output: str) -> str:
+    """An output whose source has no span, without the spans the model made up (a ``%s``, a tag; numbers stay)."""
+    spans = find_spans(output, numbers=False)
+    for s in reversed(spans):
+        output = output[:s.start] + output[s.end:]
+    return re.sub(" {2,}", " ", output).strip() if spans else output
+
+
 def restore(m: Masked, output: str) -> str:
     """The model's output for ``m.text`` with every span of the source in it exactly as often as in the source."""
     if not m.changed:
-        return output  # nothing was masked
+        return drop_made_up(output)  # the source has no span: the output has none either
     if not m.text:
         return m.source
     parts = _put_back(m, _parts(m, output))

@@ -120,6 +120,9 @@ def test_libretranslate_fields(srv):
                                           "protect_spans": "false"}, form=True)
     assert status == 200
     assert off["translatedText"] == generate(srv, EN_JA, ["You have 3 new messages."], protect_spans=False)[0].text
+    status, html = http(srv, "translate", {"q": "<p>Delete %s files from {folder}?</p>", "source": "en", "target": "ja",
+                                           "format": "html"})
+    assert status == 200 and check("<p>Delete %s files from {folder}?</p>", html["translatedText"]).ok
     status, bad = http(srv, "translate", {"q": "x", "source": "en", "target": "ja", "split_long": "maybe"})
     assert status == 400 and "split_long must be true or false" in bad["error"]
 

@@ -77,6 +77,7 @@ SOURCES = [
     "<br/>",
     "Save &amp; Close",
     "Expected text or optional element <%s>, found <%s> instead",
+    "Save changes",  # no span: the output gets none either
 ]
 
 
@@ -171,3 +172,8 @@ def test_a_line_break_inside_a_span_is_not_a_cut():
     text = 'Open <a\nhref="https://x.org">the page</a>\nand read it.'
     pieces = split(text, fits_words(50), find_spans(text))
     assert pieces.pieces == ['Open <a\nhref="https://x.org">the page</a>', "and read it."]
+
+
+def test_spans_the_model_made_up_are_dropped():
+    assert restore(mask("Save changes"), "変更を保存 %s <b>") == "変更を保存"
+    assert restore(mask("Save changes"), "変更を 2 回保存") == "変更を 2 回保存"  # a number may be the model's own

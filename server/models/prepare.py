@@ -54,6 +54,7 @@ class Prepared:
     options: DecodingOptions
     prefixes: list[list[int]]
     plan: Plan | None = None  # the inputs as the model reads them (spans protected, long ones split), if changed
+    protected: bool = False  # spans protected: an output has none its input has not (made-up ones are dropped)
 
     @property
     def max_new_tokens(self) -> int:
@@ -145,7 +146,8 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
     prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(out))]
     if options.sampling and options.seed is None:  # drawn here, so the core (and a retry of the same request) has one
         options = options.replace(seed=secrets.randbits(63))
-    return Prepared(out, options, prefixes, planned if planned is not None and planned.changed else None)
+    return Prepared(out, options, prefixes, planned if planned is not None and planned.changed else None,
+                    text.protect_spans and not target_prefixes)
 
 
 def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> list[int]:

@@ -30,7 +30,7 @@ from server.errors import DeadlineExceeded, ShuttingDown
 from contract.decoding import DecodingOptions
 from server.models import distinct
 from server.models.prepare import Prepared, limits, prepare
-from server.models.text_plan import AS_SENT, TextOptions
+from server.models.text_plan import AS_SENT, TextOptions, without_made_up
 from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
 from server.telemetry.model_telemetry import Telemetry
 
@@ -124,7 +124,8 @@ class ServedVersion:
     async def generate(self, p: Prepared, deadline: float | None) -> Generation:
         """All outputs at once; raises ServingError (the request's status) on failure."""
         if p.plan is None:
-            return await self._generate_rows(p, deadline)
+            g = await self._generate_rows(p, deadline)
+            return dataclasses.replace(g, outputs=without_made_up(g.outputs)) if p.protected else g
         if not p.src_ids:  # every input is only spans: answered as sent, without the model
             g = Generation(self.name, self.version, [], Timings(0.0, 0.0, 0.0))
         else:
@@ -220,6 +221,8 @@ class ServedVersion:
             out = self._output(p, i, ev)
             if p.plan is not None:  # repaired: the finished event's text is the answer, its deltas the model's
                 out = p.plan.answer_one(i, out, Output)
+            elif p.protected:
+                out = without_made_up([out])[0]
             yield StreamEvent(i, text.rest(i, out.text), True, out)
 
     async def warm_up(self, deadline_s: float = 60.0) -> None:

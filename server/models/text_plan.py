@@ -11,9 +11,10 @@ either way: ordinary requests pay for one regular-expression scan per input.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from contract.masking import Masked, mask, restore
+from contract.masking import Masked, drop_made_up, mask, restore
 from contract.spans import Span, find_spans
 from contract.splitting import Pieces, split
 from contract.text import TextCodec, UnknownCharactersError
@@ -76,6 +77,18 @@ class Plan:
         """The model's outputs (``results.Output``, one per row) -> one ``output_type`` (``results.Output``, which
         imports this module's neighbour prepare.py: hence passed in) per input."""
         return [_answer(ip, outputs, output_type) for ip in self.inputs]
+
+
+def without_made_up(outputs: list) -> list:
+    """Outputs (``results.Output``) of inputs that have no span, without spans the model made up."""
+    out = []
+    for o in outputs:
+        texts = [drop_made_up(h.text) for h in o.hypotheses]
+        if any(t != h.text for t, h in zip(texts, o.hypotheses)):  # rare: a copy only then
+            hyps = tuple(dataclasses.replace(h, text=t) for t, h in zip(texts, o.hypotheses))
+            o = dataclasses.replace(o, text=hyps[0].text, hypotheses=hyps)
+        out.append(o)
+    return out
 
 
 def _answer(ip: InputPlan, outputs: list, output_type: type):
