@@ -5,9 +5,10 @@ vocab.json (target_vocab.json for a second vocabulary), and transformers has no 
 server reads only ``tokenizers`` files, so ``s2s import`` converts each side once:
 
 * the model: SentencePiece's unigram pieces and scores, each at the id vocab.json gives it. The other ids
-  (the other side's pieces in a joint vocabulary) keep their strings, so outputs decode, but are given
-  the lowest score, so a segmentation takes them only where a character has no piece of this side;
-  on the source side, which nothing decodes, they are renamed so that they never match at all;
+  (the other side's pieces in a joint vocabulary) keep their strings on the target side, so outputs
+  decode, with a score no segmentation of this side's pieces can lose to (a target prefix takes one only
+  where a character has no piece of its own, where SentencePiece would say <unk>); on the source side,
+  which nothing decodes, they are renamed so that they never match at all;
 * the normalizer SentencePiece ran: its precompiled character map (NFKC and its rules) as it is,
   then its whitespace handling (strip, runs of spaces to one) and the ``▁`` word marker;
 * the special tokens (``</s>``, ``<unk>``, ``<pad>``) and multi-target models' ``>>xx<<`` codes as added
@@ -26,6 +27,9 @@ from tokenizers.models import Unigram
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # SentencePiece's piece types
 UNIGRAM = 1  # trainer_spec.model_type
 NEVER = "\u0000unmatched:"  # prefix of ids this side never produces (no text holds U+0000 after normalization)
+
+
+FOREIGN = -1e9  # the score of the other side's pieces on the target side
 
 
 class TokenizerError(ValueError):
@@ -62,8 +66,10 @@ def convert(spm_path: Path, vocab: dict[str, int], specials: dict[str, int], dec
     for piece, i in vocab.items():
         if piece in spm_scores:
             table[i] = (piece, spm_scores[piece])
-        elif piece in specials or _is_language_code(piece) or decodes:
-            table[i] = (piece, floor)  # matched as added tokens, or only where nothing of this side covers a character
+        elif piece in specials or _is_language_code(piece):
+            table[i] = (piece, floor)  # matched as added tokens before the model sees the text
+        elif decodes:
+            table[i] = (piece, FOREIGN)
         else:
             table[i] = (f"{NEVER}{i}", floor)
     for i, entry in enumerate(table):
@@ -85,9 +91,9 @@ def convert(spm_path: Path, vocab: dict[str, int], specials: dict[str, int], dec
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
     tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in sorted(specials, key=specials.get)])
     codes = sorted((p for p in vocab if _is_language_code(p)), key=vocab.get)
-    if codes and not decodes:
+    if codes:
         tok.add_tokens([AddedToken(c, normalized=False, special=False) for c in codes])
-    for t, i in list(specials.items()) + [(c, vocab[c]) for c in codes if not decodes]:
+    for t, i in list(specials.items()) + [(c, vocab[c]) for c in codes]:
         if tok.token_to_id(t) != i:
             raise TokenizerError(f"{spm_path}: token {t!r} would get id {tok.token_to_id(t)}, not {i} as in the vocabulary")
     return tok
