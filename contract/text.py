@@ -72,7 +72,8 @@ class TextCodec:
         return self._ids(text, self.target_tokenizer)
 
     def decode(self, ids: list[int]) -> str:
-        """Generated ids -> text; stops at the first EOS, drops special tokens."""
+        """Generated ids -> text; stops at the first EOS, drops special tokens and the spaces around the text (a
+        word marker left alone at the end, before a dropped <unk>, would leave one; MarianTokenizer strips them too)."""
         if self.special.eos in ids:
             ids = ids[: ids.index(self.special.eos)]
-        return self.target_tokenizer.decode(ids, skip_special_tokens=True)
+        return self.target_tokenizer.decode(ids, skip_special_tokens=True).strip()
