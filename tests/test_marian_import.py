@@ -132,8 +132,16 @@ def test_greedy_and_beam4_token_identical_to_generate(imported, name):
 def test_served_through_kserve_grpc_under_continuous_batching(imported, tmp_path):
     """200 single-input requests to both imported models at once, beside the committed addition model, over the
     real server's KServe gRPC door: each answer is transformers' beam-4 output, decoded by MarianTokenizer."""
+    import tritonclient.grpc as triton
     import tritonclient.grpc.aio as triton_aio
-    from test_kserve import outputs_of, text_input
+
+    def text_input(texts: list[str]) -> triton.InferInput:
+        inp = triton.InferInput("text_input", [len(texts)], "BYTES")
+        inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))
+        return inp
+
+    def outputs_of(result) -> list[str]:
+        return [b.decode() for b in result.as_numpy("text_output").reshape(-1)]
 
     repo = tmp_path / "repo"
     repo.mkdir()
