@@ -140,7 +140,11 @@ def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: Model
         for token in specials.values():
             if token not in vocab:
                 raise ImportRefused(f"{path}: no {token!r} entry (the tokenizer's special token)")
-        if missing := missing_pieces(folder / ("target.spm" if vocab is tgt_vocab and separate else "source.spm"), vocab):
+        try:
+            missing = missing_pieces(folder / ("target.spm" if vocab is tgt_vocab and separate else "source.spm"), vocab)
+        except TokenizerError as e:
+            raise ImportRefused(str(e)) from None
+        if missing:
             log.warning("%s: %d SentencePiece pieces are not in it (MarianTokenizer reads them as <unk>): %s",
                         path, len(missing), missing[:5])
     ids = {t: src_vocab[t] for t in specials.values()}
