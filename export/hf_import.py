@@ -131,9 +131,10 @@ def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: Model
             raise ImportRefused(f"{folder / f}: missing; a Marian tokenizer needs {', '.join(files)}")
     src_vocab = _json(folder / "vocab.json", "")
     tgt_vocab = _json(folder / "target_vocab.json", "") if separate else src_vocab
-    for path, vocab, size, field in ((folder / "vocab.json", src_vocab, c.src_vocab_size, "vocab_size"),
-                                     (folder / ("target_vocab.json" if separate else "vocab.json"), tgt_vocab,
-                                      c.tgt_vocab_size, "decoder_vocab_size" if separate else "vocab_size")):
+    sides = ((folder / "vocab.json", src_vocab, c.src_vocab_size, "vocab_size", "source.spm"),
+             (folder / ("target_vocab.json" if separate else "vocab.json"), tgt_vocab, c.tgt_vocab_size,
+              "decoder_vocab_size" if separate else "vocab_size", "target.spm"))
+    for path, vocab, size, field, spm in sides:
         ids = {int(i) for i in vocab.values()}
         if max(ids) >= size:
             raise ImportRefused(f"{path}: ids up to {max(ids)}, but config.json field {field!r} is {size}")
@@ -141,7 +142,7 @@ def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: Model
             if token not in vocab:
                 raise ImportRefused(f"{path}: no {token!r} entry (the tokenizer's special token)")
         try:
-            missing = missing_pieces(folder / ("target.spm" if vocab is tgt_vocab and separate else "source.spm"), vocab)
+            missing = missing_pieces(folder / spm, vocab)
         except TokenizerError as e:
             raise ImportRefused(str(e)) from None
         if missing:
