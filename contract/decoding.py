@@ -4,7 +4,7 @@ Defined once here: the engine applies them (``engine/search.py``, ``engine/logit
 validates them (``server/models/prepare.py``) and every front door maps its protocol onto this dataclass.
 docs/DECODING.md gives each option's default and how it maps to CTranslate2's and to the paper's beam.
 
-Two length penalties (``length_penalty_type``):
+Three length penalties (``length_penalty_type``):
 
 * ``gnmt`` (the default of a model that names none; the paper's beam, Vaswani et al. §6.1: beam 4, alpha 0.6): hypotheses rank
   by log P(Y|X) / ((5 + |Y|) / 6)^alpha (Wu et al. 2016), and the search stops once no live
