@@ -135,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
                 texts = mm.lines(max(4 if args.quick else 8, batch * (1 if batch >= 64 else 2)), 5)
                 tokens = [eng.source_tokens(t) for t in texts]
 
-                def run_engine():
+                def run_engine(eng=eng, texts=texts, beam=beam, batch=batch):
                     out = eng.generate(texts, beam_size=beam, max_batch_size=batch * beam, min_new_tokens=n,
                                        max_new_tokens=n)
                     assert all(len(r.tokens) == n for r in out)
 
-                def run_ct2():
+                def run_ct2(ct2=ct2, tokens=tokens, beam=beam, batch=batch):
                     out = ct2.translate_batch(tokens, beam_size=beam, max_batch_size=batch, min_decoding_length=n,
                                               max_decoding_length=n)
                     assert all(len(r.hypotheses[0]) == n for r in out), [len(r.hypotheses[0]) for r in out][:4]

@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from contract.tokens import SpecialIds
 
-
 ACTIVATIONS = ("relu", "gelu", "swish")
 POSITIONS = ("sinusoid", "sinusoid_half", "learned")
 NORMS = ("post", "pre")

@@ -17,8 +17,8 @@ import numpy as np
 from contract.decoding import DecodingOptions
 from engine.cache import DecodeBatch, pad_axis
 from engine.logits import RowOptions
-from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
 from engine.runner import Runner
+from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
 
 _ids = itertools.count()
 

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import marian_models as mm  # noqa: E402
+
 from s2s.cli import main  # noqa: E402
 
 
@@ -102,9 +103,10 @@ def test_config_sizes_that_disagree_with_the_weights(capsys, checkpoint, tmp_pat
 
 def test_pytorch_pickle_and_int8(capsys, checkpoint, tmp_path):
     """pytorch_model.bin (weights_only=True) instead of safetensors, exported int8: a bundle that records its origin."""
+    from safetensors.torch import load_file
+
     import engine
     from contract import bundle
-    from safetensors.torch import load_file
 
     folder = edited(checkpoint, tmp_path)
     torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")

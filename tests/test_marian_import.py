@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 import marian_models as mm  # noqa: E402
 from conftest import MODEL_REPO, ServerThread, server_config  # noqa: E402
+
 from contract import names  # noqa: E402
 from export.hf_import import ImportOptions, import_model  # noqa: E402
 
