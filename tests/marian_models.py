@@ -63,7 +63,7 @@ def vocab_of(*spm_paths: Path, codes: tuple[str, ...] = ()) -> dict[str, int]:
 
 
 def make(folder: Path, *, separate_vocabs: bool = False, codes: tuple[str, ...] = (), activation: str = "swish",
-         steps: int = 300, seed: int = 0, n_lines: int = 400):
+         steps: int = 300, seed: int = 0, n_lines: int = 400, langs: tuple[str, str] | None = None):
     """A trained tiny Marian checkpoint in ``folder``; returns (model, tokenizer, source lines)."""
     import torch
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
@@ -90,7 +90,8 @@ def make(folder: Path, *, separate_vocabs: bool = False, codes: tuple[str, ...] 
     else:
         (work / "vocab.json").write_text(json.dumps(vocab_of(work / "source.spm", work / "target.spm", codes=codes)))
     tok = MarianTokenizer(source_spm=str(work / "source.spm"), target_spm=str(work / "target.spm"),
-                          vocab=str(work / "vocab.json"), separate_vocabs=separate_vocabs, **files)
+                          vocab=str(work / "vocab.json"), separate_vocabs=separate_vocabs,
+                          source_lang=langs and langs[0], target_lang=langs and langs[1], **files)
     src_v = len(tok.encoder)
     tgt_v = len(tok.target_encoder) if separate_vocabs else src_v
     pad = tok.pad_token_id

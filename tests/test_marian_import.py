@@ -36,7 +36,7 @@ def imported(tmp_path_factory):
     root = tmp_path_factory.mktemp("marian")
     repo = root / "repo"
     out = {}
-    for name, kw in (("joint", {"codes": CODES}), ("separate", {"separate_vocabs": True, "activation": "gelu", "seed": 1})):
+    for name, kw in (("joint", {"codes": CODES, "langs": ("en", "de")}), ("separate", {"separate_vocabs": True, "activation": "gelu", "seed": 1})):
         model, tok, src = mm.make(root / name, **kw)
         folder = import_model(ImportOptions(root / name, repo, name))
         out[name] = (model, tok, folder, src)
@@ -129,7 +129,21 @@ def test_greedy_and_beam4_token_identical_to_generate(imported, name):
     assert [r.tokens for r in translator.generate(texts[:32])] == want[:32]
 
 
-def test_served_through_kserve_grpc_under_continuous_batching(imported, tmp_path):
+@pytest.fixture(scope="module")
+def served(imported, tmp_path_factory):
+    """The real server on a repository of both imported models and the committed addition model."""
+    repo = tmp_path_factory.mktemp("served") / "repo"
+    repo.mkdir()
+    for name, (_, _, folder, _) in imported.items():
+        (repo / name).symlink_to(folder.parent)
+    if (MODEL_REPO / "addition").is_dir():
+        (repo / "addition").symlink_to(MODEL_REPO / "addition")
+    srv = ServerThread(server_config(model_repo=repo))
+    yield srv, repo
+    srv.stop()
+
+
+def test_served_through_kserve_grpc_under_continuous_batching(imported, served):
     """200 single-input requests to both imported models at once, beside the committed addition model, over the
     real server's KServe gRPC door: each answer is transformers' beam-4 output, decoded by MarianTokenizer."""
     import tritonclient.grpc as triton
@@ -143,30 +157,51 @@ def test_served_through_kserve_grpc_under_continuous_batching(imported, tmp_path
     def outputs_of(result) -> list[str]:
         return [b.decode() for b in result.as_numpy("text_output").reshape(-1)]
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for name, (_, _, folder, _) in imported.items():
-        (repo / name).symlink_to(folder.parent)
-    if (MODEL_REPO / "addition").is_dir():
-        (repo / "addition").symlink_to(MODEL_REPO / "addition")
+    srv, repo = served
     expected = {}
     for name, (model, tok, _, src) in imported.items():
         texts = inputs(src, N_INPUTS // 2)
         want = hf_generate(model, tok, texts)  # generation_config.json's defaults: beam 4
         expected[name] = list(zip(texts, tok.batch_decode(want, skip_special_tokens=True)))
-    srv = ServerThread(server_config(model_repo=repo))
-    try:
-        async def main():
-            async with triton_aio.InferenceServerClient(srv.address) as c:
-                jobs = [(m, t, w, c.infer(m, [text_input([t])], client_timeout=120))
-                        for m in expected for t, w in expected[m]]
-                extra = [c.infer("addition", [text_input(["12+30"])]) for _ in range(8)] if (repo / "addition").exists() else []
-                results = await asyncio.gather(*(j for *_, j in jobs), *extra)
-                return [(m, t, w, outputs_of(r)[0]) for (m, t, w, _), r in zip(jobs, results)], results[len(jobs):]
 
-        answered, sums = asyncio.run(main())
-    finally:
-        srv.stop()
+    async def main():
+        async with triton_aio.InferenceServerClient(srv.address) as c:
+            jobs = [(m, t, w, c.infer(m, [text_input([t])], client_timeout=120))
+                    for m in expected for t, w in expected[m]]
+            extra = [c.infer("addition", [text_input(["12+30"])]) for _ in range(8)] if (repo / "addition").exists() else []
+            results = await asyncio.gather(*(j for *_, j in jobs), *extra)
+            return [(m, t, w, outputs_of(r)[0]) for (m, t, w, _), r in zip(jobs, results)], results[len(jobs):]
+
+    answered, sums = asyncio.run(main())
     wrong = [(m, t, w, g) for m, t, w, g in answered if g != w]
     assert len(answered) == N_INPUTS and wrong == []
     assert all(outputs_of(r) == ["42"] for r in sums)
+
+
+def test_served_nbest_streaming_and_libretranslate(imported, served):
+    """seq2seq.v1 n-best lists and streaming, and LibreTranslate with the languages of tokenizer_config.json."""
+    import json
+    import urllib.request
+
+    from s2s.seq2seq_client import Seq2SeqClient
+
+    srv, _ = served
+    model, tok, _, src = imported["joint"]
+    texts = inputs(src, 12)
+    nbest = [tok.batch_decode(r, skip_special_tokens=True) for r in
+             (lambda rows: [rows[i:i + 2] for i in range(0, len(rows), 2)])(
+                 hf_generate(model, tok, texts, num_beams=4, num_return_sequences=2))]
+    greedy = tok.batch_decode(hf_generate(model, tok, texts, num_beams=1), skip_special_tokens=True)
+    with Seq2SeqClient(srv.address) as c:
+        full = c.generate_full("joint", texts, num_hypotheses=2)
+        assert [[h.text for h in o.hypotheses] for o in full.outputs] == nbest
+        streamed = [""] * len(texts)
+        for r in c.stream("joint", texts, beam_size=1):
+            streamed[r.index] += r.text_delta
+        assert streamed == greedy
+    body = json.dumps({"q": texts[0], "source": "en", "target": "de"}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{srv.running.web.port}/translate", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert json.loads(r.read())["translatedText"] == tok.batch_decode(hf_generate(model, tok, texts[:1]),
+                                                                          skip_special_tokens=True)[0]
