@@ -7,7 +7,7 @@ holes that attention ignores, so every row decodes exactly as it would alone.
 A row that leaves is only *released*: its slot is masked and handed to the next newcomer, which
 is written into it in place (``fill``). Under steady load, sequences join and leave every step,
 and copying the whole cache each time (as compacting would) cost about a quarter of decode time
-(bench/serve.py's profile). A released row goes on being computed (masked, at position 0) for up to
+(docs/BENCHMARKS.md, the step profile). A released row goes on being computed (masked, at position 0) for up to
 ``KEEP_RELEASED_STEPS`` steps: in a server, the next request arrives a round trip after the last
 answer left, a step or two later, and compacting in between and then appending the newcomer copied
 the whole cache twice per step (``stale`` says when to compact; ``keep`` does it). Leading columns

@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beam-size", type=_positive, default=None, metavar="N",
                    help="the beam a request gets when it names none (beam_size 0), written to config.json; "
                    "default: the checkpoint's (1 = greedy). The paper's is 4: choose it where it raises quality "
-                   "enough for its cost (docs/experiments.md, bench/serve.py's option table)")
+                   "enough for its cost (docs/experiments.md, bench/serving/option_cost.py's table)")
     p.add_argument("--length-penalty-type", choices=("gnmt", "ctranslate2", "transformers"), default=None,
                    help="the length penalty rule a beam request gets when it names none, written to config.json "
                    "(default: gnmt, the paper's; docs/DECODING.md)")

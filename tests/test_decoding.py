@@ -1,7 +1,7 @@
 """Decoding options in the engine: CTranslate2 on the same weights as the oracle, and per-row options in one batch.
 
-The oracle: the en->ja checkpoint converted to CTranslate2 (bench/ct2_convert.py, as bench/decode.py
-does) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
+The oracle: the en->ja checkpoint converted to CTranslate2 (export/ctranslate2.py, as the decode benchmarks
+do) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
 with ``length_penalty_type="ctranslate2"``, on held-out inputs; scores agree within SCORE_ATOL
 (CTranslate2 accumulates in float32, the engine in float64). No output string is hard-coded: the
 committed model may be retrained.
@@ -30,7 +30,7 @@ def ja():
 def ct2(ja, tmp_path_factory):
     """A CTranslate2 translator on the checkpoint the bundle was exported from."""
     ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is in the dev extra")
-    from bench.ct2_convert import convert, vocabulary
+    from export.ctranslate2 import convert, vocabulary
     from training import checkpoint
 
     assert ja.config.source_checkpoint_sha256 == checkpoint.weights_sha256(JA_CKPT), \

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CHECKPOINTS, MODEL_REPO, ROOT
+from conftest import CHECKPOINTS, MODEL_REPO, ROOT, decode, decode_no_cache
 from contract.bundle import BundleError
-from bench.baselines import generate, generate_no_cache
 from engine import EngineOptions, Generator, Sequence, Translator
 from engine.search import Beam
 
@@ -49,7 +48,7 @@ def test_export_parity_with_pytorch(engine: Translator):
 
 def test_cached_equals_uncached_decoding(engine: Translator):
     texts = sample_inputs(engine, 16)
-    assert generate(engine, texts, max_new_tokens=24) == generate_no_cache(engine, texts, max_new_tokens=24)
+    assert decode(engine, texts, max_new_tokens=24) == decode_no_cache(engine, texts, max_new_tokens=24)
 
 
 def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Translator):
@@ -267,7 +266,7 @@ def test_addition_exact_match_on_10000_held_out_problems_matches_pytorch():
     assert len(pairs) == 10_000
     srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
     engine = Translator(bundle("addition"), EngineOptions(device="cpu"))
-    ours = generate(engine, srcs, batch_size=256)
+    ours = decode(engine, srcs, batch_size=256)
     torch.set_num_threads(1)
     theirs = torch_generate(ckpt.model, ckpt.codec, srcs, 500, "cpu", ckpt.task.max_new_tokens)
     acc = float(np.mean([o == r for o, r in zip(ours, refs)]))
@@ -295,8 +294,8 @@ def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
     assert not [n.name for n in dec.node if n.op_type == "Transpose" and n.input[0] in inits]
     pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]]
     srcs = [s for s, _ in pairs]
-    acc = np.mean([o == r for o, (_, r) in zip(generate(e, srcs), pairs)])
-    acc32 = np.mean([o == r for o, (_, r) in zip(generate(Translator(MODEL_REPO / "addition" / "1"), srcs), pairs)])
+    acc = np.mean([o == r for o, (_, r) in zip(decode(e, srcs), pairs)])
+    acc32 = np.mean([o == r for o, (_, r) in zip(decode(Translator(MODEL_REPO / "addition" / "1"), srcs), pairs)])
     assert acc >= acc32 - 1 / 300, (acc, acc32)
 
 
@@ -306,7 +305,7 @@ def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Tran
     from engine.generator import run
 
     texts = sample_inputs(engine, 24)
-    alone = [generate(engine, [t], max_new_tokens=20)[0] for t in texts]
+    alone = [decode(engine, [t], max_new_tokens=20)[0] for t in texts]
     seqs = run(engine.runner, [Sequence(engine.codec.source_ids(t), 20) for t in texts], batch_size=4)
     assert [engine.codec.decode(s.result) for s in seqs] == alone
 
@@ -317,8 +316,8 @@ def test_io_binding_path_decodes_exactly_like_the_numpy_path(engine: Translator)
     bound = Translator(engine.runner.folder, EngineOptions(device="cpu", io_binding="on"))
     assert bound.runner.io_binding and not engine.runner.io_binding
     texts = sample_inputs(engine, 24)
-    assert generate(bound, texts, max_new_tokens=20, batch_size=5) == generate(engine, texts, max_new_tokens=20, batch_size=5)
-    assert generate(bound, texts[:4], max_new_tokens=12, beam=3) == generate(engine, texts[:4], max_new_tokens=12, beam=3)
+    assert decode(bound, texts, max_new_tokens=20, batch_size=5) == decode(engine, texts, max_new_tokens=20, batch_size=5)
+    assert decode(bound, texts[:4], max_new_tokens=12, beam=3) == decode(engine, texts[:4], max_new_tokens=12, beam=3)
 
 
 def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Translator):
@@ -523,7 +522,7 @@ def test_released_rows_wait_for_newcomers_then_compact_and_results_do_not_change
     from engine.cache import KEEP_RELEASED_STEPS
 
     texts = sample_inputs(engine, 40)
-    alone = {t: generate(engine, [t], max_new_tokens=20)[0] for t in texts}
+    alone = {t: decode(engine, [t], max_new_tokens=20)[0] for t in texts}
     gen = Generator(engine.runner)
     todo, running, done = list(texts), {}, {}
     width_after_refill, compactions_seen = [], 0
