@@ -19,6 +19,7 @@ PARTS = (
     "intro.md",
     "decode-grid",
     "decode-real",
+    "marian-ct2",
     "beam-int8-notes.md",
     "int8-variants",
     "threads",

@@ -17,8 +17,12 @@ Every output has exactly N tokens on both sides (random weights would stop anywh
 steps. Per (precision, search, batch) cell: one warm-up each, then 3 passes over the inputs, the systems
 taking turns in ABBA order; the least of the 3 is reported as sequences/s, with the ratio engine /
 CTranslate2. Timings include the engine's tokenizing and detokenizing; CTranslate2 gets its source tokens
-ready-made. Written to docs/BENCHMARKS.md between ``<!-- bench-marian-ct2:begin -->`` and ``:end -->``.
-Run it under cpu-bench on an otherwise idle machine; ``--quick`` (a small model, 4 inputs) checks the script.
+ready-made. Results: docs/bench/marian-ct2.json, rendered into docs/BENCHMARKS.md#marian-ct2.
+
+    python -m bench.engine.marian_ct2 [--quick]
+
+Run it under cpu-bench on an otherwise idle machine; ``--quick`` (a small model, 4 inputs) checks the script
+and writes nothing unless given ``--results DIR``.
 """
 
 from __future__ import annotations
@@ -31,16 +35,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-os.environ["HF_HUB_OFFLINE"] = "1"
+from bench import CACHE as BENCH_CACHE
+from bench import ROOT
+from bench.common.abba import abba
+from bench.common.machine import machine
+from bench.common.report import RESULTS, Report
 
-from bench.decode import machine  # noqa: E402
-from bench.markdown import write_section  # noqa: E402
-
-CACHE = ROOT / ".cache" / "bench" / "marian"
-SECTION = "bench-marian-ct2"
+os.environ["HF_HUB_OFFLINE"] = "1"  # the checkpoint is made here; nothing is downloaded
+CACHE = BENCH_CACHE / "marian"
+NAME = "marian-ct2"
 
 
 def make_checkpoint(folder: Path, d: int, layers: int, heads: int, ff: int, vocab: int) -> None:
@@ -106,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,16,64")
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="a small model and 4 inputs; writes nothing")
-    p.add_argument("--output", type=Path, default=ROOT / "docs" / "BENCHMARKS.md")
+    p.add_argument("--quick", action="store_true", help="a small model and 4 inputs; writes nothing unless --results")
+    p.add_argument("--results", type=Path, default=None, help="folder of the results JSON (default: docs/bench/)")
     args = p.parse_args(argv)
     if args.quick:
         args.d_model, args.layers, args.heads, args.d_ff, args.vocab, args.new_tokens = 64, 2, 4, 128, 2000, 8
@@ -148,40 +151,40 @@ def main(argv: list[str] | None = None) -> int:
                 times = {"engine": [], "ct2": []}
                 run_engine(), run_ct2()  # warm-up
                 for r in range(args.repeats):
-                    order = (("engine", run_engine), ("ct2", run_ct2))
-                    for name, fn in order if r % 2 == 0 else order[::-1]:
+                    for name, fn in abba([("engine", run_engine), ("ct2", run_ct2)], r):
                         t0 = time.perf_counter()
                         fn()
                         times[name].append(time.perf_counter() - t0)
                 e, c = len(texts) / min(times["engine"]), len(texts) / min(times["ct2"])
                 rows.append((precision, beam, batch, len(texts), e, c))
                 print(f"{precision} beam {beam} batch {batch}: engine {e:.2f}/s ct2 {c:.2f}/s = {e / c:.2f}x", flush=True)
-    text = render(args, info, rows)
-    print(text)
-    if not args.quick:
-        write_section(args.output, SECTION, text)
+    report = render(args, info, rows)
+    print(report.markdown())
+    if not args.quick or args.results:
+        from bench.render import write
+
+        report.save(args.results or RESULTS)
+        if not args.results:
+            write()
     return 0
 
 
-def render(args, info: dict, rows: list) -> str:
-    lines = [
-        "## An imported model of OPUS-MT's size against CTranslate2 (bench/marian_ct2.py)",
-        "",
+def render(args, info: dict, rows: list) -> Report:
+    report = Report(NAME)
+    report.heading("An imported model of OPUS-MT's size against CTranslate2 (bench/engine/marian_ct2.py)")
+    report.text(
         f"A random Marian checkpoint of OPUS-MT's shape (d {args.d_model}, {args.layers}+{args.layers} layers, "
         f"{args.heads} heads, d_ff {args.d_ff}, vocabulary {args.vocab}, swish, tied embeddings), saved with "
         "`save_pretrained`; the engine runs it as `s2s import` made it (float32, and `--quantize int8`), CTranslate2 as "
         "its own `ct2-transformers-converter` made it (compute_type float32 / int8). "
         f"Exactly {args.new_tokens} tokens per output on both sides (min = max decoding length), one thread each, "
         f"least of {args.repeats} passes in ABBA order after a warm-up; sequences/s. "
-        f"Machine: {info['nproc']} × {info['cpu']}, load average at start {info['loadavg'][0]:.2f}.",
-        "",
-        "| precision | search | batch | inputs | engine seq/s | CTranslate2 seq/s | engine / CTranslate2 |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+        f"Machine: {info['nproc']} × {info['cpu']}, load average at start {info['loadavg'][0]:.2f}.")
+    t = report.table("speed", "precision", "search", ("batch", "{}"), ("inputs", "{}"), ("engine seq/s", "{:.2f}"),
+                     ("CTranslate2 seq/s", "{:.2f}"), ("engine / CTranslate2", "{:.2f}×"))
     for precision, beam, batch, k, e, c in rows:
-        lines.append(f"| {precision} | {'greedy' if beam == 1 else f'beam {beam}'} | {batch} | {k} | {e:.2f} | {c:.2f} | "
-                     f"{e / c:.2f}× |")
-    return "\n".join(lines) + "\n"
+        t.row(precision, "greedy" if beam == 1 else f"beam {beam}", batch, k, e, c, e / c)
+    return report
 
 
 if __name__ == "__main__":
