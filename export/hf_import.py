@@ -201,6 +201,14 @@ def import_model(opts: ImportOptions) -> Path:
     }, tok_cfg)
 
 
+def _language(code) -> str | None:
+    """tokenizer_config.json's source_lang / target_lang where it is a language code ("en"; not "ROMANCE")."""
+    try:
+        return bundle.check_language(code) if isinstance(code, str) else None
+    except ValueError:
+        return None
+
+
 def _transformers_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -219,8 +227,7 @@ def _export(opts: ImportOptions, c: ModelConfig, task: TaskConfig, state: dict, 
     model = Transformer(c)
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= {"tgt_embed.weight", "generator.weight"}, (missing, unexpected)
-    langs = [tok_cfg.get(k) if isinstance(tok_cfg.get(k), str) and bundle._LANGUAGE_CODE.fullmatch(tok_cfg[k]) else None
-             for k in ("source_lang", "target_lang")]
+    langs = [_language(tok_cfg.get(k)) for k in ("source_lang", "target_lang")]  # LibreTranslate routes by them
     with tempfile.TemporaryDirectory(prefix="s2s-import-") as tmp:
         ckpt = Path(tmp)
         checkpoint.save(ckpt, model, task, src_tok, metrics={}, train={"imported": origin})
