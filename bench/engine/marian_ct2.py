@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="a small model and 4 inputs; writes nothing unless --results")
     p.add_argument("--results", type=Path, default=None, help="folder of the results JSON (default: docs/bench/)")
+    p.add_argument("--profile", type=int, default=0, metavar="B",
+                   help="only print where a greedy step at batch B goes: the decoder graph per operator "
+                   "(bench/engine/profile_step.py) against the engine's whole step")
     args = p.parse_args(argv)
     if args.quick:
         args.d_model, args.layers, args.heads, args.d_ff, args.vocab, args.new_tokens = 64, 2, 4, 128, 2000, 8
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine()
     _, f32, i8, ct2_dir = build(args)
+    if args.profile:
+        return profile(f32, args.profile, args.new_tokens)
     systems = {"float32": (engine.load(f32, threads=1, device="cpu"),
                            ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1,
                                                   intra_threads=1)),
@@ -166,6 +171,31 @@ def main(argv: list[str] | None = None) -> int:
         report.save(args.results or RESULTS)
         if not args.results:
             write()
+    return 0
+
+
+def profile(folder: Path, batch: int, n: int) -> int:
+    """The decoder graph's time per operator at ``batch`` rows and n/2 cached positions, and the engine's whole
+    greedy step (graph, logits pass, argmax, cache bookkeeping, Python) on the same rows, both one thread."""
+    from types import SimpleNamespace
+
+    import engine
+    from bench.engine.profile_step import profile as graph_profile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import marian_models as mm
+
+    step_ms, per_op = graph_profile(folder, SimpleNamespace(batch=batch, past=n // 2, src=12, steps=20))
+    total = sum(per_op.values())
+    print(f"decoder graph, batch {batch}, {n // 2} cached, source 12: {step_ms:.2f} ms per step")
+    for op, us in per_op.most_common(8):
+        print(f"  {op:24s} {us / total:6.1%}  {us / 1e3:7.2f} ms")
+    t = engine.load(folder, threads=1, device="cpu")
+    texts = mm.lines(batch, 5)
+    t.generate(texts, beam_size=1, max_batch_size=batch, min_new_tokens=n, max_new_tokens=n)
+    t0 = time.perf_counter()
+    t.generate(texts, beam_size=1, max_batch_size=batch, min_new_tokens=n, max_new_tokens=n)
+    print(f"engine: {(time.perf_counter() - t0) / n * 1e3:.2f} ms per step (whole generate / {n} steps, encoder included)")
     return 0
 
 
