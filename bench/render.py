@@ -20,6 +20,7 @@ PARTS = (
     "decode-grid",
     "decode-real",
     "marian-ct2",
+    "marian-ct2-notes.md",
     "beam-int8-notes.md",
     "int8-variants",
     "threads",
