@@ -83,13 +83,13 @@ def map_weights(c: ModelConfig, theirs: dict, weights_file: Path, config_file: P
     for ours, names in hf_marian.weight_names(c).items():
         name = next((n for n in names if n in theirs), None)
         if name is None:
-            if ours == "generator.bias":  # transformers does not save a zero final_logits_bias either
+            if ours == "output_projection.bias":  # transformers does not save a zero final_logits_bias either
                 out[ours] = torch.zeros(c.tgt_vocab_size)
                 continue
             raise ImportRefused(f"{weights_file}: tensor {names[0]!r} is missing ({config_file} field "
                                 f"{hf_marian.field_of(names[0])!r} or the layer counts say it should be there)")
         t = theirs[name].float()
-        if ours == "generator.bias":
+        if ours == "output_projection.bias":
             t = t.reshape(-1)
         if tuple(t.shape) != tuple(want[ours]):
             raise ImportRefused(f"{weights_file}: tensor {name!r} has shape {tuple(theirs[name].shape)}, but {config_file} "
@@ -226,7 +226,7 @@ def _export(opts: ImportOptions, c: ModelConfig, task: TaskConfig, state: dict, 
 
     model = Transformer(c)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"tgt_embed.weight", "generator.weight"}, (missing, unexpected)
+    assert not unexpected and set(missing) <= {"tgt_embed.weight", "output_projection.weight"}, (missing, unexpected)
     langs = [_language(tok_cfg.get(k)) for k in ("source_lang", "target_lang")]  # LibreTranslate routes by them
     with tempfile.TemporaryDirectory(prefix="s2s-import-") as tmp:
         ckpt = Path(tmp)

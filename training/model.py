@@ -208,9 +208,9 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
         if c.final_norm:  # pre-norm stacks end on an un-normed residual sum: one LayerNorm after each stack
             self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
+        self.output_projection = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
         if c.tie_output:  # §3.4: share the target embedding and the pre-softmax projection
-            self.generator.weight = self.tgt_embed.weight
+            self.output_projection.weight = self.tgt_embed.weight
         self.dropout = nn.Dropout(c.dropout)
         # §3.4: embeddings are multiplied by sqrt(d_model)
         self.scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
@@ -276,7 +276,7 @@ class Transformer(nn.Module):
             present.append(kv)
         if self.config.final_norm:
             y = self.decoder_norm(y)
-        return self.generator(y), present
+        return self.output_projection(y), present
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: logits (B, T, V) for every target position at once."""
