@@ -51,6 +51,7 @@ class Masked:
     pairs: tuple[tuple[int, int], ...] = ()  # (open, close) tags, as indexes into spans
     numbers: bool = True
     found: tuple[Span, ...] = ()  # every span of the source, those kept around the text included
+    as_sent: bool = False  # read as sent, not protected (a request turned it off, a target prefix): output as is
 
     @property
     def changed(self) -> bool:
@@ -182,6 +183,8 @@ def drop_made_up(output: str) -> str:
 
 def restore(m: Masked, output: str) -> str:
     """The model's output for ``m.text`` with every span of the source in it exactly as often as in the source."""
+    if m.as_sent:
+        return output
     if not m.changed:
         return drop_made_up(output)  # the source has no span: the output has none either
     if not m.text:

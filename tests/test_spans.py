@@ -177,3 +177,9 @@ def test_a_line_break_inside_a_span_is_not_a_cut():
 def test_spans_the_model_made_up_are_dropped():
     assert restore(mask("Save changes"), "変更を保存 %s <b>") == "変更を保存"
     assert restore(mask("Save changes"), "変更を 2 回保存") == "変更を 2 回保存"  # a number may be the model's own
+
+
+def test_a_text_read_as_sent_is_answered_as_the_model_wrote_it():
+    from contract.masking import Masked
+
+    assert restore(Masked("%s files", "%s files", as_sent=True), "ファイル <b>") == "ファイル <b>"

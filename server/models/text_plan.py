@@ -129,7 +129,7 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
     numbers = opts.protect_spans and opts.keep_numbers
     for i, text in enumerate(texts):
         prefix = prefixes[i] if prefixes else ""
-        whole = mask(text, numbers) if opts.protect_spans and not prefix else Masked(text, text)
+        whole = mask(text, numbers) if opts.protect_spans and not prefix else Masked(text, text, as_sent=True)
         ids = ids_of(whole.text, i) if whole.text else []
         fits = len(ids) <= max_tokens
         lines = "\n" in text.strip() or "\r" in text.strip()
@@ -140,11 +140,11 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
             pieces, masks = None, (whole,)
         else:
             def fit(piece: str, i=i) -> bool:
-                m = mask(piece, numbers) if opts.protect_spans else Masked(piece, piece)
+                m = mask(piece, numbers) if opts.protect_spans else Masked(piece, piece, as_sent=True)
                 return not m.text or len(ids_of(m.text, i)) <= max_tokens
 
             pieces = split(text, fit, find_spans(text, numbers) if opts.protect_spans else [])
-            masks = tuple(mask(p, numbers) if opts.protect_spans else Masked(p, p) for p in pieces.pieces)
+            masks = tuple(mask(p, numbers) if opts.protect_spans else Masked(p, p, as_sent=True) for p in pieces.pieces)
         row_of = []
         for m in masks:
             if m.text:
