@@ -34,7 +34,7 @@ def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
 
 
 def weight_names(c: ModelConfig) -> dict[str, list[str]]:
-    names = {k: v for k, v in hf_marian.weight_names(c).items() if k != "generator.bias"}
+    names = {k: v for k, v in hf_marian.weight_names(c).items() if k != "output_projection.bias"}
     for stack in ("encoder", "decoder"):
         for p in ("weight", "bias"):
             names[f"{stack}_norm.{p}"] = [f"model.{stack}.layer_norm.{p}"]

@@ -131,3 +131,13 @@ def test_greedy_and_beam4_with_mixed_target_languages_in_one_batch(imported):
     assert sum(a.tokens != b.tokens for a, b in zip(en, de)) > 10
     with pytest.raises(LanguageError, match="target language 'xx'"):
         translator.generate(texts[:1], source_languages=["en"], target_languages=["xx"])
+
+
+def test_the_server_refuses_a_multilingual_bundle_by_name(imported):
+    """No door asks for a target language yet: serving the bundle would answer in no chosen language, so the
+    server refuses it at start, naming the file, instead of decoding it wrongly."""
+    from conftest import ServerThread, server_config
+
+    _, _, folder, _ = imported
+    with pytest.raises(bundle.BundleError, match=r"config\.json: a multilingual bundle .* target_languages"):
+        ServerThread(server_config(model_repo=folder.parent.parent))
