@@ -106,12 +106,17 @@ class HttpServer:
     def __init__(self, runner: web.AppRunner, listener: asyncio.Server, connections: Connections, port: int):
         self.runner, self.listener, self.connections, self.port = runner, listener, connections, port
 
-    async def stop(self, grace_s: float) -> None:
+    async def stop(self, grace_s: float, others: asyncio.Future | None = None) -> None:
         """The drain: keep accepting (new requests get 503 "shutting down" from the model API, as gRPC
-        answers UNAVAILABLE) until the requests in flight are answered or the grace period ends; then
-        close the port and every connection."""
+        answers UNAVAILABLE) until the requests in flight, here and in ``others`` (gRPC's and the engine
+        cores' drain), are answered or the grace period ends; then close the port and every connection."""
+        async def quiet() -> None:
+            if others is not None:
+                await asyncio.wait([others])  # waits without cancelling it
+            await self.connections.idle.wait()
+
         try:
-            await asyncio.wait_for(self.connections.idle.wait(), grace_s)
+            await asyncio.wait_for(quiet(), grace_s)
         except asyncio.TimeoutError:
             pass
         self.listener.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 
 from server.errors import InvalidInput
+from server.offload import off_loop
 
 # Per request, over all of q: what a page of text for at most --max-inputs-per-request text nodes needs,
 # and far less than what would keep a worker thread busy for long.
@@ -33,6 +34,12 @@ def check_html(texts: list[str]) -> None:
     if entities > MAX_HTML_ENTITIES:
         raise InvalidInput(f"format=html: q has {entities} '&' (character references); at most {MAX_HTML_ENTITIES} "
                            "in one request")
+
+
+async def parse_html(texts: list[str]) -> list[HtmlDoc]:
+    """Every q parsed, in the front end's one parse lane (``server/offload.py``): concurrent html bodies
+    wait their turn there instead of taking the GIL from the event loop together."""
+    return await off_loop(parse_all, texts)
 
 
 def parse_all(texts: list[str]) -> list[HtmlDoc]:

@@ -16,12 +16,24 @@ from server.errors import ModelNotFound, ModelNotReady, clip
 from server.metrics import Metrics
 from server.telemetry import Telemetry
 from server.model_api import ModelAPI
+from server.model_names import check_name, inside, is_version, name_problem, warn_ignored
 
 log = logging.getLogger("s2s.repository")
 
 
 def versions_on_disk(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    """The version folders of a model folder; anything else in it is ignored, with one warning."""
+    out = []
+    try:
+        entries = list(model_dir.iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        if is_version(p.name) and p.is_dir():
+            out.append(int(p.name))
+        elif p.is_dir():
+            warn_ignored(p, "not a version folder (a version is ASCII digits with no leading zero, e.g. 1)")
+    return sorted(out)
 
 
 def parse_model(item: str) -> tuple[str, str, int | None]:
@@ -30,8 +42,10 @@ def parse_model(item: str) -> tuple[str, str, int | None]:
     name, _, version = spec.partition(":")
     if cores and not (cores.isdigit() and int(cores) > 0):
         raise BundleError(f"--models {item!r}: the number of engine cores after '@' must be a positive integer")
-    if version and not version.isdigit():
-        raise BundleError(f"--models {item!r}: the version after ':' must be a number")
+    if version and not is_version(version):
+        raise BundleError(f"--models {item!r}: the version after ':' must be a number (ASCII digits, e.g. 1)")
+    if why := name_problem(name):
+        raise BundleError(f"--models {item!r}: {name!r} is not a model name: {why}")
     return name, version, int(cores) if cores else None
 
 
@@ -44,11 +58,11 @@ def select(repo: Path, wanted: tuple[str, ...]) -> list[tuple[str, int, int | No
         for item in wanted:
             name, ver, cores = parse_model(item)
             d = repo / name
-            if not d.is_dir() or not versions_on_disk(d):
+            if not d.is_dir() or not versions_on_disk(d) or (ver and not (d / ver).is_dir()):
                 raise BundleError(f"{d}: model {name!r} not found in the repository")
             out.append((name, int(ver) if ver else versions_on_disk(d)[-1], cores))
         return out
-    out = [(d.name, versions_on_disk(d)[-1], None) for d in sorted(repo.iterdir()) if d.is_dir() and versions_on_disk(d)]
+    out = [(name, versions_on_disk(repo / name)[-1], None) for name in model_folders(repo)]
     if not out:
         raise BundleError(f"{repo}: no models (expected {repo}/<name>/<version>/config.json)")
     return out
@@ -120,10 +134,18 @@ def encoder_thread(config: ServerConfig, n_cores: int) -> tuple[bool, str]:
 
 
 def model_folders(repo: Path) -> list[str]:
-    """Models in the repository: folders with at least one version folder."""
+    """Models in the repository: folders with at least one version folder (and a name that is a model name)."""
     if not repo.is_dir():
         return []
-    return [d.name for d in sorted(repo.iterdir()) if d.is_dir() and versions_on_disk(d)]
+    out = []
+    for d in sorted(repo.iterdir()):
+        if not d.is_dir():
+            continue
+        if why := name_problem(d.name):
+            warn_ignored(d, f"not a model name: {why}")
+        elif versions_on_disk(d):
+            out.append(d.name)
+    return out
 
 
 class Repository:
@@ -133,10 +155,12 @@ class Repository:
     def __init__(self, config: ServerConfig, telemetry: Telemetry):
         self.models: dict[str, dict[str, ModelAPI]] = {}
         self.unloaded: set[str] = set()  # unloaded through the API (or their folder removed, in poll mode)
+        self.languages: dict[str, tuple[str, str]] = {}  # model -> (source, target) its last serving version declared
         self.config, self.telemetry, self.metrics = config, telemetry, telemetry.metrics
         self.device = config.device
         self._logged: set[str] = set()  # providers already logged
         self.mode = config.model_control_mode
+        self.follow_links = config.model_repo_links == "any"
         self.auto_cores = default_cores(config)
         # NAME[:VERSION][@CORES] as configured (--models, --load-model): a pinned version and a core count that
         # every later load of that model keeps.
@@ -167,7 +191,7 @@ class Repository:
 
     def wanted_version(self, name: str) -> str:
         """The version to serve: the pinned one, else the latest on disk (Triton's default version policy)."""
-        folder = self.config.model_repo / name
+        folder = inside(self.config.model_repo, name, follow_any=self.follow_links)  # InvalidInput for a bad name
         on_disk = versions_on_disk(folder) if folder.is_dir() else []
         if not on_disk:
             raise ModelNotFound(f"{folder}: model {clip(name)} not found in the repository (expected "
@@ -185,7 +209,8 @@ class Repository:
         n = cores or self.config.instances or auto
         reason = ("--models @" if cores else "--instances") if (cores or self.config.instances) else why
         encoder, encoder_why = encoder_thread(self.config, n)
-        api = ModelAPI(name, version, self.config.model_repo / name / version, self.config, self.telemetry, n, encoder)
+        folder = inside(self.config.model_repo, name, version, follow_any=self.follow_links)
+        api = ModelAPI(name, version, folder, self.config, self.telemetry, n, encoder)
         log.info("model %s version %s: %d engine core(s) (%s), encoder thread %s (%s)", name, version, n, reason,
                  "on" if encoder else "off", encoder_why)
         return api
@@ -207,11 +232,14 @@ class Repository:
             self._logged.add(api.provider)
             log.info("ONNX Runtime runs %s (--device %s: %s)", api.provider, self.device, provider_reason(self.device))
         self.metrics.model_info.labels(api.name, api.version, api.provider, api.bundle.quantization).set(1)
+        if api.bundle.source_language and api.bundle.target_language:
+            self.languages[api.name] = (api.bundle.source_language, api.bundle.target_language)
         log.info("serving %s version %s (%s, %s)", api.name, api.version, api.bundle.task.name, api.provider)
 
     def get(self, name: str, version: str = "") -> ModelAPI:
         versions = self.models.get(name)
         if not versions:
+            check_name(name)  # a name that cannot be one: said so, not "not served"
             if name in self.unloaded:
                 raise ModelNotReady(f"model {clip(name)} is unloaded; load it again to serve it (KServe "
                                     f"RepositoryModelLoad, POST /v2/repository/models/{name}/load, or "
