@@ -5,7 +5,14 @@ aiohttp's connection handler (``web_protocol.RequestHandler``) has no cap on con
 limit for a request's headers: 600 connections that each send a byte now and then hold 600 file
 descriptors for as long as they like. ``Connections`` is the protocol factory the listening socket
 uses instead of the runner's own; it wraps each of aiohttp's handlers in a ``_Guard`` that
-- refuses a connection beyond ``--http-max-connections`` with 503 and closes it;
+- refuses a connection beyond ``--http-max-connections`` with 503 and closes it, and one beyond
+  ``--http-max-connections-per-peer`` from the same client address (so one client that opens slow
+  connections cannot take the port from everyone else);
+- with TLS, runs the handshake itself (``loop.start_tls``, within ``--tls-handshake-timeout-s``) instead
+  of handing the listening socket an SSL context: asyncio then never tells the protocol about a
+  connection closed before its handshake finished (a load balancer's TCP probe, a port scan), and each
+  such connection stayed counted against the cap for good, until the HTTPS port answered 503 to all.
+  Here a connection is released exactly once, however it ends;
 - closes a connection that has not delivered a request's headers within ``--http-read-timeout-s`` of
   opening or of its previous answer (idle keep-alive connections included); the body's own time
   limit is ``server.http_body.read_body``'s.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import sys
 
 from aiohttp import web
@@ -72,11 +80,14 @@ def _refusal(status: str, message: str) -> bytes:
 class Connections:
     """The listening socket's protocol factory: aiohttp's handler per connection, capped and timed."""
 
-    def __init__(self, max_connections: int, read_timeout_s: float, tracker: RequestTracker):
+    def __init__(self, max_connections: int, read_timeout_s: float, tracker: RequestTracker, per_peer: int = 0,
+                 tls: ssl.SSLContext | None = None, handshake_timeout_s: float = 10.0):
         self.handlers: web.Server | None = None  # set once the runner is set up
         self.max, self.read_timeout_s = max_connections, read_timeout_s
+        self.per_peer, self.tls, self.handshake_timeout_s = per_peer, tls, handshake_timeout_s
         self.tracker = tracker
         self.open = 0
+        self.peers: dict[str, int] = {}  # client address -> its connections open
         self.guards: dict[object, _Guard] = {}  # aiohttp's handler -> its guard (the middleware knows the handler)
         self.active = 0  # requests in a handler now
         self.idle = asyncio.Event()
@@ -133,26 +144,96 @@ class _Guard(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.requests = 0  # requests of this connection in a handler now
         self.received = False  # bytes of a next request arrived while no request was in a handler
+        self.peer: str | None = None
+        self.released = False
+        self.connected = False  # aiohttp's handler was told of the connection (after the handshake, with TLS)
+        self.handshake: asyncio.Task | None = None
+        self.early = bytearray()  # decrypted bytes that came before the handshake's end was reported
 
     def connection_made(self, transport) -> None:
+        owner = self.owner
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        owner.peers[self.peer] = owner.peers.get(self.peer, 0) + 1
+        if owner.per_peer and owner.peers[self.peer] > owner.per_peer:
+            owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.peer} holds "
+                                  f"{owner.peers[self.peer] - 1} connections, its share is {owner.per_peer} "
+                                  "(--http-max-connections-per-peer): refused one", "HTTP_PEER_SHARE")
+            if owner.tls is None:
+                transport.write(_refusal("503 Service Unavailable", f"this client address holds {owner.per_peer} "
+                                         "connections already (--http-max-connections-per-peer); retry"))
+            self._release()  # at once: a flood from one address must not fill the port's cap while it closes
+            transport.close()
+            return
+        if owner.tls is None:
+            self._connected(transport)
+            return
+        transport.pause_reading()  # nothing is read before the handshake takes the transport over
+        self.handshake = asyncio.ensure_future(self._start_tls(transport))
+
+    async def _start_tls(self, raw) -> None:
+        owner = self.owner
+        try:
+            tls = await asyncio.get_running_loop().start_tls(raw, self, owner.tls, server_side=True,
+                                                             ssl_handshake_timeout=owner.handshake_timeout_s)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError, ConnectionError, RuntimeError) as e:
+            # Closed before or during the handshake, a handshake that fails or takes too long: no request came.
+            log.debug("HTTPS: a connection from %s ended before its TLS handshake finished (%s)", self.peer,
+                      type(e).__name__)
+            self.handshake = None
+            raw.close()
+            self._release()
+            return
+        if self.released:  # lost meanwhile
+            tls.close()
+            return
+        self._connected(tls)
+
+    def _connected(self, transport) -> None:
         self.transport = transport
+        self.connected, self.handshake = True, None
         self.owner.guards[self.handler] = self
         self.handler.connection_made(transport)
         self.arm()
+        if self.early:
+            data, self.early = bytes(self.early), bytearray()
+            self.data_received(data)
+
+    def _release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        owner = self.owner
+        owner.open -= 1
+        if self.peer is not None:
+            left = owner.peers.get(self.peer, 1) - 1
+            if left:
+                owner.peers[self.peer] = left
+            else:
+                owner.peers.pop(self.peer, None)
 
     def connection_lost(self, exc) -> None:
-        self.owner.open -= 1
+        self._release()
+        if self.handshake is not None:
+            self.handshake.cancel()
         self.owner.guards.pop(self.handler, None)
         self.disarm()
-        self.handler.connection_lost(exc)
+        if self.connected:
+            self.handler.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if not self.connected:
+            # The TLS layer hands over the first decrypted bytes as the handshake completes, before start_tls
+            # returns: kept for aiohttp's handler (nothing is read of a refused connection).
+            if self.handshake is not None:
+                self.early += data
+            return
         if not self.requests:
             self.received = True
         self.handler.data_received(data)
 
     def eof_received(self):
-        return self.handler.eof_received()
+        return self.handler.eof_received() if self.connected else None
 
     def pause_writing(self) -> None:
         self.handler.pause_writing()

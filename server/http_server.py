@@ -127,7 +127,16 @@ class HttpServer:
 async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTracker,
                      control: ModelControl | None = None) -> HttpServer:
     doors = HttpDoor(repo, tracker, config, control)
-    connections = Connections(config.http_max_connections, config.http_read_timeout_s, tracker)
+    ssl_context = None
+    if config.tls_cert:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
+        if config.tls_client_ca:
+            ssl_context.load_verify_locations(config.tls_client_ca)
+            ssl_context.verify_mode = ssl.CERT_REQUIRED
+    # TLS is the guard's own (server/http_guard.py): it releases a connection closed before its handshake.
+    connections = Connections(config.http_max_connections, config.http_read_timeout_s, tracker,
+                              config.http_max_connections_per_peer, ssl_context, config.tls_handshake_timeout_s)
     middlewares = [_guard_middleware(connections)]
     origins = parse_origins(config.cors_allow_origin)
     if origins:
@@ -147,16 +156,9 @@ async def start_http(config: ServerConfig, repo: Repository, tracker: RequestTra
                            handler_cancellation=True, logger=ProtocolLog(tracker))
     await runner.setup()
     connections.handlers = runner.server  # aiohttp's factory of connection handlers, which the guards wrap
-    ssl_context = None
-    if config.tls_cert:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
-        if config.tls_client_ca:
-            ssl_context.load_verify_locations(config.tls_client_ca)
-            ssl_context.verify_mode = ssl.CERT_REQUIRED
     try:
         listener = await asyncio.get_running_loop().create_server(
-            connections, config.host, config.http_port, ssl=ssl_context, backlog=128, reuse_address=True)
+            connections, config.host, config.http_port, backlog=128, reuse_address=True)
     except BaseException:
         await runner.cleanup()
         raise
