@@ -34,8 +34,7 @@ def https_get(port: int, ca, path: str = "/v2/health/ready") -> int:
 def test_tls_connections_closed_before_the_handshake_are_released(tmp_path, model_repo):
     cert, key = self_signed(tmp_path)
     cap = 20
-    srv = ServerThread(server_config(models=(ADD,), instances=1, tls_cert=cert, tls_key=key, http_max_connections=cap,
-                                     http_max_connections_per_peer=0, tls_handshake_timeout_s=2.0))
+    srv = ServerThread(server_config(models=(ADD,), instances=1, tls_cert=cert, tls_key=key, http_max_connections=cap))
     try:
         port = srv.config.http_port
         for i in range(10 * cap):  # a load balancer's TCP probes, a port scan: connect, close, no TLS at all
@@ -46,7 +45,7 @@ def test_tls_connections_closed_before_the_handshake_are_released(tmp_path, mode
         assert wait_for(lambda: srv.running.web.connections.open == 0, 30), srv.running.web.connections.open
         answers = [https_get(port, cert) for _ in range(5)]
         assert answers == [200] * 5
-        # A handshake that never comes ends at --tls-handshake-timeout-s, and its slot with it.
+        # A handshake that never comes ends at --tls-handshake-timeout-s (10 s), and its slot with it.
         stuck = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(3)]  # never say anything
         assert all(s.recv(1) == b"" for s in stuck)  # closed by the server
         assert wait_for(lambda: srv.running.web.connections.open == 0, 30), srv.running.web.connections.open
@@ -63,17 +62,16 @@ def _slow(port: int, source: str = "127.0.0.1") -> socket.socket:
 
 
 def test_one_client_address_cannot_take_the_http_port(model_repo):
-    srv = ServerThread(server_config(models=(ADD,), instances=1, http_max_connections=20,
-                                     http_max_connections_per_peer=5))
+    srv = ServerThread(server_config(models=(ADD,), instances=1))  # the defaults: 512 connections, 64 per address
     try:
         port = srv.config.http_port
-        hog = [_slow(port) for _ in range(5)]
-        assert wait_for(lambda: srv.running.web.connections.peers.get("127.0.0.1") == 5)
-        more = [_slow(port) for _ in range(30)]  # over its share: each answered 503 and closed
+        hog = [_slow(port) for _ in range(64)]
+        assert wait_for(lambda: srv.running.web.connections.peers.get("127.0.0.1") == 64)
+        more = [_slow(port) for _ in range(536)]  # 600 in all, as many as the cap and more: each over its share
         first = more[0].recv(4096)
         assert first.startswith(b"HTTP/1.1 503") and b"--http-max-connections-per-peer" in first
-        assert srv.running.web.connections.peers["127.0.0.1"] == 5
-        assert wait_for(lambda: srv.running.web.connections.open == 5)  # the refused ones hold no slot
+        assert srv.running.web.connections.peers["127.0.0.1"] == 64
+        assert wait_for(lambda: srv.running.web.connections.open == 64)  # the refused ones hold no slot
         # Someone else still gets in: a client on another address, its requests all answered.
         answered = 0
         for _ in range(10):
