@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 PROTOS := $(shell find protos -name '*.proto')
 MODEL_REPO ?= models
 
-.PHONY: install install-gpu install-serve protos serve system-deps test models experiments bench gpu-check screenshot corpus clean help
+.PHONY: install install-gpu install-serve protos serve system-deps lint format test models experiments bench gpu-check screenshot corpus clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -43,7 +43,15 @@ system-deps:  ## Debian packages the tests use (a real Prometheus, Compose v1 fo
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
 
-test: install system-deps  ## set everything up and run the test suite
+lint: install  ## the formatter's check and the linter (ruff; settings in pyproject.toml)
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
+
+format: install  ## rewrite the tree as the formatter wants it
+	$(VENV)/bin/ruff format --quiet .
+	$(VENV)/bin/ruff check --quiet --fix .
+
+test: install system-deps lint  ## set everything up, check the formatting and lint, run the test suite
 	$(PY) -m pytest -q
 
 models: install  ## retrain and re-export the default model repository (5,200 steps: about 1 h 45 min on 2 cores with AVX-512 BF16, 6 h on AVX2 only)

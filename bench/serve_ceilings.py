@@ -169,8 +169,8 @@ def _core_worker(conn, bundle: str, threads: int, sched: dict, shard: list[list[
         sys.setswitchinterval(0.0005)  # as the engine core sets it
         from engine import EngineOptions, Runner, Sequence
         from server.config import SchedulerConfig
-        from server.core_events import Failed, Finished
-        from server.scheduler import Scheduler
+        from server.core.events import Failed, Finished
+        from server.core.scheduler import Scheduler
 
         engine = Runner(Path(bundle), EngineOptions(device="cpu", intra_op_threads=threads))
         events: queue.SimpleQueue = queue.SimpleQueue()

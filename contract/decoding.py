@@ -1,7 +1,7 @@
 """Decoding options of one request, named as CTranslate2's ``translate_batch`` names them, and their limits.
 
 Defined once here: the engine applies them (``engine/search.py``, ``engine/logits.py``), the server
-validates them (``server/prepare.py``) and every front door maps its protocol onto this dataclass.
+validates them (``server/models/prepare.py``) and every front door maps its protocol onto this dataclass.
 docs/DECODING.md gives each option's default and how it maps to CTranslate2's and to the paper's beam.
 
 Two length penalties (``length_penalty_type``):

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from engine.generator import Generator, Sequence, StepOutput
 from engine.runner import EngineOptions, Runner
-from engine.search import Hypothesis
-from engine.translator import Candidate, Result, TranslationResult, Translator
+from engine.search import Hypothesis, TextHypothesis
+from engine.translator import Result, TranslationResult, Translator
 
 
 def load(bundle_dir: str | Path, *, threads: int = 1, device: str = "auto", io_binding: str = "auto") -> Translator:
@@ -36,5 +36,5 @@ def load(bundle_dir: str | Path, *, threads: int = 1, device: str = "auto", io_b
     return Translator(Path(bundle_dir), EngineOptions(device=device, intra_op_threads=threads, io_binding=io_binding))
 
 
-__all__ = ["Candidate", "EngineOptions", "Generator", "Hypothesis", "Result", "Runner", "Sequence", "StepOutput",
+__all__ = ["EngineOptions", "Generator", "Hypothesis", "Result", "Runner", "Sequence", "StepOutput", "TextHypothesis",
            "TranslationResult", "Translator", "load"]

@@ -61,9 +61,8 @@ def provider_reason(device: str) -> str:
 
 
 # ONNX Runtime fusions that slow these graphs down on the CPU. SkipLayerNormalization (Add + LayerNormalization in
-# one node) is slower there than the two nodes it replaces: bench/profile_step.py times both in every run (decoder
-# step at batch 64 1.04-1.06x faster without it, the encoder 1.05-1.09x; int8 end to end 1.15x in a one-off A/B),
-# outputs equal to float rounding. CUDA keeps every fusion.
+# one node) is slower there than the two nodes it replaces: the step profile times both in every run
+# (docs/BENCHMARKS.md), outputs equal to float rounding. CUDA keeps every fusion.
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 

@@ -135,7 +135,8 @@ class RowOptions:
 
         Only the ``SAMPLE_HEAD`` best tokens (or the largest top-k) are sorted. A row that may draw from the whole
         vocabulary (top-k 0) is normalised over all of it, and only when its top-p mass reaches past that head are
-        all its tokens sorted: sorting 8,000 logits per row per step had made top-p sampling cost 0.42x greedy."""
+        all its tokens sorted: sorting the whole vocabulary per row per step made top-p sampling several times dearer
+        than greedy (docs/BENCHMARKS.md#design-choices)."""
         n, vocab = x.shape
         k = np.where(self.topk == 0, vocab, self.topk)
         head = min(vocab, max(SAMPLE_HEAD, int(k[k < vocab].max(initial=0))))

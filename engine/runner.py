@@ -24,8 +24,8 @@ log = logging.getLogger("s2s.engine")
 @dataclass(frozen=True)
 class EngineOptions:
     device: str = "auto"  # auto (CUDA when it really runs, else CPU) | cpu | cuda
-    # On 2 CPU cores one intra-op thread per session beat two at these model sizes (measured,
-    # bench/decode.py); parallelism comes from batching instead.
+    # One intra-op thread per session beat two on small CPUs at these model sizes (docs/BENCHMARKS.md, the
+    # threads table); parallelism comes from batching and several engine cores instead.
     intra_op_threads: int = 1
     verify_hashes: bool = True
     # Keep the KV cache in ONNX Runtime's own buffers between steps (IOBinding + OrtValue) instead
@@ -87,11 +87,9 @@ class Runner:
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
         """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh).
 
-        The encoder is compute-bound already at batch 1 (~33 us per source token on one core for
-        translate-en-ja, whatever the batch), so batching buys nothing and padding costs in full: a
-        batch of 64 held-out sentences (mean 10.5 tokens, longest 29) was 2.8x padding. Rows are
-        therefore encoded in groups of equal length, with no padding at all (62 -> 18-24 ms for that
-        batch). Columns past a row's length stay zero: cross-attention masks them.
+        The encoder is compute-bound already at batch 1, so batching buys nothing and padding costs in full.
+        Rows are therefore encoded in groups of equal length, with no padding at all
+        (docs/BENCHMARKS.md#design-choices). Columns past a row's length stay zero: cross-attention masks them.
         """
         lengths = src_mask.sum(axis=1)
         if lengths.min() == src_ids.shape[1]:  # no padding (batch 1, or equal lengths)

@@ -44,8 +44,24 @@ def top_sorted(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Hypothesis:
+    """One of an input's n-best outputs as the step loop finds it: ids only (an engine core never detokenizes)."""
+
     tokens: list[int]  # EOS excluded, the target prefix included
     score: float  # log P(Y|X) / length penalty (the prefix's tokens excluded from log P); 0 when not computed
+
+
+@dataclass(frozen=True)
+class TextHypothesis:
+    """A ``Hypothesis`` with its text: made once where the tokenizer lives (the in-process ``Translator``, the
+    server's model API) and passed unchanged to whoever answers (a door encodes only ``text`` and ``score``)."""
+
+    text: str
+    tokens: list[int]  # EOS excluded, the target prefix included
+    score: float  # 0 unless the request asked for scores
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.tokens)
 
 
 class Greedy:
@@ -206,14 +222,14 @@ class Beam:
         return hyps[0].tokens if hyps else []
 
 
-# From this many beams of one width in a step, ranking them in one vector pass beats a loop per beam (beam 4 on 640
-# held-out inputs, paired: 0.82x at 1 beam, 0.96x at 4, even at 16, 1.05x at 64).
+# From this many beams of one width in a step, ranking them in one vector pass beats a loop per beam
+# (docs/BENCHMARKS.md#design-choices).
 VECTOR_MIN_BEAMS = 16
 
 
 def advance_beams(beams: list[Beam], logp: np.ndarray, toks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One regular step (``Beam.regular``) of several beams of one width k, their candidates ranked in one vector
-    pass instead of ``Beam.advance_top``'s Python loop per beam (about 1 ms a step for 64 beams of 4).
+    pass instead of ``Beam.advance_top``'s Python loop per beam.
 
     ``logp``, ``toks``: each beam's k rows of best tokens by log-probability, best first, beams one after another
     (G x k, >= 2k). Same choices as ``Beam.advance_top``'s loop: the 2k best of each beam's k x 2k extensions, ties

@@ -1,10 +1,8 @@
 """Each row's n best tokens by log-probability, in ONNX Runtime: LogSoftmax then TopK over beam rows' logits.
 
 A beam step needs, per row, the 2k best extensions and the row's log-softmax normaliser. numpy has no
-top-k: ``argpartition`` over (256, 8000) float32 logits (batch 64, beam 4, translate-en-ja's vocabulary)
-took 17 ms on one core, a quarter of the step, where ONNX Runtime's LogSoftmax + TopK kernels take 2.4 ms
-(measured apart on random logits of that shape; beam 4 at batch 16 on 640 held-out inputs went from 66 to
-123 sequences/s). The graph is two nodes, built here with ``onnx.helper`` when the first beam runs; the tests
+top-k, and ``argpartition`` over a beam batch's logits costs several times ONNX Runtime's LogSoftmax + TopK
+kernels (docs/BENCHMARKS.md#design-choices). The graph is two nodes, built here with ``onnx.helper`` when the first beam runs; the tests
 check it against numpy (``engine.search.top_sorted`` and a log-sum-exp).
 """
 

@@ -19,15 +19,7 @@ from contract.decoding import DecodingOptions, check
 from contract.text import TextCodec
 from engine.generator import Sequence, run
 from engine.runner import EngineOptions, Runner
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One of an input's n-best hypotheses."""
-
-    text: str
-    tokens: list[int]  # EOS excluded, the target prefix included
-    score: float  # see contract.decoding (0 unless return_scores)
+from engine.search import TextHypothesis
 
 
 @dataclass(frozen=True)
@@ -38,12 +30,13 @@ class Result:
     tokens: list[int]  # generated ids, EOS excluded
     input_tokens: int  # source ids, EOS included
     score: float = 0.0
-    hypotheses: list[Candidate] = field(default_factory=list)  # best first; hypotheses[0] is text/tokens/score
+    hypotheses: list[TextHypothesis] = field(default_factory=list)  # best first; hypotheses[0] is text/tokens/score
 
 
 @dataclass(frozen=True)
 class TranslationResult:
-    """CTranslate2's ``TranslationResult``: n-best token strings, best first, and their scores (empty unless asked)."""
+    """CTranslate2's ``TranslationResult`` (n-best token strings, best first, and their scores, empty unless
+    asked), so that code written for ``ctranslate2.Translator.translate_batch`` runs on this one unchanged."""
 
     hypotheses: list[list[str]]
     scores: list[float]
@@ -72,7 +65,7 @@ class Translator:
         seqs = self._decode(sources, prefixes, max_batch_size, options)
         out = []
         for s, src in zip(seqs, sources):
-            hyps = [Candidate(self.codec.decode(h.tokens), h.tokens, h.score if s.options.return_scores else 0.0)
+            hyps = [TextHypothesis(self.codec.decode(h.tokens), h.tokens, h.score if s.options.return_scores else 0.0)
                     for h in s.hypotheses]
             best = hyps[0]
             out.append(Result(best.text, best.tokens, len(src), best.score, hyps))
@@ -115,7 +108,6 @@ class Translator:
         check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
         seqs = [Sequence(src, o.max_new_tokens, options=o, prefix=p) for src, p in zip(sources, prefixes)]
         # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches
-        # and cross-attention widths, and tend to finish together (10-20% less CPU on 640 held-out inputs, greedy
-        # and beam 4). Every row decodes as it would alone, so the order changes no output; results keep input order.
+        # and cross-attention widths, and tend to finish together (docs/BENCHMARKS.md#design-choices). Every row decodes as it would alone, so the order changes no output; results keep input order.
         run(self.runner, sorted(seqs, key=lambda s: len(s.src_ids)), max_batch_size)
         return seqs

@@ -166,13 +166,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_client(args: argparse.Namespace) -> int:
-    from server.client import run_cli
+    from s2s.seq2seq_client import run_cli
 
     return run_cli(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from server.repository_client import run
+    from s2s.models_command import run
 
     return run(args)
 
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                        description="The KServe/Triton model repository API over gRPC: `s2s models list`, `s2s models "
                        "load NAME`, `s2s models unload NAME` (load and unload need the server's "
                        "--model-control-mode explicit). Exit status 1 names the gRPC status on a failure.")
-    from server.repository_client import add_arguments as add_models_arguments
+    from s2s.models_command import add_arguments as add_models_arguments
 
     add_models_arguments(p)
     p.set_defaults(func=cmd_models)

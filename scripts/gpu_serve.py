@@ -46,7 +46,7 @@ def _wait_serving(port: int, proc: subprocess.Popen, timeout: float) -> None:
 
 def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
     import engine
-    from server.client import Seq2SeqClient
+    from s2s.seq2seq_client import Seq2SeqClient
 
     inputs = {m: [line.split("\t")[0] for line in (args.checkpoints / m / "test.tsv").read_text(encoding="utf-8")
                   .splitlines()[:200]] for m in models}

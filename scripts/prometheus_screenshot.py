@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=120, help="traffic duration")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "prometheus_latency.png")
     args = ap.parse_args()
-    from server.client import Seq2SeqClient
+    from s2s.seq2seq_client import Seq2SeqClient
 
     tmp = Path(tempfile.mkdtemp(prefix="s2s-prom-"))
     port, mport, pport = free_port(), free_port(), free_port()

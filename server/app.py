@@ -22,15 +22,17 @@ from grpc_reflection.v1alpha import reflection
 from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
 from s2s import __version__
 from server.config import ServerConfig
-from server.http_server import HttpServer, start_http
-from server.interceptors import GuardInterceptor
-from server.metrics import Metrics, MetricsServer
-from server.model_control import ModelControl
-from server.repository import Repository
-from server.refusals import RefusalLog
-from server.request_tracking import RequestTracker
-from server.servicer import Seq2SeqServicer
-from server.telemetry import Telemetry
+from server.transport.http_app import HttpServer, start_http
+from server.transport.grpc_interceptors import GuardInterceptor
+from server.telemetry.metrics import Metrics, MetricsServer
+from server.models.control import ModelControl
+from server.models.registry import ServedModels
+from server.telemetry.refusal_log import RefusalLog
+from server.telemetry.request_tracker import RequestTracker
+from server.doors.http_door import HttpDoor
+from server.doors.http_routes import http_routes
+from server.doors.seq2seq_grpc import Seq2SeqServicer
+from server.telemetry.model_telemetry import Telemetry
 
 log = logging.getLogger("s2s.server")
 
@@ -39,7 +41,7 @@ log = logging.getLogger("s2s.server")
 class Running:
     server: grpc.aio.Server
     port: int
-    repo: Repository
+    repo: ServedModels
     health: health.aio.HealthServicer
     metrics: Metrics
     http: MetricsServer | None
@@ -85,7 +87,7 @@ class HealthBoard:
     cores runs; NOT_SERVING once it is unloaded. The server (service "") and its APIs: SERVING while every
     loaded model is. (After enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
 
-    def __init__(self, servicer: health.aio.HealthServicer, repo: Repository, services: list[str]):
+    def __init__(self, servicer: health.aio.HealthServicer, repo: ServedModels, services: list[str]):
         self.servicer, self.repo, self.services = servicer, repo, services
         self.loop = asyncio.get_running_loop()
         self.named: set[str] = set()  # models given a status so far
@@ -131,7 +133,7 @@ async def start(config: ServerConfig) -> Running:
     metrics.build_info.info({"version": __version__})
     health_servicer = health.aio.HealthServicer()
     telemetry = Telemetry(metrics)  # the health board watches it once the services are known
-    repo = Repository(config, telemetry)  # BundleError names the file
+    repo = ServedModels(config, telemetry)  # BundleError names the file
     try:
         return await _start(config, metrics, health_servicer, telemetry, repo)
     except BaseException:  # whatever failed (a bundle, a port in use), no engine core is left behind
@@ -144,11 +146,11 @@ async def start(config: ServerConfig) -> Running:
 
 
 async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health.aio.HealthServicer,
-                 telemetry: Telemetry, repo: Repository) -> Running:
+                 telemetry: Telemetry, repo: ServedModels) -> Running:
     await repo.start(asyncio.get_running_loop(), metrics)  # every engine core loaded (BundleError names the file)
 
     refusals = RefusalLog()
-    tracker = RequestTracker(metrics, repo, refusals)  # every call of every door is counted here
+    tracker = RequestTracker(metrics, lambda: repo.models, refusals)  # every call of every door is counted here
     server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, tracker)], options=[
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
@@ -156,10 +158,11 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
     ])
     seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, tracker), server)
     try:
-        from server.kserve.grpc_servicer import add_kserve
+        from server.kserve.grpc_binding import add_kserve
     except ImportError:
         add_kserve = None
     control = ModelControl(repo)
+    door = HttpDoor(repo, tracker, config, control)
     if add_kserve is not None:
         add_kserve(server, repo, config.stream, tracker, control)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -177,7 +180,7 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
     try:
-        web = await start_http(config, repo, tracker, control) if config.http_port else None
+        web = await start_http(config, tracker, door.auth, http_routes(door)) if config.http_port else None
     except BaseException:
         await server.stop(0)
         raise

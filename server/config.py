@@ -17,9 +17,8 @@ CONTROL_MODES = ("none", "explicit", "poll")
 @dataclass(frozen=True)
 class SchedulerConfig:
     mode: BatchingMode = "continuous"  # continuous (per decode step) | request (Triton-style) | none
-    # Rows (a beam counts its width) decoded together. 64 against 16 at C=64 greedy on 2 CPUs: 1.06x the
-    # throughput (1.25x with one engine core), 8% less engine-core CPU per request, p50 72 against 81 ms; a
-    # beam of 4 at 16 rows decoded only four inputs a step.
+    # Rows (a beam counts its width) decoded together: 64 beat 16 in throughput, CPU per request and p50 under
+    # load (docs/BENCHMARKS.md#design-choices), and a beam of 4 at 16 rows decoded only four inputs a step.
     max_batch_size: int = 64
     # Rows waiting per engine core; beyond it RESOURCE_EXHAUSTED at once. 16 batches of 64 rows: as many rows as
     # 256 per core held when each core decoded 16 rows at a time (and a 2-CPU machine ran two cores, not one).
@@ -63,8 +62,8 @@ class ServerConfig:
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
     encoder_thread: str = "auto"  # auto (one engine core and 2+ CPUs, or CUDA) | on | off
     grace_s: float = 10.0
-    # The front end's event loop: uvloop (libuv) made a bare gRPC call 12% cheaper for the server; under ModelInfer load
-    # at C=64 the two loops measured within noise of each other (bench/serve_variants.py).
+    # The front end's event loop: uvloop (libuv) makes a bare gRPC call cheaper for the server; under ModelInfer load
+    # the two loops are within noise of each other (docs/BENCHMARKS.md, the serving variants).
     event_loop: str = "auto"  # auto (uvloop when installed) | uvloop | asyncio
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_streams: int = 256  # HTTP/2 streams (calls) at once per client connection
@@ -107,7 +106,7 @@ _FLAGS = {
                         "comma-separate; default: none)"),
     "instances": (int, "engine cores (processes, each with its own decode loop) per model; 0 = the usable CPU "
                        "cores less the front end's share (~0.4 CPU per busy core), at least 1 (one on CUDA): "
-                       "1 on 2 CPUs, 2 on 4, 5 on 8, as bench/serve.py's CPU-per-request table measured best"),
+                       "1 on 2 CPUs, 2 on 4, 5 on 8"),
     "host": (str, "address to bind"),
     "port": (int, "gRPC port (seq2seq.v1, KServe v2, health, reflection)"),
     "http-port": (int, "HTTP port: KServe v2 REST, the LibreTranslate API, the playground page at / (0 = off)"),

@@ -100,7 +100,7 @@ def server(model_repo):
 
 class _Tracebacks(logging.Handler):
     """Log records with a traceback from the in-process servers' loggers (the child-process servers' logs are
-    read by their own tests). Issue 23's acceptance: no traceback in a server log caused by client input."""
+    read by their own tests): client input never leaves a traceback in a server log."""
 
     SERVER = ("s2s", "aiohttp")  # the server's own loggers and its HTTP server's
     LIBRARIES = ("asyncio", "grpc")  # shared with the tests' clients: only the server's errors count

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from conftest import ROOT, ServerThread, server_config
-from server.client import GenerateManyError, Seq2SeqClient
+from s2s.seq2seq_client import GenerateManyError, Seq2SeqClient
 from server.config import SchedulerConfig
 
 ADD = "addition"

@@ -59,7 +59,8 @@ def test_default_engine_cores_follow_the_cgroup_cpu_quota(tmp_path):
     """Affinity shows a node's CPUs; a container's quota (docker --cpus, a Kubernetes limit) is what it may use."""
     import os
 
-    from server.repository import parse_model, usable_cpus
+    from server.core.sizing import usable_cpus
+    from server.models.disk import parse_model
 
     cpus = len(os.sched_getaffinity(0))
     assert usable_cpus(tmp_path) == (cpus, f"{cpus} usable CPU cores")  # no cgroup files: affinity
@@ -83,9 +84,9 @@ def test_default_engine_cores_follow_the_cgroup_cpu_quota(tmp_path):
 @pytest.mark.parametrize("cpus,cores", [(1, 1), (2, 1), (3, 2), (4, 2), (8, 5), (16, 11)])
 def test_default_engine_cores_leave_the_front_end_its_share(monkeypatch, cpus, cores):
     """On a CPU the cores get the usable CPUs less the front end's share, never fewer than one; the reason says so."""
-    from server import repository
+    from server.core import sizing
 
-    monkeypatch.setattr(repository, "usable_cpus", lambda: (cpus, f"{cpus} usable CPU cores"))
-    n, why = repository.default_cores(ServerConfig(device="cpu"))
+    monkeypatch.setattr(sizing, "usable_cpus", lambda: (cpus, f"{cpus} usable CPU cores"))
+    n, why = sizing.default_cores(ServerConfig(device="cpu"))
     assert n == cores
     assert why.startswith(f"{cpus} usable CPU cores, less the front end's share")

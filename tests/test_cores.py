@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from conftest import english, wait_for, MODEL_REPO, ROOT, ServerThread, free_port, server_config
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
-from server.client import Seq2SeqClient
+from s2s.seq2seq_client import Seq2SeqClient
 
 ADD, JA = "addition", "translate-en-ja"
 
@@ -113,7 +113,7 @@ def test_no_core_outlives_the_server_however_it_stops(how):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             assert wait_for(lambda: _serving(stub), 60)
-        cores = {p for p in _children(proc.pid) if "server.core_process" in Path(f"/proc/{p}/cmdline").read_text()}
+        cores = {p for p in _children(proc.pid) if "server.core.process" in Path(f"/proc/{p}/cmdline").read_text()}
         assert len(cores) == 4  # 2 models x 2 cores
         proc.send_signal(getattr(signal, how))
         proc.wait(30)

@@ -16,7 +16,7 @@ import tritonclient.http.aio as th_aio
 from tritonclient.utils import InferenceServerException
 
 from conftest import english, ROOT, ServerThread, server_config
-from server.client import Seq2SeqClient
+from s2s.seq2seq_client import Seq2SeqClient
 from server.config import SchedulerConfig
 
 ADD, JA = "addition", "translate-en-ja"

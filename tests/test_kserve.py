@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 import grpc
 from conftest import MODEL_REPO, ROOT, ServerThread, server_config
-from server.client import Seq2SeqClient
+from s2s.seq2seq_client import Seq2SeqClient
 from server.kserve.tensors import join_bytes
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
@@ -416,7 +416,7 @@ def test_generated_module_in_a_fresh_process(client):
         import grpc
         from conftest import ServerThread, server_config
         srv = ServerThread(server_config(models=({model!r},)))
-        import server.kserve.grpc_servicer as kserve
+        import server.kserve.grpc_binding as kserve
         from protos.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc
         assert kserve.pb is pb and pb.DESCRIPTOR.name == "protos/inference/grpc_service.proto", pb.DESCRIPTOR.name
         assert "tritonclient" not in sys.modules
@@ -445,7 +445,7 @@ def test_either_import_order(first):
         r = pb.ModelInferRequest(model_name="m", id="x")
         r.inputs.add(name="text_input", datatype="BYTES", shape=[1])
         assert tpb.ModelInferRequest.FromString(r.SerializeToString()).inputs[0].name == "text_input"
-        import server.kserve.grpc_servicer
+        import server.kserve.grpc_binding
         print("ok")
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)

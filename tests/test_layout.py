@@ -1,5 +1,6 @@
-"""The code's shape, as the architecture asks of it: no import circle inside server/ or engine/, no module that
-speaks HTTP reaching grpc or generated protobuf code (directly or through the server modules it imports), and
+"""The code's shape, as the architecture asks of it: no import circle inside server/ or engine/; server/'s
+folders are its layers and import down only; the engine core's modules reach no event loop or gRPC; no module
+that speaks HTTP reaches gRPC or generated protobuf code (directly or through the server modules it imports);
 no file of server/ over 400 lines. Read from the source (ast), so a lazy import inside a function counts too."""
 
 from __future__ import annotations
@@ -14,9 +15,27 @@ from conftest import ROOT
 PACKAGES = ("server", "engine")
 MAX_LINES = 400
 # Modules that speak HTTP: the aiohttp doors and what only they use.
-HTTP_PREFIXES = ("server.http_", "server.openapi", "server.playground", "server.libretranslate_html",
-                 "server.kserve.json_codec")
 GRPC_PREFIXES = ("grpc", "grpc_health", "grpc_reflection", "google.protobuf", "protos")
+ASYNC_PREFIXES = ("asyncio", "aiohttp", "uvloop", *GRPC_PREFIXES)
+
+# server/ by layer: what each folder may not import (directly). The front end's layers go down only:
+# transport (ports, middlewares, interceptors) <- doors and KServe (protocols) <- models (the model API,
+# the served versions) <- core (engine cores) ; telemetry beside them, reading what the cores report.
+FORBIDDEN = {
+    "server.transport": ("server.doors", "server.kserve", "server.models", "server.core", "engine"),
+    "server.doors": ("server.core", "engine"),
+    "server.kserve": ("server.core", "engine"),
+    "server.models": ("server.doors", "server.kserve", "server.transport"),
+    "server.core": ("server.doors", "server.kserve", "server.transport", "server.models"),
+    "server.telemetry": ("server.doors", "server.kserve", "server.transport", "server.models"),
+}
+# The engine-core child process imports neither asyncio nor gRPC nor aiohttp, at any depth: only the front
+# end's handle of a core (server.core.client) lives on the event loop.
+CORE_FRONT_END = "server.core.client"
+# Modules that speak HTTP, by folder: they reach no gRPC or protobuf.
+HTTP_FOLDERS = ("server.doors",)
+HTTP_EXTRA = ("server.kserve.rest_binding", "server.kserve.repository_rest", "server.kserve.json_codec")
+GRPC_DOORS = ("server.doors.seq2seq_grpc",)
 
 
 def _modules() -> dict[str, Path]:
@@ -99,22 +118,61 @@ def _reach(start: str) -> dict[str, str]:
     return seen
 
 
-HTTP_MODULES = sorted(m for m in MODULES if m.startswith(HTTP_PREFIXES))
+def _under(m: str, folder: str) -> bool:
+    return m == folder or m.startswith(folder + ".")
+
+
+HTTP_MODULES = sorted(m for m in MODULES if (m.startswith("server.transport.http_") or m in HTTP_EXTRA
+                                             or any(_under(m, f) for f in HTTP_FOLDERS)) and m not in GRPC_DOORS)
 
 
 def test_http_modules_are_found():
-    assert {"server.http_server", "server.http_kserve", "server.http_libretranslate"} <= set(HTTP_MODULES)
+    assert {"server.transport.http_app", "server.kserve.rest_binding", "server.doors.libretranslate"} <= set(HTTP_MODULES)
+
+
+def _offenders(module: str, prefixes: tuple[str, ...]) -> list[str]:
+    out = []
+    for m, via in _reach(module).items():
+        bad = sorted(i for i in GRAPH[m] if any(i == p or i.startswith(p + ".") for p in prefixes))
+        if bad:
+            out.append(f"{m} (imported by {via or 'itself'}) imports {', '.join(bad)}")
+    return out
 
 
 @pytest.mark.parametrize("module", HTTP_MODULES)
 def test_http_modules_reach_no_grpc_or_protobuf(module):
-    offenders = []
-    for m, via in _reach(module).items():
-        bad = sorted(i for i in GRAPH[m] if i.split(".")[0] in {p.split(".")[0] for p in GRPC_PREFIXES}
-                     and i.startswith(GRPC_PREFIXES))
-        if bad:
-            offenders.append(f"{m} (imported by {via or 'itself'}) imports {', '.join(bad)}")
+    offenders = _offenders(module, GRPC_PREFIXES)
     assert not offenders, f"{module} speaks HTTP but reaches gRPC/protobuf:\n" + "\n".join(offenders)
+
+
+CORE_CHILD = sorted(m for m in MODULES if _under(m, "server.core") and m not in ("server.core", CORE_FRONT_END))
+
+
+def test_core_child_modules_are_found():
+    assert {"server.core.process", "server.core.scheduler", "server.core.messages"} <= set(CORE_CHILD)
+
+
+@pytest.mark.parametrize("module", CORE_CHILD)
+def test_engine_core_reaches_no_event_loop_or_grpc(module):
+    offenders = _offenders(module, ASYNC_PREFIXES)
+    assert not offenders, f"{module} runs in the engine core but reaches an event loop or gRPC:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("folder", sorted(FORBIDDEN))
+def test_layers_go_down_only(folder):
+    bad = []
+    for m in sorted(x for x in MODULES if _under(x, folder)):
+        for i in sorted(GRAPH[m]):
+            hit = [f for f in FORBIDDEN[folder] if i == f or i.startswith(f + ".")]
+            if hit and (i in MODULES or i.split(".")[0] == "engine"):
+                bad.append(f"{m} imports {i}")
+    assert not bad, f"{folder} may not import {', '.join(FORBIDDEN[folder])}:\n" + "\n".join(bad)
+
+
+def test_every_server_module_has_a_room():
+    """server/ itself holds only the entry point and what every layer shares; the rest lives in a folder."""
+    top = sorted(p.stem for p in (ROOT / "server").glob("*.py") if p.stem != "__init__")
+    assert top == ["app", "config", "errors"], top
 
 
 def test_server_files_are_under_400_lines():

@@ -1,4 +1,4 @@
-"""The LibreTranslate API (server/http_libretranslate.py) against a real server: the real libretranslatepy
+"""The LibreTranslate API (server/doors/libretranslate.py) against a real server: the real libretranslatepy
 client, plain JSON and form posts, format=html, source=auto, /detect, the errors, auth; and the bundle's
 language fields (contract/bundle.py) that the API routes by."""
 
@@ -17,7 +17,7 @@ import pytest
 from libretranslatepy import LibreTranslateAPI
 
 from conftest import MODEL_REPO, ServerThread, server_config
-from server.client import Seq2SeqClient
+from s2s.seq2seq_client import Seq2SeqClient
 
 pytestmark = pytest.mark.skipif(not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model")
 
@@ -314,7 +314,7 @@ def test_two_sources(two_sources):
 
 def test_no_declared_languages():
     from server.errors import InvalidInput
-    from server.http_libretranslate import languages, resolve
+    from server.doors.libretranslate import languages, resolve
 
     assert languages({}) == []
     with pytest.raises(InvalidInput, match="no served model declares its languages"):

@@ -1,4 +1,4 @@
-"""Model control without a restart (server/model_control.py): Triton's repository API with the real tritonclient
+"""Model control without a restart (server/models/control.py): Triton's repository API with the real tritonclient
 over gRPC and HTTP, new versions loaded under traffic, poll mode, broken bundles, and `s2s models`.
 
 Each server here serves a temporary repository: a copy of the committed ``addition`` bundle (version folders

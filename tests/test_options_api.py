@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from conftest import MODEL_REPO, english
 from contract.bundle import read_bundle
-from server.client import Seq2SeqClient
+from s2s.seq2seq_client import Seq2SeqClient
 
 JA = "translate-en-ja"
 # The vocabulary bounds sampling_topk; read from the bundle, so a retrained model needs no edit here.

@@ -17,7 +17,7 @@ from conftest import ServerThread, server_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = "/usr/bin/chromedriver"
-PAGE_DIR = Path(__file__).resolve().parents[1] / "server" / "playground"
+PAGE_DIR = Path(__file__).resolve().parents[1] / "server" / "doors" / "playground"
 JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")  # Hiragana, Katakana, CJK ideographs
 WAIT_S = 20
 
@@ -146,7 +146,7 @@ class Page:
 
 @needs_chromium
 def test_translate_matches_grpc(server, driver):
-    from server.client import Seq2SeqClient
+    from s2s.seq2seq_client import Seq2SeqClient
 
     texts = ["Save changes", "Open the file"]
     page = Page(driver, server.running.web.port)

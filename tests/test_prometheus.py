@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from conftest import free_port
-from server.client import Seq2SeqClient
-from test_deploy import EXPORTED_METRICS, PROM_DIR, dashboard_exprs, exported_family, load_rules, promql_parts
+from s2s.seq2seq_client import Seq2SeqClient
+from monitoring import EXPORTED_METRICS, PROM_DIR, dashboard_exprs, exported_family, load_rules, promql_parts
 
 
 def scrape(server) -> str:

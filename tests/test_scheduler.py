@@ -12,8 +12,8 @@ from conftest import english, MODEL_REPO
 from engine import EngineOptions, Sequence, Translator
 from engine.generator import run
 from server.config import SchedulerConfig
-from server.core_events import Failed, Finished, Token
-from server.scheduler import Scheduler
+from server.core.events import Failed, Finished, Token
+from server.core.scheduler import Scheduler
 
 ADD, JA = "addition", "translate-en-ja"
 

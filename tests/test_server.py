@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from conftest import self_signed, english, wait_for, MODEL_REPO, ROOT, ServerThread, free_port, server_config
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
-from server.client import Seq2SeqClient
+from s2s.seq2seq_client import Seq2SeqClient
 from server.config import SchedulerConfig
 
 ADD, JA = "addition", "translate-en-ja"

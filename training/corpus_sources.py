@@ -43,7 +43,7 @@ _RESERVED_RE = re.compile(
     r"|(?:" + "|".join(map(re.escape, RESERVED_NAMESPACES)) + r").*)$"
 )
 
-#: Leave-projects-out evaluation (issue 15, item 2), chosen before any training run: seven whole
+#: Leave-projects-out evaluation, chosen before any training run: seven whole
 #: projects, one of each kind, mid-sized (a few hundred to a few thousand strings each), from
 #: different toolkits and translation teams, so the held-out test measures translating a *new
 #: application*, not recalling strings seen in training. None of their catalogs feed the training

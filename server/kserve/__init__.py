@@ -5,7 +5,7 @@
 * ``parse``: an ``InferRequest`` -> the model API's texts, options and prefixes (tensor names,
   datatypes and shapes only; the model API checks everything else, once).
 * ``grpc_servicer`` (+ ``repository_rpcs``): the gRPC binding, protobuf <-> ``InferRequest``.
-  The REST binding is ``server/http_kserve.py``, JSON and binary data <-> ``InferRequest``, no protobuf.
+  The REST binding is ``server/kserve/rest_binding.py``, JSON and binary data <-> ``InferRequest``, no protobuf.
 
 Each model takes a BYTES tensor ``text_input`` of shape [N] (or [N, 1]) and answers a BYTES tensor
 ``text_output`` of the same shape, one text per input, in order. Decoding options are request

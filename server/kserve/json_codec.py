@@ -1,7 +1,7 @@
 """KServe v2 REST bodies <-> the protocol-neutral ``InferRequest``: JSON tensors (``"data": [...]``) and
 Triton's binary tensor data extension (a JSON header, then each binary input's raw bytes, its size in
 ``parameters.binary_data_size``; a BYTES element is a 4-byte little-endian length and the bytes).
-Straight to plain data: no protobuf and no transport here (``server/http_kserve.py`` reads the body)."""
+Straight to plain data: no protobuf and no transport here (``server/kserve/rest_binding.py`` reads the body)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import math
 from typing import Any
 
 from server.errors import InvalidInput, clip
-from server.kserve.parse import Parsed, extra_outputs
-from server.kserve.protocol import TEXT_OUTPUT, timings
-from server.kserve.tensors import InferInput, InferRequest, Param, encode_values, join_bytes
-from server.results import Generation
+from server.kserve.infer import InferAnswer
+from server.kserve.tensors import InferInput, InferRequest, Param, encode_values
 
 _INT_RANGES = {"INT64": (-2**63, 2**63 - 1), "INT32": (-2**31, 2**31 - 1)}  # JSON integers have no bound
 
@@ -135,24 +133,19 @@ def from_json(model: str, version: str, header: dict, binary: bytes) -> tuple[In
     return req, binary_out
 
 
-def to_json(rid: str, p: Parsed, g: Generation, binary: bool) -> tuple[dict, list[bytes]]:
+def to_json(a: InferAnswer, binary: bool) -> tuple[dict, list[bytes]]:
     """The answer: its JSON header, and when ``binary`` each output's raw bytes in order (else the data is in the JSON)."""
-    texts = [o.text for o in g.outputs]
-    head: dict[str, Any] = {"model_name": g.model, "model_version": g.version, "outputs": [], "parameters": timings(g)}
-    if rid:
-        head["id"] = rid
-    tensors: list[tuple[dict, Any, bytes | None]] = [
-        ({"name": TEXT_OUTPUT, "datatype": "BYTES", "shape": p.shape}, texts,
-         join_bytes([t.encode("utf-8") for t in texts]) if binary else None)]
-    for key, datatype, shape, values in extra_outputs(p, g):
-        tensors.append(({"name": key, "datatype": datatype, "shape": shape}, values,
-                        encode_values(datatype, values) if binary else None))
+    head: dict[str, Any] = {"model_name": a.model, "model_version": a.version, "outputs": [], "parameters": a.parameters}
+    if a.id:
+        head["id"] = a.id
     blobs = []
-    for out, values, raw in tensors:
+    for o in a.outputs:
+        out: dict[str, Any] = {"name": o.name, "datatype": o.datatype, "shape": o.shape}
         if binary:
+            raw = encode_values(o.datatype, o.values)
             out["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:
-            out["data"] = values
+            out["data"] = o.values
         head["outputs"].append(out)
     return head, blobs

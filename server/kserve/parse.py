@@ -1,8 +1,8 @@
-"""A KServe inference request (``InferRequest``, from either binding) -> the model API's domain request.
+"""A KServe inference request (``InferRequest``, from either binding) -> the model API's domain request (``Parsed``).
 
 Only what is KServe's own is checked here: tensor names, datatypes and shapes, the BYTES framing,
 parameter kinds, Triton's ``timeout``. Everything the model decides (option ranges, input counts
-and lengths, readiness) is the model API's, checked once in ``ModelAPI.prepare``; the few bounds
+and lengths, readiness) is the model API's, checked once in ``ServedVersion.prepare``; the few bounds
 read here are the ones that must hold before an element is split or decoded (bounded work).
 """
 
@@ -13,18 +13,17 @@ from dataclasses import dataclass
 
 from contract.decoding import DecodingOptions
 from server.errors import InvalidInput, ModelNotReady, clip
-from server.kserve.protocol import (ALIASES, COUNT_OUTPUTS, DECODING_PARAMETERS, EXTRA_OUTPUTS, MAX_ID_CHARS, OPTIONS,
-                                    TARGET_PREFIX, TEXT_INPUT, TEXT_OUTPUT)
+from server.kserve.protocol import (ALIASES, DECODING_PARAMETERS, EXTRA_OUTPUTS, MAX_ID_CHARS, OPTIONS, TARGET_PREFIX,
+                                    TEXT_INPUT, TEXT_OUTPUT)
 from server.kserve.tensors import InferInput, InferRequest, Param, shape_str, split_bytes
-from server.model_api import ModelAPI
-from server.results import Generation
-from server.prepare import Limits
-from server.repository import Repository
+from server.models.served_version import ServedVersion
+from server.models.prepare import Limits
+from server.models.registry import ServedModels
 
 
 @dataclass
 class Parsed:
-    model: ModelAPI
+    model: ServedVersion
     texts: list[str]
     shape: list[int]
     options: DecodingOptions
@@ -114,7 +113,7 @@ def flag(params: dict[str, Param], key: str) -> bool:
     return params.get(key) == ("bool_param", True)
 
 
-def parse(repo: Repository, request: InferRequest, deadline: float | None) -> Parsed:
+def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> Parsed:
     """Validate an inference request; raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) naming the problem."""
     if len(request.id) > MAX_ID_CHARS:
         raise InvalidInput(f"request id has {len(request.id)} characters; the limit is {MAX_ID_CHARS}")
@@ -188,19 +187,3 @@ def _decoding_options(params: dict[str, Param], given: dict[str, InferInput], na
     if kw.get("length_penalty_type") == "":
         del kw["length_penalty_type"]
     return DecodingOptions(**kw)
-
-
-def extra_outputs(p: Parsed, g: Generation) -> list[tuple[str, str, list[int], list]]:
-    """The optional outputs the request asked for: (name, datatype, shape, values flat in row-major order)."""
-    n = p.options.num_hypotheses
-    nbest = [list(o.hypotheses) + [None] * (n - len(o.hypotheses)) for o in g.outputs]
-    per = {"input_tokens": [o.input_tokens for o in g.outputs], "output_tokens": [o.output_tokens for o in g.outputs],
-           "hypotheses": [h.text if h else "" for row in nbest for h in row],
-           "scores": [h.score if h else 0.0 for row in nbest for h in row]}
-    return [(key, EXTRA_OUTPUTS[key], p.shape if key in COUNT_OUTPUTS else [p.shape[0], n], per[key]) for key in p.counts]
-
-
-async def infer(repo: Repository, request: InferRequest, deadline: float | None) -> tuple[Parsed, Generation]:
-    """An inference request through the model API: (what parse found, the Generation)."""
-    p = parse(repo, request, deadline)
-    return p, await p.model.generate(p.model.prepare(p.texts, p.options, p.prefixes), p.deadline)

@@ -5,9 +5,8 @@ bindings describe a model alike. No transport here."""
 
 from __future__ import annotations
 
-from server.model_api import ModelAPI
-from server.results import Generation
-from server.repository import Repository
+from server.models.served_version import ServedVersion
+from server.models.registry import ServedModels
 
 TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
 # Optional INT64 outputs of text_input's shape, sent only when asked for by name in `outputs`: the
@@ -34,7 +33,7 @@ MAX_ID_CHARS = 256
 _TYPES = {"BYTES": "TYPE_STRING", "INT64": "TYPE_INT64", "FP32": "TYPE_FP32"}
 
 
-def model_metadata(repo: Repository, model: ModelAPI) -> dict:
+def model_metadata(repo: ServedModels, model: ServedVersion) -> dict:
     def tensor(name: str, datatype: str, shape: list[int]) -> dict:
         return {"name": name, "datatype": datatype, "shape": shape}
 
@@ -47,7 +46,7 @@ def model_metadata(repo: Repository, model: ModelAPI) -> dict:
     }
 
 
-def model_config(model: ModelAPI) -> dict:
+def model_config(model: ServedVersion) -> dict:
     info = model.info()
     lim = info.limits
     params = {
@@ -73,9 +72,3 @@ def model_config(model: ModelAPI) -> dict:
                    *(tensor(key, dt, [-1, -1]) for key, dt in NBEST_OUTPUTS.items())],
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
     }
-
-
-def timings(g: Generation) -> dict[str, float]:
-    t = g.timings
-    return {"queue_seconds": t.queue_seconds, "time_to_first_token_seconds": t.time_to_first_token_seconds,
-            "total_seconds": t.total_seconds}

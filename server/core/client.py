@@ -1,0 +1,378 @@
+"""The front end's side of the engine cores: start them, route requests, restart the ones that die.
+
+``CoreHandle`` owns one child process (``server/core/process.py``) and its pipe. The pipe is read on the
+event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
+the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
+to the model version's telemetry (``server/telemetry/model_telemetry.py``). A core that dies (SIGKILL, segfault, OOM)
+is noticed by EOF on its pipe: its requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
+growing delay if it keeps dying.
+
+A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
+every 50 ms while it has work (``server.core.scheduler.STATS_EVERY_S``), so a watchdog timer treats a
+core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is SIGKILLed
+and handled as above (marked down, its requests failed with UNAVAILABLE, restarted). Writes to the
+pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
+
+Silence is the core's only if the front end was listening. When the front end itself stops (a SIGSTOP,
+a long GC pause, a stalled VM), the core's reports pile up unread in the pipe, and on waking the
+watchdog's timer can run before the reader: it killed healthy cores. So before it kills, the watchdog
+looks at the pipe (unread reports: the core spoke) and at its own timer (one that runs late by more than
+its period: the front end was not running, and cannot tell what the core did meanwhile); either starts
+the count again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from contract.decoding import DecodingOptions
+from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
+from server.core.pipe import frame
+from server.errors import ServingError
+from server.core.events import Event, Failed, Finished
+from server.telemetry.model_telemetry import ModelTelemetry
+
+log = logging.getLogger("s2s.cores")
+
+_request_ids = itertools.count(1)
+_ROOT = Path(__file__).resolve().parents[1]  # where ``server`` is importable from, installed or not
+RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... death in a row
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class CoreUnavailable(ServingError):
+    code = "UNAVAILABLE"
+
+
+class CoreLoadError(RuntimeError):
+    pass
+
+
+class EventQueue:
+    """One request's events, in order, for its one reader: a deque and at most one waiting future (an
+    ``asyncio.Queue`` also builds an Event and two waiter deques for every request)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Event] = collections.deque()
+        self._waiter: asyncio.Future | None = None
+
+    def put_nowait(self, event: Event) -> None:
+        self._items.append(event)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def get(self) -> Event:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+@dataclass(eq=False)
+class InFlight:
+    """A request sent to a core, as its caller holds it: the core's typed events for it arrive on ``events``
+    in order (``Token`` while streaming, one ``Finished`` per input, or one ``Failed`` that ends it)."""
+
+    id: int
+    rows: int
+    left: int  # inputs not finished yet
+    events: EventQueue = field(default_factory=EventQueue)
+
+
+@dataclass
+class CoreState:
+    up: bool = False
+    provider: str = ""
+    io_binding: bool = False
+    pid: int = 0
+    restarts: int = 0
+    deaths_in_a_row: int = 0
+    ready_at: float = 0.0
+
+
+class CoreHandle:
+    def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry, stall_s: float = 10.0):
+        self.spec, self.telemetry, self.stall_s = spec, telemetry, stall_s
+        self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
+        self._watch_due = 0.0  # when the watchdog's timer is due (a timer that runs late: the front end paused)
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.state = CoreState()
+        self.inflight: dict[int, InFlight] = {}
+        self.rows = 0  # rows of the requests in flight: the load the router balances
+        self.proc: subprocess.Popen | None = None
+        self.conn = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping = False
+        self._ready: asyncio.Future | None = None
+        self._exited: asyncio.Event = asyncio.Event()
+        self._restart: asyncio.TimerHandle | None = None
+        self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
+        self._wsock: socket.socket | None = None
+        self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
+        self._writing = False  # waiting for the pipe to take more
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.model}#{self.spec.index}"
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """Start the process; the returned future resolves once the engine is loaded (or fails naming why).
+
+        ``python -m server.core.process FD`` over one end of a socket pair, rather than multiprocessing's spawn:
+        a fresh interpreter that never re-imports the embedding program's ``__main__``. Called on the
+        event loop thread: the kernel's parent-death signal is tied to the thread that starts the child,
+        and the event loop thread lives as long as the server."""
+        self.loop = loop
+        ours, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "server.core.process", str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
+        finally:
+            theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
+        self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
+        self.conn = Connection(ours.detach())
+        self.conn.send(self.spec)
+        self._exited = asyncio.Event()
+        self._ready = loop.create_future()
+        loop.add_reader(self.conn.fileno(), self._readable)
+        if self._watchdog is None and self.stall_s > 0:
+            self._watch_due = time.monotonic() + self.stall_s / 4
+            self._watchdog = loop.call_later(self.stall_s / 4, self._watch)
+        return self._ready
+
+    def _watch(self) -> None:
+        """Every stall_s / 4: a core with work that has said nothing for stall_s is SIGKILLed. EOF on its pipe then
+        does the rest, as for any core that dies (``_died``). The pipe is never written with a blocking write
+        (``_write``), so a hung core cannot stop the event loop, and this timer, from running."""
+        self._watchdog = None
+        if self.stopping:
+            return
+        now = time.monotonic()
+        period = self.stall_s / 4
+        late = now - self._watch_due > period  # the front end did not run for a while: nothing to judge by
+        self._watch_due = now + period
+        if late or (self.conn is not None and self.conn.poll(0)):  # reports waiting unread: the core spoke
+            self.heard_at = max(self.heard_at, now)
+        silent = now - self.heard_at
+        proc = self.proc
+        if self.inflight and self.state.up and silent > self.stall_s and proc is not None and proc.poll() is None:
+            log.warning("engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "
+                        "(--core-stall-s %g): killing it", self.label, self.state.pid, silent, len(self.inflight),
+                        self.stall_s)
+            proc.kill()
+            self.heard_at = time.monotonic() + self.stall_s  # once: EOF takes it from here
+        self._watchdog = self.loop.call_later(self.stall_s / 4, self._watch)
+
+    def _readable(self) -> None:
+        self.heard_at = time.monotonic()
+        conn = self.conn
+        try:
+            while conn is not None and conn.poll():
+                self._dispatch(conn.recv())
+        except (EOFError, OSError):
+            self._died()
+
+    def _dispatch(self, msg) -> None:
+        if isinstance(msg, Report):
+            for ev in msg.events:
+                req = self.inflight.get(ev.request)
+                if req is None:
+                    continue  # cancelled on this side already
+                req.events.put_nowait(ev)
+                if isinstance(ev, Finished):
+                    req.left -= 1
+                    if req.left == 0:
+                        self._forget(req)
+                elif isinstance(ev, Failed):
+                    self._forget(req)
+            self.telemetry.stats(self.spec.index, msg.stats)
+        elif isinstance(msg, Ready):
+            self.state.up, self.state.provider, self.state.io_binding, self.state.pid = True, msg.provider, msg.io_binding, msg.pid
+            self.state.ready_at = time.monotonic()
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(self)
+            log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
+            self.telemetry.core_state(self.spec.index, True, self.state.restarts)
+        elif isinstance(msg, LoadFailed):
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_exception(CoreLoadError(msg.message))
+
+    def _died(self) -> None:
+        loop = self.loop
+        if self.conn is not None:
+            loop.remove_reader(self.conn.fileno())
+            self.conn.close()
+            self.conn = None
+        if self._wsock is not None:
+            if self._writing:
+                loop.remove_writer(self._wsock.fileno())
+                self._writing = False
+            self._wsock.close()
+            self._wsock = None
+        self._unsent.clear()
+        was_up = self.state.up
+        self.state.up = False
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(2)  # reaped: no zombie left behind
+            except subprocess.TimeoutExpired:  # closed its end but lives on: make sure
+                self.proc.kill()
+                code = self.proc.wait()
+        failed = list(self.inflight.values())
+        self.inflight.clear()
+        self.rows = 0
+        for req in failed:
+            req.events.put_nowait(Failed(req.id, CoreUnavailable.code, f"model {self.spec.model!r}: its engine core "
+                                         "stopped while decoding this request; retry"))
+        self._exited.set()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})"))
+        self.telemetry.core_state(self.spec.index, False, self.state.restarts)
+        if self.stopping:
+            return
+        # Dying again soon after a start counts as "in a row": back off instead of spinning.
+        quick = time.monotonic() - self.state.ready_at < 30
+        self.state.deaths_in_a_row = self.state.deaths_in_a_row + 1 if quick else 1
+        delay = RESTART_DELAYS_S[min(self.state.deaths_in_a_row, len(RESTART_DELAYS_S)) - 1]
+        log.warning("engine core %s (pid %s) died (exit code %s) with %d requests in flight%s; restarting in %.1f s",
+                    self.label, self.state.pid, code, len(failed), "" if was_up else " while loading", delay)
+        self._restart = loop.call_later(delay, self._respawn)
+
+    def _respawn(self) -> None:
+        if self.stopping:
+            return
+        self.state.restarts += 1
+        fut = self.start(self.loop)
+        fut.add_done_callback(lambda f: f.exception() and log.error("engine core %s failed to restart: %s",
+                                                                   self.label, f.exception()))
+
+    # ---- requests --------------------------------------------------------------------------------
+    def submit(self, sequences: list[tuple[list[int], list[int]]], options: DecodingOptions, stream: bool,
+               deadline: float | None, arrival: float) -> InFlight:
+        """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes)."""
+        if not self.state.up or self.conn is None:
+            raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
+        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, len(sequences))
+        if not self.inflight:  # the silence the watchdog measures starts now, not when the core last went idle
+            self.heard_at = time.monotonic()
+        self.inflight[req.id] = req
+        self.rows += req.rows
+        self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival))
+        return req
+
+    def _post(self, message) -> None:
+        """Queue a message; every message of this event-loop iteration goes out in one pipe write. Each write
+        wakes the core's reader, and a wake-up per request costs the front end more than the batching of writes."""
+        if not self._outbox:
+            self.loop.call_soon(self._flush)
+        self._outbox.append(message)
+
+    def _flush(self) -> None:
+        batch, self._outbox = self._outbox, []
+        if self._wsock is None or not batch:
+            return  # died meanwhile: _died failed the requests in flight
+        self._unsent += frame(batch)  # Connection's framing: the core reads with recv()
+        self._write()
+
+    def _write(self) -> None:
+        """What the pipe takes now, never blocking. A core that hangs stops reading; once the pipe's buffer was
+        full, a blocking write would stop the event loop, and every door and health check with it, until the
+        watchdog killed the core. The rest goes when the pipe is writable again."""
+        sock = self._wsock
+        try:
+            while self._unsent:
+                del self._unsent[:sock.send(self._unsent, socket.MSG_DONTWAIT)]
+        except BlockingIOError:
+            if not self._writing:
+                self.loop.add_writer(sock.fileno(), self._write)
+                self._writing = True
+            return
+        except OSError:
+            self._unsent.clear()  # the core is gone; EOF on the pipe reports it and fails what is in flight
+        if self._writing:
+            self.loop.remove_writer(sock.fileno())
+            self._writing = False
+
+    def cancel(self, req: InFlight) -> None:
+        if self._forget(req) and self.conn is not None:
+            self._post(Cancel(req.id))
+
+    def _forget(self, req: InFlight) -> bool:
+        if self.inflight.pop(req.id, None) is None:
+            return False
+        self.rows -= req.rows
+        return True
+
+    # ---- shutdown --------------------------------------------------------------------------------
+    def drain(self, grace_s: float) -> None:
+        self.stopping = True
+        if self._restart is not None:
+            self._restart.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self.conn is not None:
+            self._outbox.append(Drain(grace_s))  # after what was submitted before
+            self._flush()
+
+    def abort(self) -> None:
+        if self.conn is not None:
+            self._outbox.append(Abort())
+            self._flush()
+
+    async def wait_exited(self, timeout: float) -> None:
+        if self.conn is None:
+            return
+        try:
+            await asyncio.wait_for(self._exited.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("engine core %s did not exit in %.0f s; killing it", self.label, timeout)
+            if self.proc is not None:
+                self.proc.kill()
+            await asyncio.wait_for(self._exited.wait(), 10)
+
+    def kill(self) -> None:
+        """Tests and emergencies: SIGKILL the process (it is restarted unless stopping)."""
+        if self.proc is not None:
+            self.proc.kill()
+
+
+@dataclass
+class Router:
+    """A model's cores; each request goes to the live core with the fewest rows in flight."""
+
+    cores: list[CoreHandle] = field(default_factory=list)
+
+    def pick(self) -> CoreHandle:
+        live = [c for c in self.cores if c.state.up]
+        if not live:
+            model = self.cores[0].spec.model if self.cores else "?"
+            raise CoreUnavailable(f"model {model!r}: no engine core is running (restarting); retry")
+        return min(live, key=lambda c: c.rows)
+
+    @property
+    def any_up(self) -> bool:
+        return any(c.state.up for c in self.cores)

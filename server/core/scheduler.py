@@ -1,0 +1,384 @@
+"""Per-engine-core scheduling: the queue, the batching policy, the step loop thread, and the stats it records.
+
+It runs inside an engine core (``server/core/process.py``, a process of its own) and knows neither asyncio
+nor gRPC nor Prometheus: requests come in through ``submit``/``cancel`` and everything that
+happens goes out through one ``sink(events, stats)`` call per loop iteration, as plain dataclasses
+(vLLM's schedule -> execute -> update: the Generator's ``step`` returns a ``StepOutput`` and this
+loop turns it into events).
+
+A worker thread owns the ``Generator`` and loops ``admit -> step -> emit``. While it decodes, a
+second thread runs the encoder for queued requests (``ready``), so that admission under load costs
+the step loop no encoder time (the encoder is compute-bound, and a large share of the step loop's time
+under load with short outputs). When the step loop is idle it encodes newcomers
+itself, so a lone request never pays a thread hand-off.
+
+The batching policy (``server/core/admission.py``) says how many rows each step may admit.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine import Generator, Runner, Sequence
+from server.core.admission import POLICIES, QueueView
+from server.config import SchedulerConfig
+from server.core.events import Failed, Finished, Stats, Token
+from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
+
+log = logging.getLogger("s2s.scheduler")
+
+
+Sink = Callable[[list, Stats], None]
+STATS_EVERY_S = 0.05  # the most a report of stats alone waits (Prometheus scrapes every 5 s)
+
+
+# ---- requests and jobs ---------------------------------------------------------------------------
+@dataclass(eq=False)
+class Request:
+    id: int
+    arrival: float
+    deadline: float | None  # time.monotonic() after which it is dropped
+    left: int = 0  # jobs not finished yet
+    over: bool = False  # failed, cancelled or done: nothing more is reported for it
+
+
+@dataclass(eq=False)
+class Job:
+    """One input's generation, as the scheduler tracks it."""
+
+    seq: Sequence
+    request: Request
+    index: int
+    admitted: float | None = None
+    first_token: float | None = None
+    n_tokens: int = 0
+    cancelled: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.seq.n_rows
+
+
+class Scheduler:
+    def __init__(self, name: str, engine: Runner, config: SchedulerConfig, sink: Sink):
+        self.name, self.engine, self.config, self.sink = name, engine, config, sink
+        self.policy = POLICIES[config.mode](config)
+        self.gen = Generator(engine)
+        self.pending: collections.deque[Job] = collections.deque()  # queued, not encoded yet
+        self.ready: collections.deque[Job] = collections.deque()  # queued and encoded (by the encoder thread)
+        self.encoding: list[Job] = []  # taken by the encoder thread, being encoded now
+        self.decoding = False  # the step loop has a running batch (then queued requests are pre-encoded)
+        self.active: dict[int, Job] = {}  # seq.id -> job
+        self.requests: dict[int, list[Job]] = {}  # request id -> its jobs, until it is over
+        self.stats = Stats()
+        self.encoded_ahead = 0  # jobs the encoder thread encoded while the step loop decoded (all time)
+        self.cv = threading.Condition()
+        self.stopping = False
+        self.aborting = False  # grace period over: fail whatever is left
+        self.outbox: list = []  # events of this iteration, emitted together (one message per step)
+        self.reported = 0.0  # when the last report went out
+        self.idle_reported = True  # the figures at the last idle moment went out
+        self.thread = threading.Thread(target=self._run, name=f"scheduler-{name}", daemon=True)
+        self.encoder_thread = threading.Thread(target=self._encode_ahead, name=f"encoder-{name}", daemon=True) \
+            if config.encoder_thread else None
+
+    # ---- any thread ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+        if self.encoder_thread is not None:
+            self.encoder_thread.start()
+
+    def submit(self, request_id: int, seqs: list[Sequence], deadline: float | None, arrival: float | None = None) -> None:
+        """Queue all of a request's sequences or none: beyond max_queue_size it is refused at once (raises)."""
+        req = Request(request_id, arrival or time.monotonic(), deadline, left=len(seqs))
+        jobs = [Job(seq, req, i) for i, seq in enumerate(seqs)]
+        with self.cv:
+            if self.stopping:
+                raise ShuttingDown("server is shutting down; retry on another replica")
+            queued = self.queued_rows()
+            need = sum(j.rows for j in jobs)
+            if queued + need > self.config.max_queue_size:
+                raise QueueFull(f"model {self.name!r}: queue full ({queued} of {self.config.max_queue_size} rows waiting); "
+                                "retry with backoff")
+            self.requests[request_id] = jobs
+            self.pending.extend(jobs)
+            self.stats.queued = queued + need
+            self.cv.notify_all()
+
+    def cancel(self, request_id: int) -> None:
+        """Client went away or its deadline passed: the worker drops its jobs at the next step, silently."""
+        with self.cv:
+            for job in self.requests.pop(request_id, ()):
+                job.cancelled = True
+                job.request.over = True
+            self.cv.notify_all()
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopping = True
+            self.cv.notify_all()
+
+    def abort(self) -> None:
+        """Grace period over: the worker fails everything left (UNAVAILABLE) and exits."""
+        with self.cv:
+            self.stopping = self.aborting = True
+            self.cv.notify_all()
+
+    def drain(self, timeout: float) -> None:
+        """Refuse new work, let admitted and queued work finish for up to ``timeout``, then fail the rest."""
+        self.stop()
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.abort()
+            self.thread.join()
+        if self.encoder_thread is not None:
+            self.encoder_thread.join(5)
+
+    def _view(self) -> QueueView:
+        """What the batching policy sees (under self.cv)."""
+        waiting = [q[0].request.arrival for q in (self.ready, self.pending) if q]
+        return QueueView(time.monotonic(), self.gen.n_rows, len(self.gen), self.queued_rows(),
+                         min(waiting) if waiting else None, self.stopping)
+
+    def queued_rows(self) -> int:
+        return sum(j.rows for q in (self.pending, self.ready, self.encoding) for j in q)
+
+    # ---- reporting -------------------------------------------------------------------------------
+    def _fail(self, job: Job, err: ServingError) -> None:
+        """Fail the job's whole request (once); its other jobs are dropped. Called under self.cv or by the worker."""
+        req = job.request
+        if req.over:
+            return
+        req.over = True
+        for sibling in self.requests.pop(req.id, ()):
+            sibling.cancelled = True
+        self.outbox.append(Failed(req.id, err.code, str(err)))
+
+    def _emit(self, force: bool = False) -> None:
+        """Report this iteration's events with the stats gathered so far (the channel write happens outside
+        the lock). An iteration with no events reports only every STATS_EVERY_S, or when ``force``d (the loop
+        going idle): each report wakes the front end, which at ~300 steps/s was a report per step for nothing."""
+        with self.cv:  # re-entrant: some callers hold it already
+            now = time.monotonic()
+            if not self.outbox and not force and now - self.reported < STATS_EVERY_S:
+                return
+            self.reported = now
+            events, self.outbox = self.outbox, []
+            stats = self.stats.take()
+        try:
+            self.sink(events, stats)
+        except Exception:  # the front end is gone or the channel broke: nothing to deliver to
+            log.exception("model %s: reporting %d events failed", self.name, len(events))
+
+    # ---- worker threads --------------------------------------------------------------------------
+    @staticmethod
+    def _expired(job: Job, now: float) -> ServingError | None:
+        if job.cancelled:
+            return Cancelled("cancelled before it started")
+        if job.request.deadline is not None and now > job.request.deadline:
+            return DeadlineExceeded(f"deadline exceeded while queued ({now - job.request.arrival:.3f} s waiting)")
+        return None
+
+    def _drop_expired(self, job: Job, now: float) -> bool:
+        if (err := self._expired(job, now)) is None:
+            return False
+        if not job.cancelled:
+            self._fail(job, err)
+        return True
+
+    def _admit(self) -> list[Job]:
+        """Pick queued jobs for the running batch, by the batching policy. Called under self.cv.
+
+        Encoded jobs go first; unencoded ones only when the batch is idle (the step loop then encodes
+        them itself rather than wait for the encoder thread)."""
+        while True:
+            admission = self.policy.admit(self._view())
+            if admission.wait_until is None:
+                break
+            self.cv.wait(max(0.0, admission.wait_until - time.monotonic()))
+        rows_free = admission.rows
+        picked: list[Job] = []
+        now = time.monotonic()
+        took_ready = False
+        # With an encoder thread, a running batch takes only what it encoded ahead; without one, the step
+        # loop encodes newcomers itself (in gen.add) between steps.
+        ahead = self.encoder_thread is not None and len(self.gen)
+        for queue in (self.ready,) if ahead else (self.ready, self.pending):
+            while queue and rows_free > 0:
+                job = queue[0]
+                if self._drop_expired(job, now):
+                    queue.popleft()
+                    continue
+                if job.rows > rows_free and (picked or len(self.gen)):
+                    rows_free = 0  # a wide beam waits for room; nothing overtakes it
+                    break
+                queue.popleft()
+                picked.append(job)
+                rows_free -= job.rows
+                took_ready |= queue is self.ready
+        if took_ready and self.pending:
+            self.cv.notify_all()  # room in ``ready`` again for the encoder thread
+        return picked
+
+    def _encode_ahead(self) -> None:
+        """Encoder thread: while the step loop decodes, encode queued jobs (up to a batch's rows) into ``ready``."""
+        limit = self.config.max_batch_size
+        while True:
+            with self.cv:
+                while not (self.aborting or (self.stopping and not self.pending) or
+                           (self.pending and self.decoding and sum(j.rows for j in self.ready) < limit)):
+                    self.cv.wait()
+                if self.aborting or (self.stopping and not self.pending):
+                    return
+                room, now = limit - sum(j.rows for j in self.ready), time.monotonic()
+                while self.pending and room > 0:
+                    job = self.pending.popleft()
+                    if self._drop_expired(job, now):
+                        continue
+                    self.encoding.append(job)
+                    room -= job.rows
+                take = list(self.encoding)
+            failed = None
+            try:
+                self.gen.encode([j.seq for j in take])
+            except Exception as e:  # fails these requests, never the thread
+                log.exception("model %s: encoder failed", self.name)
+                failed = EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log")
+            with self.cv:
+                self.encoding.clear()
+                if failed is not None or self.aborting:
+                    err = failed or ShuttingDown("server shut down before this request finished; retry")
+                    for job in take:
+                        self._fail(job, err)
+                    self.cv.notify_all()  # the step loop emits the failures
+                    if self.aborting:
+                        return
+                    continue
+                self.ready.extend(j for j in take if not j.cancelled)
+                self.encoded_ahead += len(take)
+                self.stats.encoded_ahead += len(take)
+                self.cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                while not (self.aborting or self.ready or self.pending or len(self.gen) or self.outbox or
+                           (self.stopping and not self.encoding)):
+                    self.decoding = False
+                    if not self.idle_reported:  # going idle: the last figures (active and queued now 0) go out now
+                        self.idle_reported = True
+                        self.stats.active, self.stats.queued = len(self.active), self.queued_rows()
+                        self._emit(force=True)
+                    self.cv.wait()
+                if self.aborting:
+                    err = ShuttingDown("server shut down before this request finished; retry")
+                    for job in [*self.pending, *self.ready, *self.active.values()]:
+                        self._fail(job, err)
+                    self.pending.clear()
+                    self.ready.clear()
+                    self.active.clear()
+                    self._emit(force=True)
+                    self.cv.notify_all()
+                    return
+                if self.stopping and not (self.ready or self.pending or self.encoding or len(self.gen)):
+                    self._emit(force=True)
+                    self.cv.notify_all()
+                    return
+                self.idle_reported = False
+                newcomers = self._admit()
+                busy = bool(newcomers) or len(self.gen) > 0
+                if busy and not self.decoding and self.pending:
+                    self.cv.notify_all()  # the encoder thread may start on the queue
+                self.decoding = busy
+                self.stats.queued = self.queued_rows()
+            try:
+                self._expire()
+                self._join(newcomers)
+                if len(self.gen):
+                    self._step()
+            except Exception as e:  # an engine failure fails the affected requests, never the loop
+                log.exception("model %s: decode step failed", self.name)
+                err = EngineFailure(f"model {self.name!r}: inference failed ({type(e).__name__}); see server log")
+                with self.cv:
+                    for job in list(self.active.values()):
+                        self._fail(job, err)
+                self.active.clear()
+                self.gen = Generator(self.engine)
+            self.stats.active = len(self.active)
+            self._emit()
+
+    def _join(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        now = time.monotonic()
+        for job in jobs:
+            job.admitted = now
+            self.stats.queue_s.append(now - job.request.arrival)
+        try:
+            self.gen.add([j.seq for j in jobs])
+        except Exception as e:
+            log.exception("model %s: encoder failed", self.name)
+            err = EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log")
+            with self.cv:
+                for job in jobs:
+                    self._fail(job, err)
+            return
+        for job in jobs:
+            self.active[job.seq.id] = job
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        gone = [j for j in self.active.values()
+                if j.cancelled or (j.request.deadline is not None and now > j.request.deadline)]
+        if not gone:
+            return
+        self.gen.remove([j.seq for j in gone])
+        with self.cv:
+            for job in gone:
+                del self.active[job.seq.id]
+                if not job.cancelled:
+                    self._fail(job, DeadlineExceeded(f"deadline exceeded after {job.n_tokens} generated tokens"))
+
+    def _step(self) -> None:
+        rows = self.gen.n_rows
+        t0 = time.perf_counter()
+        out = self.gen.step()
+        self.stats.step_s.append(time.perf_counter() - t0)
+        self.stats.batch_rows.append(rows)
+        now = time.monotonic()
+        eos = self.engine.special.eos
+        for seq, token in out.tokens:  # streaming sequences: each greedy token as it is chosen
+            job = self.active[seq.id]
+            if job.first_token is None:
+                job.first_token = now
+                self.stats.ttft_s.append(now - job.request.arrival)
+            job.n_tokens += 1
+            if token != eos and not job.request.over:
+                self.outbox.append(Token(job.request.id, job.index, token))
+        for seq in out.finished:
+            job = self.active.pop(seq.id)
+            if job.first_token is None:  # not streamed (or a beam, which reports at the end)
+                job.first_token = now
+                self.stats.ttft_s.append(now - job.request.arrival)
+            n = len(seq.result or [])
+            job.n_tokens = n
+            self.stats.generated += n
+            if n > 1:
+                self.stats.tpot_s.append((now - job.first_token) / (n - 1))
+            req = job.request
+            if req.over:
+                continue
+            # A lone unscored hypothesis is ``tokens`` itself: not sent twice through the pipe.
+            o = seq.options
+            nbest = (seq.hypotheses or []) if o.num_hypotheses > 1 or o.return_scores else []
+            self.outbox.append(Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token, nbest))
+            req.left -= 1
+            if req.left == 0:
+                req.over = True
+                with self.cv:
+                    self.requests.pop(req.id, None)

@@ -1,0 +1,294 @@
+"""The LibreTranslate API (``/translate``, ``/languages``, ``/detect``), as LibreTranslate serves it.
+
+Clients written for LibreTranslate (``libretranslatepy``, the browser extensions, the many apps
+that take a LibreTranslate URL) work against this server unchanged. Requests may be JSON or form
+encoded (``libretranslatepy`` sends ``application/x-www-form-urlencoded``, even on ``GET
+/languages``); the key is the ``api_key`` field, which is the bearer token (``--auth-token``), or the
+``Authorization: Bearer`` header.
+
+Languages come from the bundles: a served model whose ``config.json`` declares ``source_language``
+and ``target_language`` (``s2s export --source-lang/--target-lang``) serves that pair, at its latest
+loaded version; a model that declares no languages (addition) is not offered here.
+
+``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``), ``target``,
+``format`` (``text``, the default, or ``html``), ``alternatives`` (default 0), ``api_key``. The answer is
+``{"translatedText": "..."}`` for a string ``q``, a list for a list. ``format=html`` translates the text
+between the tags (all text nodes of the request in one batched call) and keeps the markup as it was
+sent; ``<script>``/``<style>`` content and whitespace-only text are left alone. ``source=auto`` is
+taken when exactly one served source language translates to ``target`` (the answer then says so in
+``detectedLanguage``, as LibreTranslate does); otherwise 400 names the choices. ``alternatives`` = N > 0
+asks for N + 1 distinct texts (N at most the model's max beam width - 1; the beam is widened as needed, see
+``server/models/distinct.py``): ``translatedText`` is the best hypothesis and ``"alternatives"`` the N next
+different texts, best first (fewer only where even the widest beam holds no more) (per text for a list ``q``; for
+``format=html``, alternative i renders every text node's i-th next hypothesis into the markup).
+
+``GET /languages``: every language of the served pairs with the codes it translates to.
+
+``POST /detect``: there is no language detector here. The answer is given only when it is honest:
+when every served translation model reads the same language, that is the only language this server
+can translate from, so it is the answer for any input that can be translated at all; otherwise 400.
+
+Errors are ``{"error": "..."}``: 400 malformed or out-of-limit input (the model API names the limit),
+an unknown pair (naming what is served); 401 no or wrong key; 429/503/504 as the model API raises them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from multidict import MultiDict
+
+from server.errors import InvalidInput, clip
+from server.transport.http_body import parse_json_off_loop, read_body, read_json, deadline_of, json_response
+from server.transport.http_forms import multipart, urlencoded
+from server.transport.offload import off_loop
+from server.doors.http_door import HttpDoor
+from server.doors.libretranslate_html import check_html, parse_all
+from contract.decoding import DecodingOptions
+
+AUTO = "auto"
+_COUNT = re.compile(r"\s*[0-9]{1,9}\s*")
+FORMATS = ("text", "html")
+
+# English names of common ISO 639-1 codes (LibreTranslate lists a name with every code); others show the code.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
+    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish",
+    "et": "Estonian", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew",
+    "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
+    "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian Bokmål", "nl": "Dutch", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian",
+    "sv": "Swedish", "th": "Thai", "tl": "Tagalog", "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu",
+    "vi": "Vietnamese", "zh": "Chinese", "zh-Hans": "Chinese (Simplified)", "zh-Hant": "Chinese (Traditional)",
+}
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+# ---- the served pairs ------------------------------------------------------------------------------------------
+def served_pairs(doors: HttpDoor) -> dict[tuple[str, str], str]:
+    """(source, target) -> model name, over the served models whose latest loaded version declares both
+    languages. Two models declaring one pair: the first by name serves it (deterministic)."""
+    pairs: dict[tuple[str, str], str] = {}
+    for name in sorted(doors.repo.models):
+        b = doors.repo.get(name).bundle
+        if b.source_language and b.target_language:
+            pairs.setdefault((b.source_language, b.target_language), name)
+    return pairs
+
+
+def unloaded_model(doors: HttpDoor, source: str, target: str) -> str:
+    """The unloaded model that served source -> target when it was loaded ("" if none)."""
+    for name in sorted(doors.repo.unloaded):
+        pair = doors.repo.languages.get(name)
+        if pair and pair[1] == target and source in (pair[0], AUTO) and name not in doors.repo.models:
+            return name
+    return ""
+
+
+def _describe(pairs: dict[tuple[str, str], str]) -> str:
+    return ", ".join(f"{s} -> {t}" for s, t in sorted(pairs)) or "none (no served model declares its languages)"
+
+
+def languages(pairs: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    codes = sorted({c for pair in pairs for c in pair})
+    return [{"code": c, "name": language_name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
+
+
+def resolve(pairs: dict[tuple[str, str], str], source: str, target: str) -> tuple[str, str]:
+    """(model name, source language) for a request's source (a code or "auto") and target; InvalidInput naming
+    what is served otherwise."""
+    if source == AUTO:
+        choices = sorted(s for s, t in pairs if t == target)
+        if len(choices) == 1:
+            return pairs[(choices[0], target)], choices[0]
+        if not choices:
+            raise InvalidInput(f"source=auto: no served model translates to {clip(target)}; served: {_describe(pairs)}")
+        raise InvalidInput(f"source=auto: this server has no language detector and several source languages translate "
+                           f"to {clip(target)} ({', '.join(choices)}); send one of them as source")
+    if (source, target) not in pairs:
+        raise InvalidInput(f"{clip(source)} -> {clip(target)} is not served; served: {_describe(pairs)}")
+    return pairs[(source, target)], source
+
+
+# ---- the request body ------------------------------------------------------------------------------------------
+async def _params(request: web.Request) -> MultiDict | dict:
+    """The fields of a request: a JSON object body, or form fields (urlencoded or multipart, on any method: the
+    libretranslatepy client sends its form on GET /languages too) over the query string's."""
+    fields = MultiDict(request.query)
+    if not request.can_read_body:
+        return fields
+    if request.content_type == "application/json":
+        return await read_json(request)
+    if request.content_type == "multipart/form-data" and request.method == "POST":
+        return MultiDict({**fields, **await multipart(request.headers.get("Content-Type", ""), await read_body(request))})
+    text = _utf8(await read_body(request))
+    if text.lstrip().startswith("{"):  # JSON sent without its content type (curl -d '{...}')
+        return await parse_json_off_loop(text)
+    form = MultiDict(await urlencoded(text))
+    return MultiDict({**fields, **{k: form[k] for k in form}})  # the first of a repeated field, as Flask's
+
+
+def _utf8(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInput(f"the request body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+async def _read(doors: HttpDoor, request: web.Request, method: str) -> MultiDict | dict:
+    """The request's fields, once it is authenticated (api_key in them, or the header)."""
+    try:
+        params = await _params(request)
+    except InvalidInput:
+        doors.check_auth(request)  # an unreadable body carries no key: only the header can authenticate
+        raise
+    except (asyncio.CancelledError, ConnectionError):  # hung up mid-body: counted as a cancelled call of its own
+        doors.tracker.count(method, "http", "CANCELLED")
+        raise
+    key = params.get("api_key")
+    doors.check_auth(request, key if isinstance(key, str) and key else None)
+    return params
+
+
+def _string(params, key: str, required: bool = True) -> str | None:
+    value = params.get(key)
+    if value is None or value == "":
+        if required:
+            raise InvalidInput(f"Invalid request: missing {key} parameter")
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"Invalid request: {key} must be a string, not {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    texts: list[str]
+    as_list: bool  # q was a list: the answer is one
+    source: str  # a code or "auto"
+    target: str
+    format: str
+    alternatives: int
+
+
+def parse_translate(params) -> TranslateRequest:
+    q = params.get("q")
+    if q is None or q == "":
+        raise InvalidInput("Invalid request: missing q parameter")
+    if isinstance(q, list):
+        if not q:
+            raise InvalidInput("Invalid request: q is an empty list; send at least one text")
+        bad = next((i for i, t in enumerate(q) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise InvalidInput(f"Invalid request: q[{bad}] must be a string, not {type(q[bad]).__name__}")
+    elif not isinstance(q, str):
+        raise InvalidInput(f"Invalid request: q must be a string or a list of strings, not {type(q).__name__}")
+    source, target = _string(params, "source"), _string(params, "target")
+    fmt = _string(params, "format", required=False) or "text"
+    if fmt not in FORMATS:
+        raise InvalidInput(f"Invalid request: format must be 'text' or 'html', not {clip(fmt)}")
+    alt = params.get("alternatives", 0)
+    if isinstance(alt, str) and _COUNT.fullmatch(alt):  # ASCII digits only: str.isdigit() takes "²", int() does not
+        alt = int(alt)
+    if alt in (None, ""):
+        alt = 0
+    if not isinstance(alt, int) or isinstance(alt, bool) or alt < 0:
+        raise InvalidInput(f"Invalid request: alternatives must be a non-negative integer, not {clip(str(alt))}")
+    return TranslateRequest(q if isinstance(q, list) else [q], isinstance(q, list), source, target, fmt, alt)
+
+
+# ---- routes ----------------------------------------------------------------------------------------------------
+def routes(doors: HttpDoor) -> list[web.RouteDef]:
+    async def translate(request: web.Request) -> web.Response:
+        params = await _read(doors, request, "Translate")
+        req, error = None, None
+        try:
+            req = parse_translate(params)
+            name, source = resolve(served_pairs(doors), req.source, req.target)
+        except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
+            # An unloaded model's pair: 503 "unloaded; load it again", as KServe answers, not 400 "not served".
+            name, error = (unloaded_model(doors, req.source, req.target) if req else ""), e
+        async with doors.track(name, "Translate"):
+            if error is not None:
+                if name:
+                    doors.repo.get(name)  # raises ModelNotReady
+                raise error
+            docs = None
+            if req.format == "html":
+                check_html(req.texts)  # cheap counts first; the parser runs off the event loop
+                docs = await off_loop(parse_all, req.texts)  # in the one parse lane: many at once wait their turn
+            # Looked up after the parse, not before: a reload while it ran retires the version read before it.
+            model = doors.repo.get(name)
+            if docs is not None:
+                texts = [t for d in docs for t in d.texts()]
+                if len(texts) > model.limits.max_inputs:
+                    raise InvalidInput(f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "
+                                       f"{model.limits.max_inputs} in one request (each text node is one input)")
+            else:
+                docs, texts = None, req.texts
+            n = req.alternatives + 1
+            if n > model.limits.max_beam:
+                raise InvalidInput(f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
+                                   f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)")
+            # Alternatives are shown to a person: distinct texts (server/models/distinct.py widens the beam as needed).
+            options = DecodingOptions(num_hypotheses=n, distinct_hypotheses=n > 1)
+            nbest: list[list[str]] = []  # per input, best first
+            if texts:  # html with no text in it is answered as it came
+                try:
+                    prepared = model.prepare(texts, options)
+                except InvalidInput as e:
+                    raise InvalidInput(f"format=html, each text node is one input: {e}" if docs else str(e)) from None
+                g = await model.generate(prepared, deadline_of(request))
+                nbest = [[h.text for h in o.hypotheses] for o in g.outputs]
+
+            def rendered(rank: int) -> list[str]:
+                """Each q's translation from every input's rank-th hypothesis (its last where it has fewer)."""
+                outputs = [hyps[min(rank, len(hyps) - 1)] for hyps in nbest]
+                if docs is None:
+                    return outputs
+                out, k = [], 0
+                for d in docs:
+                    out.append(d.render(outputs[k:k + len(d.nodes)]))
+                    k += len(d.nodes)
+                return out
+
+            results = rendered(0)
+            body: dict[str, Any] = {"translatedText": results if req.as_list else results[0]}
+            if req.source == AUTO:
+                # The one source language that translates to target (resolve() refuses otherwise): not a guess.
+                detected = {"confidence": 100.0, "language": source}
+                body["detectedLanguage"] = [detected] * len(results) if req.as_list else detected
+            if req.alternatives > 0:
+                alternatives = [rendered(rank) for rank in range(1, n)]  # [rank][q]
+                # Distinct from the translation and from each other (an html document can repeat one where
+                # its text nodes ran out of different hypotheses); fewer only where the model has no more.
+                per_q = [list(dict.fromkeys(alt[q] for alt in alternatives if alt[q] != results[q]))
+                         for q in range(len(results))]
+                body["alternatives"] = per_q if req.as_list else per_q[0]
+            return json_response(body)
+
+    async def list_languages(request: web.Request) -> web.Response:
+        await _read(doors, request, "Languages")
+        return json_response(languages(served_pairs(doors)))
+
+    async def detect(request: web.Request) -> web.Response:
+        params = await _read(doors, request, "Detect")
+        _string(params, "q")  # LibreTranslate's own refusal of a request without text
+        pairs = served_pairs(doors)
+        sources = sorted({s for s, _ in pairs})
+        if len(sources) != 1:
+            why = ("no served model declares its languages" if not sources else
+                   f"this server has no language detector and serves several source languages ({', '.join(sources)})")
+            raise InvalidInput(f"language detection is not available: {why}; send source explicitly")
+        # Honest without a detector: every model here reads this one language, so it is the only source this
+        # server can translate from; for any text it can translate, this is the language to send.
+        return json_response([{"confidence": 100.0, "language": sources[0]}])
+
+    return [web.post("/translate", translate), web.get("/languages", list_languages), web.post("/detect", detect)]

@@ -1,0 +1,135 @@
+"""The served model versions by name: what every door reads, and what model control changes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from contract.bundle import BundleError
+from engine.device import provider_reason
+from server.config import ServerConfig
+from server.core.client import CoreLoadError
+from server.core.sizing import default_cores, encoder_thread
+from server.errors import ModelNotFound, ModelNotReady, clip
+from server.telemetry.metrics import Metrics
+from server.telemetry.model_telemetry import Telemetry
+from server.models.disk import model_folders, parse_model, select, versions_on_disk
+from server.models.names import check_name, inside
+from server.models.served_version import ServedVersion
+
+log = logging.getLogger("s2s.repository")
+
+
+class ServedModels:
+    """Served models by name and version: what every front door reads. ``server/models/control.py`` changes it
+    (load, unload, poll); loading fails fast, naming the broken file."""
+
+    def __init__(self, config: ServerConfig, telemetry: Telemetry):
+        self.models: dict[str, dict[str, ServedVersion]] = {}
+        self.unloaded: set[str] = set()  # unloaded through the API (or their folder removed, in poll mode)
+        self.languages: dict[str, tuple[str, str]] = {}  # model -> (source, target) its last serving version declared
+        self.config, self.telemetry, self.metrics = config, telemetry, telemetry.metrics
+        self.device = config.device
+        self._logged: set[str] = set()  # providers already logged
+        self.mode = config.model_control_mode
+        self.follow_links = config.model_repo_links == "any"
+        self.auto_cores = default_cores(config)
+        # NAME[:VERSION][@CORES] as configured (--models, --load-model): a pinned version and a core count that
+        # every later load of that model keeps.
+        self.pins: dict[str, str] = {}
+        self.cores_of: dict[str, int | None] = {}
+        if self.mode == "explicit":
+            wanted = tuple(config.load_model)
+            for item in wanted:  # checked at start, so that a typo fails the start, not the first load
+                name, version, cores = parse_model(item)
+                self._remember(name, version, cores)
+            chosen = select(config.model_repo, wanted) if wanted else []
+        else:
+            for item in config.models:
+                self._remember(*parse_model(item))
+            chosen = select(config.model_repo, config.models)
+        for name, version, cores in chosen:
+            self.models.setdefault(name, {})[str(version)] = self.build(name, str(version))
+
+    def _remember(self, name: str, version: str, cores: int | None) -> None:
+        if version:
+            self.pins[name] = version
+        self.cores_of[name] = cores
+
+    @property
+    def watched(self) -> list[str]:
+        """The models poll mode keeps in step with the disk: those --models names, or every one."""
+        return list(self.cores_of) if self.config.models else model_folders(self.config.model_repo)
+
+    def wanted_version(self, name: str) -> str:
+        """The version to serve: the pinned one, else the latest on disk (Triton's default version policy)."""
+        folder = inside(self.config.model_repo, name, follow_any=self.follow_links)  # InvalidInput for a bad name
+        on_disk = versions_on_disk(folder) if folder.is_dir() else []
+        if not on_disk:
+            raise ModelNotFound(f"{folder}: model {clip(name)} not found in the repository (expected "
+                                f"{folder}/<version>/config.json)")
+        pinned = self.pins.get(name)
+        if pinned and int(pinned) not in on_disk:
+            raise ModelNotFound(f"{folder / pinned}: version {pinned} of model {name!r} (pinned by --models or "
+                                "--load-model) is not in the repository")
+        return pinned or str(on_disk[-1])
+
+    def build(self, name: str, version: str) -> ServedVersion:
+        """A model version's API and (not yet started) engine cores; BundleError names a broken file."""
+        cores = self.cores_of.get(name)
+        auto, why = self.auto_cores
+        n = cores or self.config.instances or auto
+        reason = ("--models @" if cores else "--instances") if (cores or self.config.instances) else why
+        encoder, encoder_why = encoder_thread(self.config, n)
+        folder = inside(self.config.model_repo, name, version, follow_any=self.follow_links)
+        api = ServedVersion(name, version, folder, self.config, self.telemetry, n, encoder)
+        log.info("model %s version %s: %d engine core(s) (%s), encoder thread %s (%s)", name, version, n, reason,
+                 "on" if encoder else "off", encoder_why)
+        return api
+
+    async def start(self, loop: asyncio.AbstractEventLoop, metrics: Metrics) -> None:
+        """Start every engine core at once; raises BundleError if a model cannot load."""
+        apis = self.all()
+        results = await asyncio.gather(*(api.start(loop) for api in apis), return_exceptions=True)
+        for api, result in zip(apis, results):
+            if isinstance(result, CoreLoadError):
+                raise BundleError(str(result))
+            if isinstance(result, BaseException):
+                raise result
+            self.announce(api)
+
+    def announce(self, api: ServedVersion) -> None:
+        """A version that now serves: logged and in s2s_model_info."""
+        if api.provider not in self._logged:  # one line per provider, not one per core
+            self._logged.add(api.provider)
+            log.info("ONNX Runtime runs %s (--device %s: %s)", api.provider, self.device, provider_reason(self.device))
+        self.metrics.model_info.labels(api.name, api.version, api.provider, api.bundle.quantization).set(1)
+        if api.bundle.source_language and api.bundle.target_language:
+            self.languages[api.name] = (api.bundle.source_language, api.bundle.target_language)
+        log.info("serving %s version %s (%s, %s)", api.name, api.version, api.bundle.task.name, api.provider)
+
+    def get(self, name: str, version: str = "") -> ServedVersion:
+        versions = self.models.get(name)
+        if not versions:
+            check_name(name)  # a name that cannot be one: said so, not "not served"
+            if name in self.unloaded:
+                raise ModelNotReady(f"model {clip(name)} is unloaded; load it again to serve it (KServe "
+                                    f"RepositoryModelLoad, POST /v2/repository/models/{name}/load, or "
+                                    f"`s2s models load {name}`)")
+            known = ", ".join(sorted(self.models)) or "none"
+            raise ModelNotFound(f"model {clip(name)} is not served here (served: {known})")
+        if not version:
+            return versions[max(versions, key=int)]
+        if version not in versions:
+            raise ModelNotFound(f"model {clip(name)} has no version {clip(version)} loaded (loaded: {', '.join(sorted(versions))})")
+        return versions[version]
+
+    def all(self) -> list[ServedVersion]:
+        return [api for versions in self.models.values() for api in versions.values()]
+
+    @property
+    def ready(self) -> bool:
+        """Server readiness: every loaded version ready; with none loaded, only where loading is the API's job
+        (explicit and poll modes, as Triton)."""
+        models = self.all()
+        return all(m.ready for m in models) and (bool(models) or self.mode != "none")

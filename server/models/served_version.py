@@ -1,0 +1,266 @@
+"""The model API: one handle per served model version, the only thing front doors call.
+
+Every front door (seq2seq.v1, KServe v2, LibreTranslate) maps its protocol to texts, decoding options
+(``contract.decoding.DecodingOptions``) and target prefixes, calls
+``prepare`` (validation and tokenization, cheap checks first) and then ``generate`` or ``stream``,
+and maps the domain objects it gets back (``Generation``, ``StreamEvent``) to its protocol. None of
+them sees an engine, a scheduler or a core. Texts are tokenized and detokenized here, in the front
+end; the engine cores only ever see ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from contract import bundle
+from contract.text import TextCodec
+from engine import EngineOptions, TextHypothesis
+from server.config import ServerConfig
+from server.core.events import Failed, Finished, Token
+from server.core.messages import CoreSpec
+from server.core.client import CoreHandle, InFlight, Router
+from server.models.detokenize import StreamingText
+from server.errors import DeadlineExceeded, ShuttingDown
+from contract.decoding import DecodingOptions
+from server.models import distinct
+from server.models.prepare import Prepared, limits, prepare
+from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
+from server.telemetry.model_telemetry import Telemetry
+
+log = logging.getLogger("s2s.model")
+
+
+class ServedVersion:
+    def __init__(self, name: str, version: str, folder: Path, config: ServerConfig, telemetry: Telemetry, n_cores: int,
+                 encoder_thread: bool = False):
+        self.name, self.version, self.folder = name, version, folder
+        self.bundle = bundle.read_bundle(folder, verify_hashes=False)  # each core verifies every hash as it loads
+        m = self.bundle.model
+        self.codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special)
+        self.sched = config.scheduler
+        self.limits = limits(self.bundle, self.codec, config.scheduler)
+        self.telemetry = telemetry.model(name, n_cores)
+        self.stopping = False
+        self.stop_reason = "server is shutting down; retry on another replica"
+        self.retired = False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
+        # Calls that submit more than once (distinct hypotheses) and are between submissions: a retired version
+        # lets them finish before its cores drain.
+        self._multi_pass = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
+        opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
+        core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
+        specs = [CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s) for i in range(n_cores)]
+        self.router = Router([CoreHandle(s, self.telemetry, config.core_stall_s) for s in specs])
+
+    # ---- state -----------------------------------------------------------------------------------
+    @property
+    def cores(self) -> list[CoreHandle]:
+        return self.router.cores
+
+    @property
+    def ready(self) -> bool:
+        return self.router.any_up and not self.stopping
+
+    @property
+    def provider(self) -> str:
+        return next((c.state.provider for c in self.cores if c.state.provider), "")
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(self.name, self.version, self.bundle.task.name, self.provider, self.bundle.quantization,
+                         self.limits, len(self.cores), sum(c.state.up for c in self.cores))
+
+    async def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        await asyncio.gather(*(core.start(loop) for core in self.cores))
+
+    @property
+    def staged(self) -> bool:
+        """Loading beside a serving version: the model's gauges are still that version's."""
+        return not self.telemetry.serving and not self.retired
+
+    def stage(self) -> None:
+        self.telemetry.serving = False
+
+    @property
+    def encoded_ahead(self) -> int:
+        return self.telemetry.encoded_ahead
+
+    # ---- requests --------------------------------------------------------------------------------
+    def prepare(self, texts: list[str], options: DecodingOptions = DecodingOptions(),
+                target_prefixes: list[str] | None = None) -> Prepared:
+        """Validate and tokenize; raises InvalidInput naming the limit."""
+        return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes)
+
+    def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool,
+                core: CoreHandle | None = None, accepted: bool = False) -> tuple[CoreHandle, InFlight]:
+        if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
+            raise ShuttingDown(self.stop_reason)
+        core = core or self.router.pick()
+        req = core.submit(list(zip(p.src_ids, p.prefixes)), p.options, stream, deadline, t0)
+        self.telemetry.input_tokens.inc(sum(len(ids) for ids in p.src_ids))
+        return core, req
+
+    def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
+        scored = p.options.return_scores
+        hyps = tuple(TextHypothesis(self.codec.decode(h.tokens), h.tokens, h.score if scored else 0.0)
+                     for h in ev.hypotheses) or (TextHypothesis(self.codec.decode(ev.tokens), ev.tokens, 0.0),)
+        return Output(hyps[0].text, len(p.src_ids[i]), hyps[0].output_tokens, hyps)
+
+    @staticmethod
+    def _timings(done: list[Finished], t0: float) -> Timings:
+        return Timings(queue_seconds=max(d.admitted for d in done) - t0,
+                       time_to_first_token_seconds=min(d.first_token for d in done) - t0,
+                       total_seconds=time.monotonic() - t0)
+
+    async def generate(self, p: Prepared, deadline: float | None) -> Generation:
+        """All outputs at once; raises ServingError (the request's status) on failure."""
+        if not distinct.wanted(p.options):
+            return await self._generate(p, deadline)
+        # Distinct texts (server/models/distinct.py): the whole beam, then the widest beam for the inputs still short.
+        n, t0 = p.options.num_hypotheses, time.monotonic()
+        outputs: list[Output | None] = [None] * len(p.src_ids)
+        todo, first = list(range(len(p.src_ids))), None
+        if self.stopping:
+            raise ShuttingDown(self.stop_reason)
+        self._multi_pass += 1
+        self._settled.clear()
+        try:
+            for beam in distinct.widths(p.options, self.limits, len(p.src_ids)):
+                sub = Prepared([p.src_ids[i] for i in todo], distinct.widened(p.options, beam), [p.prefixes[i] for i in todo])
+                g = await self._generate(sub, deadline, accepted=True)
+                first = first or g.timings
+                for i, o in zip(todo, g.outputs):  # the texts of a narrower pass first, then the new ones
+                    hyps = distinct.pick((outputs[i].hypotheses if outputs[i] else ()) + o.hypotheses, n)
+                    outputs[i] = Output(hyps[0].text, o.input_tokens, hyps[0].output_tokens, hyps)
+                todo = [i for i in todo if len(outputs[i].hypotheses) < n]
+                if not todo:
+                    break
+        finally:
+            self._multi_pass -= 1
+            if not self._multi_pass:
+                self._settled.set()
+        timings = Timings(first.queue_seconds, first.time_to_first_token_seconds, time.monotonic() - t0)
+        return Generation(self.name, self.version, outputs, timings)
+
+    async def _generate(self, p: Prepared, deadline: float | None, core: CoreHandle | None = None,
+                        accepted: bool = False) -> Generation:
+        t0 = time.monotonic()
+        core, req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
+        done: list[Finished | None] = [None] * len(p.src_ids)
+        try:
+            async with _deadline(deadline):
+                for _ in done:
+                    ev = await req.events.get()  # no Token: not streamed
+                    if isinstance(ev, Failed):
+                        raise ev.error()
+                    done[ev.index] = ev
+        except TimeoutError:  # the deadline passed: its rows leave the batch now
+            core.cancel(req)
+            raise _late() from None
+        except BaseException:  # the client went away
+            core.cancel(req)
+            raise
+        outputs = [self._output(p, i, ev) for i, ev in enumerate(done)]
+        return Generation(self.name, self.version, outputs, self._timings(done, t0))
+
+    async def stream(self, p: Prepared, deadline: float | None) -> AsyncIterator[StreamEvent]:
+        """Text as it is produced (greedy and sampled inputs: token by token, a target prefix first; a beam's text
+        comes when its hypotheses are final: until then any of them may still win), then one finished event per
+        input, in input order, with its whole output (all its hypotheses)."""
+        if distinct.wanted(p.options):  # beam search: its text comes when final anyway, so as generate() finds it
+            g = await self.generate(p, deadline)
+            for i, out in enumerate(g.outputs):
+                yield StreamEvent(i, out.text, True, out)
+            return
+        t0 = time.monotonic()
+        core, req = self._submit(p, deadline, t0, stream=True)
+        n = len(p.src_ids)
+        done: list[Finished | None] = [None] * n
+        text = StreamingText(self.codec, n)
+        left = n
+        try:
+            while left:
+                try:
+                    async with _deadline(deadline):  # not around the yield: the consumer's time is not ours to cut
+                        ev = await req.events.get()
+                except TimeoutError:
+                    raise _late() from None
+                if isinstance(ev, Token):
+                    if delta := text.add(ev.index, ev.token):
+                        yield StreamEvent(ev.index, delta)
+                elif isinstance(ev, Finished):
+                    done[ev.index] = ev
+                    left -= 1
+                else:
+                    raise ev.error()
+        except BaseException:
+            core.cancel(req)
+            raise
+        for i, ev in enumerate(done):
+            out = self._output(p, i, ev)
+            yield StreamEvent(i, text.rest(i, out.text), True, out)
+
+    async def warm_up(self, deadline_s: float = 60.0) -> None:
+        """One short request through every engine core (encoder and a few decoder steps): a version takes
+        traffic only once each of its cores has answered. Raises ServingError if one fails."""
+        eos = self.codec.special.eos
+        p = Prepared([[eos]], DecodingOptions(beam_size=1, max_new_tokens=2), [[]])
+        deadline = time.monotonic() + deadline_s
+        await asyncio.gather(*(self._generate(p, deadline, core) for core in self.cores))
+
+    # ---- shutdown --------------------------------------------------------------------------------
+    def stop(self, reason: str = "") -> None:
+        """New requests get UNAVAILABLE (with ``reason``) from now on; queued and running ones go on."""
+        self.stopping = True
+        self.stop_reason = reason or self.stop_reason
+        self.telemetry.state_changed()
+
+    def promote(self) -> None:
+        """A staged version now serves: the model's gauges are its own."""
+        self.telemetry.serving = True
+        self.telemetry.state_changed()
+
+    def retire(self, reason: str) -> None:
+        """Replaced by another version, or unloaded: refuse new requests, leave the model's gauges alone."""
+        self.retired = True
+        self.telemetry.serving = False
+        self.stop(reason)
+
+    async def settle(self, timeout: float) -> None:
+        """Until no call of this version is between two of its passes (bounded by ``timeout``)."""
+        try:
+            await asyncio.wait_for(self._settled.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("model %s version %s: %d call(s) still between passes after %.0f s; draining anyway",
+                        self.name, self.version, self._multi_pass, timeout)
+
+    async def drain(self, grace_s: float) -> None:
+        for core in self.cores:
+            core.drain(grace_s)
+        await asyncio.gather(*(core.wait_exited(grace_s + 10) for core in self.cores))
+
+    def abort(self) -> None:
+        for core in self.cores:
+            core.abort()
+
+
+_NO_DEADLINE = contextlib.nullcontext()
+
+
+def _deadline(deadline: float | None):
+    """An ``async with`` context that raises TimeoutError once the deadline passes inside it (``_late()`` names it):
+    the front end keeps every deadline itself, whatever a core does (a core that hangs, a pipe that is slow to
+    deliver). Not a generator-based context manager: it wraps every request."""
+    if deadline is None:
+        return _NO_DEADLINE
+    return asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic()))
+
+
+def _late() -> DeadlineExceeded:
+    return DeadlineExceeded("deadline exceeded before the request finished")
