@@ -47,7 +47,7 @@ def _cross_site(request: web.Request) -> bool:
 
 def check_state_change(doors: HttpDoor, request: web.Request) -> None:
     """Refuse a load or unload a page of another site made a browser send (see the module's docstring)."""
-    if doors.expected is not None or request.content_type == "application/json" or not _cross_site(request):
+    if doors.auth.expected is not None or request.content_type == "application/json" or not _cross_site(request):
         return
     doors.tracker.refused(request.path.rsplit("/", 1)[-1], "http", "PERMISSION_DENIED",
                           f"HTTP POST {request.path[:80]}: a cross-site browser request without JSON")
