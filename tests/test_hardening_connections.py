@@ -65,7 +65,7 @@ def test_one_client_address_cannot_take_the_http_port(model_repo):
     srv = ServerThread(server_config(models=(ADD,), instances=1))  # the defaults: 512 connections, 64 per address
     try:
         port = srv.config.http_port
-        hog = [_slow(port) for _ in range(600)]  # more than the port's cap, from one address
+        hog = [_slow(port) for _ in range(600)]  # more than the port's cap (512), from one address
         last = hog[-1].recv(4096)
         # Someone else still gets in: a client on another address, its requests all answered.
         answered = 0
@@ -76,8 +76,9 @@ def test_one_client_address_cannot_take_the_http_port(model_repo):
             s.close()
         assert answered == 10
         assert last.startswith(b"HTTP/1.1 503") and b"--http-max-connections-per-peer" in last
-        assert srv.running.web.connections.peers["127.0.0.1"] == 64  # its share, and not one more
-        assert wait_for(lambda: srv.running.web.connections.open == 64)  # the refused ones hold no slot
+        # Over its share of 64 only while more than a quarter of the port is free: the last 128 are for others.
+        assert srv.running.web.connections.peers["127.0.0.1"] == 384
+        assert wait_for(lambda: srv.running.web.connections.open == 384)  # the refused ones hold no slot
         for s in hog:
             s.close()
         assert wait_for(lambda: "127.0.0.1" not in srv.running.web.connections.peers)

@@ -6,8 +6,10 @@ limit for a request's headers: 600 connections that each send a byte now and the
 descriptors for as long as they like. ``Connections`` is the protocol factory the listening socket
 uses instead of the runner's own; it wraps each of aiohttp's handlers in a ``_Guard`` that
 - refuses a connection beyond ``--http-max-connections`` with 503 and closes it, and one beyond
-  ``--http-max-connections-per-peer`` from the same client address (so one client that opens slow
-  connections cannot take the port from everyone else);
+  ``--http-max-connections-per-peer`` from the same client address once the port is three quarters
+  full: the last quarter is kept for clients within their share, so one client that opens slow
+  connections cannot take the port from everyone else (and one busy client, a load test, a proxy, may
+  still use most of it);
 - with TLS, runs the handshake itself (``loop.start_tls``, within ``--tls-handshake-timeout-s``) instead
   of handing the listening socket an SSL context: asyncio then never tells the protocol about a
   connection closed before its handshake finished (a load balancer's TCP probe, a port scan), and each
@@ -101,6 +103,12 @@ class Connections:
         self.open += 1
         return _Guard(self, self.handlers())
 
+    def over_share(self, peer: str) -> bool:
+        """A new connection of ``peer`` (counted already) goes over its share while the last quarter of the port
+        is all that is free."""
+        return bool(self.per_peer and self.max and self.peers.get(peer, 0) > self.per_peer
+                    and self.open > self.max * 3 // 4)
+
     # ---- called by the middleware around every request -------------------------------------------
     def started(self, protocol: object) -> None:
         self.active += 1
@@ -155,13 +163,15 @@ class _Guard(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         owner.peers[self.peer] = owner.peers.get(self.peer, 0) + 1
-        if owner.per_peer and owner.peers[self.peer] > owner.per_peer:
-            owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.peer} holds "
-                                  f"{owner.peers[self.peer] - 1} connections, its share is {owner.per_peer} "
-                                  "(--http-max-connections-per-peer): refused one", "HTTP_PEER_SHARE")
+        if owner.over_share(self.peer):
+            held = owner.peers[self.peer] - 1
+            owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.peer} holds {held} connections, "
+                                  f"its share is {owner.per_peer} (--http-max-connections-per-peer) and the port is "
+                                  "three quarters full: refused one", "HTTP_PEER_SHARE")
             if owner.tls is None:
-                transport.write(_refusal("503 Service Unavailable", f"this client address holds {owner.per_peer} "
-                                         "connections already (--http-max-connections-per-peer); retry"))
+                transport.write(_refusal("503 Service Unavailable", f"this client address holds {held} connections, "
+                                         f"over its share of {owner.per_peer} (--http-max-connections-per-peer), "
+                                         "and the rest of the port is kept for other clients; retry"))
             self._release()  # at once: a flood from one address must not fill the port's cap while it closes
             transport.close()
             return
