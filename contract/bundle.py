@@ -151,7 +151,11 @@ def _check_external_data(folder: Path, cfg: BundleConfig) -> None:
     from contract.graph_files import external_data_files
 
     for graph in (ENCODER_FILE, DECODER_FILE):
-        for location in external_data_files(folder / graph):
+        try:
+            locations = external_data_files(folder / graph)
+        except Exception:  # not a graph at all (truncated, say): ONNX Runtime's refusal names the file as it loads
+            continue
+        for location in locations:
             where = f"{folder / graph}: external data {location[:80]!r}"
             if "/" in location or "\\" in location or location in (".", "..") or location in PAYLOAD_FILES:
                 raise BundleError(f"{where} is not a file of its own in the bundle's folder")
