@@ -129,3 +129,43 @@ def test_flag_values_out_of_range_stop_the_start(flag, value):
     cli = "--" + flag.replace("_", "-")
     with pytest.raises(SystemExit, match=f"^{cli} must be "):
         from_args(p.parse_args([cli, value]), env={})
+
+
+def test_tls_probes_are_released_on_the_served_event_loop(tmp_path, model_repo):
+    """The same through `s2s serve` on its default event loop (uvloop where installed), whose TLS layer is
+    its own: 10 x the cap of connections closed before any handshake, then every HTTPS request answered."""
+    import subprocess
+    import sys
+
+    from conftest import MODEL_REPO, ROOT, free_port
+
+    cert, key = self_signed(tmp_path)
+    port, log = free_port(), tmp_path / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--models",
+                                 ADD, "--instances", "1", "--host", "127.0.0.1", "--port", str(free_port()),
+                                 "--metrics-port", "0", "--http-port", str(port), "--tls-cert", str(cert),
+                                 "--tls-key", str(key), "--http-max-connections", "20",
+                                 "--tls-handshake-timeout-s", "2"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def up() -> bool:
+        try:
+            return https_get(port, cert) == 200
+        except OSError:
+            return False
+
+    try:
+        assert wait_for(up, 60), log.read_text()
+        for i in range(200):
+            s = socket.create_connection(("127.0.0.1", port))
+            if i % 3 == 0:
+                s.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            s.close()
+        stuck = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(3)]
+        assert all(s.recv(1) == b"" for s in stuck)  # closed at --tls-handshake-timeout-s
+        answers = [https_get(port, cert) for _ in range(5)]
+        assert answers == [200] * 5, log.read_text()
+        assert "Traceback" not in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(30)

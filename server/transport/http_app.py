@@ -131,8 +131,7 @@ async def start_http(config: ServerConfig, tracker: RequestTracker, auth: Bearer
         if config.tls_client_ca:
             ssl_context.load_verify_locations(config.tls_client_ca)
             ssl_context.verify_mode = ssl.CERT_REQUIRED
-    # TLS is the guard's own (server/transport/http_connections.py): it releases a connection closed before
-    # its handshake.
+    # With TLS the guard counts a connection once its handshake is done (server/transport/http_connections.py).
     connections = Connections(config.http_max_connections, config.http_read_timeout_s, tracker,
                               config.http_max_connections_per_peer, ssl_context, config.tls_handshake_timeout_s)
     middlewares = [_guard_middleware(connections)]
@@ -151,8 +150,9 @@ async def start_http(config: ServerConfig, tracker: RequestTracker, auth: Bearer
     await runner.setup()
     connections.handlers = runner.server  # aiohttp's factory of connection handlers, which the guards wrap
     try:
+        tls = {"ssl": ssl_context, "ssl_handshake_timeout": config.tls_handshake_timeout_s} if ssl_context else {}
         listener = await asyncio.get_running_loop().create_server(
-            connections, config.host, config.http_port, backlog=128, reuse_address=True)
+            connections, config.host, config.http_port, backlog=128, reuse_address=True, **tls)
     except BaseException:
         await runner.cleanup()
         raise

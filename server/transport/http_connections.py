@@ -10,11 +10,12 @@ uses instead of the runner's own; it wraps each of aiohttp's handlers in a ``_Gu
   full: the last quarter is kept for clients within their share, so one client that opens slow
   connections cannot take the port from everyone else (and one busy client, a load test, a proxy, may
   still use most of it);
-- with TLS, runs the handshake itself (``loop.start_tls``, within ``--tls-handshake-timeout-s``) instead
-  of handing the listening socket an SSL context: asyncio then never tells the protocol about a
-  connection closed before its handshake finished (a load balancer's TCP probe, a port scan), and each
-  such connection stayed counted against the cap for good, until the HTTPS port answered 503 to all.
-  Here a connection is released exactly once, however it ends;
+- with TLS, counts a connection once its handshake is done (``connection_made``), not when it is
+  accepted: the event loop's TLS layer never tells the protocol about a connection closed before its
+  handshake finished (a load balancer's TCP probe, a port scan), and each such connection stayed
+  counted against the cap for good, until the HTTPS port answered 503 to all. A handshake has
+  ``--tls-handshake-timeout-s`` (the listening socket's own timeout, on asyncio's loop and uvloop alike);
+  a connection is released exactly once, however it ends;
 - closes a connection that has not delivered a request's headers within ``--http-read-timeout-s`` of
   opening or of its previous answer (idle keep-alive connections included); the body's own time
   limit is ``server.transport.http_body.read_body``'s.
@@ -97,7 +98,10 @@ class Connections:
 
     def __call__(self) -> asyncio.Protocol:
         # Counted here, not in connection_made: asyncio accepts a burst of connections (and calls this for each)
-        # before any of them is told it is connected.
+        # before any of them is told it is connected. With TLS, in connection_made (after the handshake): a
+        # connection that never finishes its handshake never reaches the protocol again, to be released.
+        if self.tls:
+            return _Guard(self, self.handlers())
         if self.max and self.open >= self.max:
             return _Refuse(self)
         self.open += 1
@@ -155,11 +159,15 @@ class _Guard(asyncio.Protocol):
         self.peer: str | None = None
         self.released = False
         self.connected = False  # aiohttp's handler was told of the connection (after the handshake, with TLS)
-        self.handshake: asyncio.Task | None = None
-        self.early = bytearray()  # decrypted bytes that came before the handshake's end was reported
 
     def connection_made(self, transport) -> None:
         owner = self.owner
+        if owner.tls:  # counted now, its handshake done
+            if owner.max and owner.open >= owner.max:
+                self.released = True  # never counted
+                _Refuse(owner).connection_made(transport)  # 503 over TLS, then closed
+                return
+            owner.open += 1
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         owner.peers[self.peer] = owner.peers.get(self.peer, 0) + 1
@@ -168,46 +176,20 @@ class _Guard(asyncio.Protocol):
             owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.peer} holds {held} connections, "
                                   f"its share is {owner.per_peer} (--http-max-connections-per-peer) and the port is "
                                   "three quarters full: refused one", "HTTP_PEER_SHARE")
-            if owner.tls is None:
-                transport.write(_refusal("503 Service Unavailable", f"this client address holds {held} connections, "
-                                         f"over its share of {owner.per_peer} (--http-max-connections-per-peer), "
-                                         "and the rest of the port is kept for other clients; retry"))
+            transport.write(_refusal("503 Service Unavailable", f"this client address holds {held} connections, "
+                                     f"over its share of {owner.per_peer} (--http-max-connections-per-peer), "
+                                     "and the rest of the port is kept for other clients; retry"))
             self._release()  # at once: a flood from one address must not fill the port's cap while it closes
             transport.close()
             return
-        if owner.tls is None:
-            self._connected(transport)
-            return
-        transport.pause_reading()  # nothing is read before the handshake takes the transport over
-        self.handshake = asyncio.ensure_future(self._start_tls(transport))
-
-    async def _start_tls(self, raw) -> None:
-        owner = self.owner
-        try:
-            tls = await asyncio.get_running_loop().start_tls(raw, self, owner.tls, server_side=True,
-                                                             ssl_handshake_timeout=owner.handshake_timeout_s)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError, ConnectionError, RuntimeError) as e:
-            # Closed before or during the handshake, a handshake that fails or takes too long: no request came.
-            log.debug("HTTPS: a connection from %s ended before its TLS handshake finished (%s)", self.peer,
-                      type(e).__name__)
-            self.handshake = None
-            raw.close()
-            self._release()
-            return
-        if self.released:  # lost meanwhile
-            tls.close()
-            return
-        self._connected(tls)
+        self._connected(transport)
 
     def _connected(self, transport) -> None:
         self.transport = transport
-        self.connected, self.handshake = True, None
+        self.connected = True
         self.owner.guards[self.handler] = self
         self.handler.connection_made(transport)
         self.arm()
-        if self.early:
-            data, self.early = bytes(self.early), bytearray()
-            self.data_received(data)
 
     def _release(self) -> None:
         if self.released:
@@ -224,19 +206,13 @@ class _Guard(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self._release()
-        if self.handshake is not None:
-            self.handshake.cancel()
         self.owner.guards.pop(self.handler, None)
         self.disarm()
         if self.connected:
             self.handler.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self.connected:
-            # The TLS layer hands over the first decrypted bytes as the handshake completes, before start_tls
-            # returns: kept for aiohttp's handler (nothing is read of a refused connection).
-            if self.handshake is not None:
-                self.early += data
+        if not self.connected:  # refused: nothing of it is read
             return
         if not self.requests:
             self.received = True
