@@ -127,3 +127,30 @@ def test_external_data_files_are_covered_by_the_sha256_check(tmp_path):
         f.write(b"\x7f")
     with pytest.raises(BundleError, match="decoder.data: sha256 .* does not match"):
         read_bundle(folder)
+
+
+def test_a_load_builds_its_tokenizer_off_the_event_loop(tmp_path, monkeypatch):
+    """A model's bundle and tokenizer are read in a worker thread (a vocabulary of a million entries took 2 s to
+    build): which thread built the loaded version is asserted, as in tests/test_off_loop.py."""
+    from server.models import registry
+
+    repo = tmp_path / "models"
+    shutil.copytree(MODEL_REPO / "addition" / "1", repo / "addition" / "1")
+    srv = ServerThread(server_config(model_repo=repo, model_control_mode="explicit", instances=1))
+    threads: list[threading.Thread] = []
+    real = registry.ServedModels.build
+
+    def recorded(self, name, version):
+        threads.append(threading.current_thread())
+        return real(self, name, version)
+
+    monkeypatch.setattr(registry.ServedModels, "build", recorded)
+    try:
+        req = urllib.request.Request(f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/addition/load",
+                                     data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert r.status == 200
+        assert threads and all(t is not srv.thread for t in threads), threads
+        assert srv.running.repo.get("addition").ready
+    finally:
+        srv.stop()
