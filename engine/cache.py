@@ -7,7 +7,7 @@ holes that attention ignores, so every row decodes exactly as it would alone.
 A row that leaves is only *released*: its slot is masked and handed to the next newcomer, which
 is written into it in place (``fill``). Under steady load, sequences join and leave every step,
 and copying the whole cache each time (as compacting would) cost about a quarter of decode time
-(bench/serve.py's profile). A released row goes on being computed (masked, at position 0) for up to
+(docs/BENCHMARKS.md, the step profile). A released row goes on being computed (masked, at position 0) for up to
 ``KEEP_RELEASED_STEPS`` steps: in a server, the next request arrives a round trip after the last
 answer left, a step or two later, and compacting in between and then appending the newcomer copied
 the whole cache twice per step (``stale`` says when to compact; ``keep`` does it). Leading columns
@@ -25,7 +25,6 @@ trips) and the next step uploads it again.
 from __future__ import annotations
 
 import numpy as np
-
 
 # Steps a released row is computed for nothing while it waits for a newcomer, and the share of the batch such rows
 # may take, before the batch is compacted (see the module docstring).
@@ -99,7 +98,7 @@ class DecodeBatch:
             first_kv: list[np.ndarray] | None = None) -> None:
         """Append rows (their encoder's cross K/V and source mask) fed ``tokens`` (one each). Without ``first_kv``
         they start at position 0; with it (per layer (b_new, H, 1, Dh): a beam's first step, run before it joined,
-        ``Generator.add``) they hold that position's K/V in the last cache column and go on at position 1."""
+        ``StepLoop.add``) they hold that position's K/V in the last cache column and go on at position 1."""
         b_new = src_mask.shape[0]
         self.dev_cross = None
         tokens = np.asarray(tokens, np.int64).reshape(b_new, 1)

@@ -1,7 +1,7 @@
 """The in-process text API, CTranslate2's ``Translator`` shape: texts (or tokens) in, translations out.
 
 It sits on the other two roles: a ``runner.Runner`` (the graphs) and the step loop
-(``generator.run``); it adds the tokenizer and the decoding options' checks and defaults::
+(``step_loop.run``); it adds the tokenizer and the decoding options' checks and defaults::
 
     import engine
     en_ja = engine.load("models/translate-en-ja/1")
@@ -17,7 +17,7 @@ from pathlib import Path
 from contract import bundle
 from contract.decoding import DecodingOptions, check
 from contract.text import TextCodec
-from engine.generator import Sequence, run
+from engine.step_loop import Sequence, run
 from engine.runner import EngineOptions, Runner
 from engine.search import TextHypothesis
 
@@ -49,7 +49,8 @@ class Translator:
         self.runner = Runner(Path(folder), options)
         self.folder, self.config = self.runner.folder, self.runner.config
         m = self.config.model
-        self.codec = TextCodec.from_file(self.runner.folder / bundle.TOKENIZER_FILE, self.config.task, m.special)
+        self.codec = TextCodec.from_file(self.folder / bundle.TOKENIZER_FILE, self.config.task, m.special,
+                                         self.folder / bundle.TARGET_TOKENIZER_FILE)
 
     def generate(self, texts: list[str], *, target_prefixes: list[str | None] | None = None, max_batch_size: int = 64,
                  **options) -> list[Result]:
@@ -80,18 +81,18 @@ class Translator:
         """CTranslate2's call: the model's source tokens (preprocessed as the model reads them, e.g. reversed for a
         reversed-input task; EOS appended when missing), optional target prefix tokens; the same options as
         ``generate``. Returns token strings, EOS excluded."""
-        tok = self.codec.tokenizer
+        tok = self.codec.target_tokenizer  # outputs and prefixes; sources are read by codec.tokenizer
         eos = self.config.model.special.eos
 
-        def ids(tokens: list[str]) -> list[int]:
-            out = [tok.token_to_id(t) for t in tokens]
+        def ids(tokens: list[str], vocab=tok) -> list[int]:
+            out = [vocab.token_to_id(t) for t in tokens]
             if None in out:
                 raise ValueError(f"tokens not in the vocabulary: {[t for t, i in zip(tokens, out) if i is None][:10]}")
             return out
 
         if target_prefix is not None and len(target_prefix) != len(source):
             raise ValueError(f"{len(target_prefix)} target prefixes for {len(source)} sources; give one (or None) each")
-        sources = [(lambda x: x if x[-1:] == [eos] else x + [eos])(ids(s)) for s in source]
+        sources = [(lambda x: x if x[-1:] == [eos] else x + [eos])(ids(s, self.codec.tokenizer)) for s in source]
         prefixes = [ids(p) if p else [] for p in (target_prefix or [None] * len(source))]
         seqs = self._decode(sources, prefixes, max_batch_size, options)
         return [TranslationResult([[tok.id_to_token(i) for i in h.tokens] for h in s.hypotheses],
@@ -104,7 +105,7 @@ class Translator:
         if options.get("max_new_tokens") is None:  # None, as 0: the model's default
             options.pop("max_new_tokens", None)
         o = DecodingOptions(**options).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens,
-                                                task.length_penalty_type)
+                                                task.length_penalty_type, task.length_penalty, task.no_repeat_ngram_size)
         check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
         seqs = [Sequence(src, o.max_new_tokens, options=o, prefix=p) for src, p in zip(sources, prefixes)]
         # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches

@@ -31,7 +31,7 @@ import sacrebleu
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.markdown import write_section  # noqa: E402
+from bench.common.markdown import write_section  # noqa: E402
 
 CORPUS = (ROOT / "data/en-ja/ui-strings.tsv", ROOT / "data/en-ja/ui-strings-copyleft.tsv")
 HELDOUT = ROOT / "data/en-ja/heldout-projects.tsv"

@@ -15,7 +15,7 @@ Phases, each timed, each with a pass/fail verdict (exit status 1 if any fails), 
    answers, errors, latency, the provider the server reports, answers equal to the in-process engine's.
 
 ``--device cpu`` runs the same phases on the CPU provider (the tests run it with --quick): it checks the script,
-not a GPU. The report goes to --out (REPORT.md, report.json) and, with --write, to docs/BENCHMARKS.md.
+not a GPU. The report goes to --out (REPORT.md, report.json) and, with --write, to docs/bench/gpu-check.json (rendered into docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--callers", type=int, default=32, help="closed-loop gRPC callers during the load phase")
     p.add_argument("--quick", action="store_true", help="small sizes (the tests' dry run): 48 inputs, 1 pass, 5 s load")
     p.add_argument("--out", type=Path, default=ROOT / ".cache" / "gpu-check", help="REPORT.md, report.json, fp16 bundles")
-    p.add_argument("--write", action="store_true", help="also write the report into docs/BENCHMARKS.md (gpu-check)")
+    p.add_argument("--write", action="store_true", help="also write the report to docs/bench/gpu-check.json and render docs/BENCHMARKS.md")
     a = p.parse_args(argv)
     if a.quick:
         a.inputs, a.passes, a.serve_seconds, a.callers = min(a.inputs, 48), 1, min(a.serve_seconds, 5.0), min(a.callers, 8)
@@ -94,7 +94,7 @@ def parity(args) -> dict:
     """The device against the CPU, float32, both models."""
     import numpy as np
 
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
 
     out: dict = {"models": {}}
     for name in MODELS:
@@ -257,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "REPORT.md").write_text(md)
     print(md)
     if args.write:
-        from bench.markdown import write_section
+        from bench.common.report import RESULTS, publish
 
-        write_section(ROOT / "docs" / "BENCHMARKS.md", "gpu-check", md)
+        publish(md, RESULTS, "gpu-check")  # docs/bench/gpu-check.json, then docs/BENCHMARKS.md rendered again
     return 0 if report["passed"] else 1
 
 

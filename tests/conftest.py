@@ -26,6 +26,40 @@ def english(n: int) -> list[str]:
     return [r.split("\t")[0] for r in rows[:n]]
 
 
+def decode(t, texts: list[str], max_new_tokens: int | None = None, beam: int = 1, batch_size: int = 64) -> list[str]:
+    """Texts decoded by the engine's step loop (``engine.step_loop.run``) with a plain beam or greedy search and
+    no decoding options: the engine below its ``generate`` API."""
+    from engine.step_loop import Sequence, run
+
+    seqs = [Sequence(t.codec.source_ids(s), max_new_tokens or t.config.task.max_new_tokens, beam) for s in texts]
+    run(t.runner, seqs, batch_size)
+    return [t.codec.decode(s.result) for s in seqs]
+
+
+def decode_no_cache(t, texts: list[str], max_new_tokens: int | None = None) -> list[str]:
+    """Greedy decoding with no KV cache, the oracle of the cached path: the whole prefix is fed again at every step
+    with an empty cache, each output cut at the engine's budget (min(budget, source length + 50, max_len - 1))."""
+    import numpy as np
+
+    from engine.step_loop import pad_batch
+
+    r, sp = t.runner, t.runner.special
+    budget = max_new_tokens or t.config.task.max_new_tokens
+    src = [t.codec.source_ids(s) for s in texts]
+    caps = [min(budget, len(s) + 50, t.config.model.max_len - 1) for s in src]
+    ids, mask = pad_batch(src, sp.pad)
+    cross, b = r.encode(ids, mask), len(texts)
+    tgt = np.full((b, 1), sp.bos, np.int64)
+    empty = [np.zeros((b, r.n_heads, 0, r.d_head), np.float32)] * (2 * r.n_layers)
+    for _ in range(max(caps)):
+        positions = np.broadcast_to(np.arange(tgt.shape[1]), tgt.shape).copy()
+        logits, _ = r.decode(tgt, positions, np.zeros((b, 0), np.int64), empty, cross, mask)
+        tgt = np.concatenate([tgt, logits[:, -1].argmax(-1)[:, None]], axis=1)
+        if (tgt[:, 1:] == sp.eos).any(axis=1).all():
+            break
+    return [t.codec.decode(row[:cap]) for row, cap in zip(tgt[:, 1:].tolist(), caps)]
+
+
 def wait_for(pred, timeout: float = 10.0) -> bool:
     """Poll pred every 50 ms until it holds (True) or the timeout passes (False)."""
     import time

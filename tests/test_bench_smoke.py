@@ -1,27 +1,52 @@
-"""bench/decode.py's CTranslate2 converter: CTranslate2 greedy equals PyTorch greedy on the same weights.
-
-No timing is asserted; this proves the conversion (bench/ct2_convert.py) that the benchmark's
-CTranslate2 column rests on, and that the check is sensitive to the positional-encoding layout.
-"""
+"""The benchmarks' machinery, without asserting any timing: the CTranslate2 conversion their CTranslate2 columns
+rest on (CTranslate2 greedy equals PyTorch greedy on the same weights, and the check notices a wrong positional
+layout), quick runs of the decode and serving benchmarks whose results JSON holds sane figures, and
+docs/BENCHMARKS.md being what docs/bench/ renders to."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
-
-from conftest import CHECKPOINTS
-
-ct2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is the bench extra: pip install -e '.[bench]'")
+from conftest import CHECKPOINTS, MODEL_REPO, ROOT
 
 ADDITION = CHECKPOINTS / "addition"
-pytestmark = pytest.mark.skipif(not (ADDITION / "test.tsv").is_file(),
-                                reason=f"no addition checkpoint with test.tsv at {ADDITION} (run `make models`)")
+needs_addition = pytest.mark.skipif(
+    not (ADDITION / "test.tsv").is_file(),
+    reason=f"no addition checkpoint with test.tsv at {ADDITION} (run `make models`)",
+)
+
+
+def ct2_module():
+    return pytest.importorskip(
+        "ctranslate2", reason="ctranslate2 is the bench extra: pip install -e '.[bench]'"
+    )
+
+
+def rows(results: dict, table: str) -> list[dict]:
+    """The rows of one named table of a results file."""
+    found = [b for b in results["blocks"] if b.get("table") == table]
+    assert found, f"no table {table!r} in {results['name']}: {[b.get('table') for b in results['blocks']]}"
+    return found[0]["rows"]
+
+
+def run_bench(module: str, *args: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
+    ct2_module()
+    if not (ADDITION / "test.tsv").is_file():
+        pytest.skip(f"no addition checkpoint with test.tsv at {ADDITION} (run `make models`)")
     import torch
 
-    from bench.ct2_convert import CT2Translator, convert, vocabulary
+    from export.ctranslate2 import CT2Translator, convert, vocabulary
     from training import checkpoint
     from training.tasks import read_tsv
 
@@ -35,7 +60,7 @@ def setup(tmp_path_factory):
 
 
 def test_ct2_greedy_equals_pytorch_greedy(setup):
-    from bench.ct2_convert import verify
+    from export.ctranslate2 import verify
 
     ck, _, translator, sources, budget = setup
     report = verify(ck.model, ck.codec, translator, sources, budget)
@@ -45,10 +70,10 @@ def test_ct2_greedy_equals_pytorch_greedy(setup):
 
 
 def test_ct2_forced_length(setup):
-    """min = max decoding length forces exactly N tokens, as the benchmark times."""
+    """min = max decoding length forces exactly N tokens, as the forced-length grid times."""
     ck, _, translator, sources, budget = setup
-    rows = translator.greedy([ck.codec.source_ids(s) for s in sources[:4]], budget, force=True)
-    assert [len(r) for r in rows] == [budget] * 4
+    out = translator.greedy([ck.codec.source_ids(s) for s in sources[:4]], budget, force=True)
+    assert [len(r) for r in out] == [budget] * 4
 
 
 def test_check_detects_wrong_positional_layout(setup, tmp_path):
@@ -56,7 +81,7 @@ def test_check_detects_wrong_positional_layout(setup, tmp_path):
     model's interleaved table must change the log-probabilities, else the check above proves nothing."""
     from ctranslate2.specs import model_spec
 
-    from bench.ct2_convert import CT2Translator, build_spec, save, verify
+    from export.ctranslate2 import CT2Translator, build_spec, save, verify
 
     ck, tokens, _, sources, budget = setup
     spec = build_spec(ck.model, tokens)
@@ -67,62 +92,164 @@ def test_check_detects_wrong_positional_layout(setup, tmp_path):
     assert report["max_abs_logprob_diff"] > 1e-2, report
 
 
+def test_benchmarks_md_is_what_the_results_render_to():
+    """docs/BENCHMARKS.md is written by bench.render from docs/bench/, never edited by hand."""
+    from bench import render
+
+    assert (ROOT / "docs" / "BENCHMARKS.md").read_text(encoding="utf-8") == render.render(), (
+        "docs/BENCHMARKS.md is stale: run `python -m bench.render` (edit docs/bench/, not the rendered file)"
+    )
+
+
+def test_committed_results_hold_their_figures():
+    """Every results file parses back into the same tables, with numbers where its columns are numeric."""
+    from bench.common.report import RESULTS, Report
+
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert Report.from_json(data).to_json() == data, path.name
+    grid = rows(json.loads((RESULTS / "decode-grid.json").read_text()), "grid")
+    assert grid and all(r["tokens_s"] > 0 and 0 < r["x_ct2"] < 100 for r in grid)
+
+
+def test_a_new_results_file_is_rendered(tmp_path):
+    from bench import render
+    from bench.common.report import Report
+
+    r = Report("made-up")
+    r.heading("A made-up benchmark")
+    t = r.table("t", "engine", ("seq/s", "{:.1f}"), ("share", "{:.0%}"))
+    t.row("ort", 12.345, 0.5)
+    r.save(tmp_path)
+    text = render.render(tmp_path)
+    assert (
+        "## A made-up benchmark\n\n| engine | seq/s | share |\n|---|---:|---:|\n| ort | 12.3 | 50% |" in text
+    )
+
+
+@needs_addition
 @pytest.mark.slow
-def test_bench_decode_quick_runs(tmp_path):
-    """`bench/decode.py --quick` end to end on the addition model (about 15 s): report written, conversion verified."""
-    import subprocess
-    import sys
+def test_decode_benchmarks_quick_run(tmp_path):
+    """Both decode benchmarks, --quick, end to end on the addition model (about 30 s): the conversion check passes,
+    every engine's figures are positive, ratios to CTranslate2 are sane, and the implementations agree."""
+    ct2_module()
+    bundle = MODEL_REPO / "addition" / "1"
+    if not (bundle / "config.json").is_file():
+        pytest.skip(f"no addition bundle at {bundle}")
+    common = [
+        "--quick",
+        "--model",
+        "addition",
+        "--checkpoint",
+        str(ADDITION),
+        "--bundle",
+        str(bundle),
+        "--results",
+        str(tmp_path),
+    ]
+    run_bench("bench.engine.decode_grid", *common)
+    run_bench("bench.engine.decode_real", *common)
+    grid = json.loads((tmp_path / "decode-grid.json").read_text())
+    real = json.loads((tmp_path / "decode-real.json").read_text())
+    for res in (grid, real):
+        f = res["figures"]
+        assert f["conversion_identical"] == f["conversion_inputs"] > 0, f
+    cells = rows(grid, "grid")
+    assert {r["engine"] for r in cells} == {"ort+kv", "ort-nocache", "torch+kv", "ct2"}
+    for r in cells:
+        assert r["sequences_s"] > 0 and r["tokens_s"] > 0 and 0 < r["x_ct2"] < 100, r
+    for pair, (same, total) in grid["figures"]["identical_outputs"].items():
+        assert same == total > 0, pair  # forced outputs equal across the engine, no-cache and PyTorch
+    real_rows = rows(real, "real")
+    assert {(r["search"], r["batch"]) for r in real_rows} == {
+        (s, b) for s in ("greedy", "beam 4") for b in (1, 4)
+    }
+    for r in real_rows:
+        assert r["engine_seq_s"] > 0 and r["ct2_seq_s"] > 0 and 0 < r["engine_ct2"] < 100, r
+    for key, (same, total) in real["figures"]["identical_outputs"].items():
+        if "beam1/" in key:
+            assert same == total > 0, key  # greedy: token for token CTranslate2's
 
-    from conftest import MODEL_REPO, ROOT
 
-    versions = sorted((int(v.name) for v in (MODEL_REPO / "addition").glob("*") if v.name.isdigit()), reverse=True)
-    if not versions:
-        pytest.skip(f"no addition bundle under {MODEL_REPO / 'addition'}")
-    out = tmp_path / "BENCHMARKS.md"
-    out.write_text("# Benchmarks\n\n<!-- bench-serve:begin -->\nkept\n<!-- bench-serve:end -->\n")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "decode.py"), "--quick", "--model", "addition", "--checkpoint", str(ADDITION),
-         "--bundle", str(MODEL_REPO / "addition" / str(versions[0])), "--output", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+@needs_addition
+def test_serve_benchmark_quick_run(tmp_path):
+    """`bench.serving.serve --quick` end to end on the addition model: three real server processes, interleaved
+    windows, the in-process ceilings and the CPU-per-request table, every figure present and sane."""
+    run_bench(
+        "bench.serving.serve",
+        "--quick",
+        "--model",
+        "addition",
+        "--model-repo",
+        str(MODEL_REPO),
+        "--inputs",
+        str(ADDITION / "test.tsv"),
+        "--concurrency",
+        "1,4",
+        "--cost-concurrency",
+        "1,4",
+        "--write",
+        "--results",
+        str(tmp_path),
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = out.read_text()
-    assert "<!-- bench-serve:begin -->\nkept\n<!-- bench-serve:end -->" in text
-    assert text.count("<!-- bench-decode:begin -->") == 1 and "(100.0%)" in text
-    for engine in ("ort+kv", "ort-nocache", "torch+kv", "ct2"):
-        assert f"| {engine} |" in text
-
-
-def test_bench_serve_quick_runs(tmp_path):
-    """`bench/serve.py --quick` end to end on the addition model: three real server processes, interleaved
-    windows, the in-process ceilings, and a report whose table has every mode with answers and no errors."""
-    import subprocess
-    import sys
-
-    from conftest import MODEL_REPO, ROOT
-
-    out = tmp_path / "BENCHMARKS.md"
-    out.write_text("# Benchmarks\n\n<!-- bench-decode:begin -->\nkept\n<!-- bench-decode:end -->\n")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "serve.py"), "--quick", "--model", "addition", "--model-repo", str(MODEL_REPO),
-         "--inputs", str(ADDITION / "test.tsv"), "--concurrency", "1,4", "--cost-concurrency", "1,4", "--write",
-         "--output", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = out.read_text()
-    assert "<!-- bench-decode:begin -->\nkept\n<!-- bench-decode:end -->" in text
-    rows = [line.split("|") for line in text.splitlines() if line.startswith(("| continuous |", "| request |", "| none |"))]
-    assert {(r[1].strip(), r[2].strip()) for r in rows} == {(m, c) for m in ("continuous", "request", "none") for c in ("1", "4")}
-    for r in rows:
-        assert int(r[3]) > 0 and r[-2].strip() == "0", r  # answers, no errors
-    assert "scheduler in process" in text and "Where the C=1 latency goes" in text
-    # The CPU-per-request table: greedy at C=1 and 4 (the search addition is served with), every process's CPU
-    # counted, the served outputs the in-process engine's.
-    cost = [line.split("|") for line in text.splitlines() if line.startswith("| greedy |")]
-    assert [r[2].strip() for r in cost] == ["1", "4"], cost
-    for r in cost:
-        assert float(r[3]) > 0 and float(r[5]) > 0 and float(r[6]) > 0, r  # answers/s, front end and cores µs
-        served, total = (int(x) for x in r[-2].split(" of "))
+    serve = json.loads((tmp_path / "serve.json").read_text())
+    windows = rows(serve, "windows")
+    assert {(r["batching"], r["c"]) for r in windows} == {
+        (m, c) for m in ("continuous", "request", "none") for c in (1, 4)
+    }
+    for r in windows:
+        assert r["answers"] > 0 and r["req_s"] > 0 and str(r["errors"]) == "0", r
+    assert all(r["sequences_s"] > 0 for r in rows(serve, "ceiling_cores"))
+    assert any("Where the C=1 latency goes" in b.get("text", "") for b in serve["blocks"])
+    cost = json.loads((tmp_path / "serve-cost.json").read_text())
+    # Greedy at C=1 and 4 (the search addition is served with), every process's CPU counted, the served outputs
+    # the in-process engine's.
+    greedy = [r for r in rows(cost, "cost") if r["search"] == "greedy"]
+    assert [r["c"] for r in greedy] == [1, 4], greedy
+    for r in greedy:
+        assert (
+            r["served_answers_s"] > 0 and r["front_end_us_request"] > 0 and r["engine_cores_us_request"] > 0
+        ), r
+        assert 0 < r["cores_engine"] < 100, r  # the cores' CPU per request over the engine's in process
+        served, total = (int(x) for x in r["outputs_engine_s"].split(" of "))
         assert total > 0 and served == total, r
-    assert "### Acceptance (issue 25)" in text
+    assert rows(cost, "acceptance")
+
+
+@needs_addition
+def test_option_table_against_a_baseline_commit_quick_run(tmp_path):
+    """The no-option A/B against another commit's server (`--options-only --baseline`), the check a change to the
+    serving path is held to: both servers answer every window, with positive throughput and no errors."""
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout: no commit to run as the baseline")
+    run_bench(
+        "bench.serving.serve",
+        "--quick",
+        "--model",
+        "addition",
+        "--model-repo",
+        str(MODEL_REPO),
+        "--inputs",
+        str(ADDITION / "test.tsv"),
+        "--options-only",
+        "--option-families",
+        "none",
+        "--baseline",
+        "HEAD",
+        "--rounds",
+        "2",
+        "--option-concurrency",
+        "2",
+        "--write",
+        "--results",
+        str(tmp_path),
+    )
+    table = rows(json.loads((tmp_path / "options-ab.json").read_text()), "options")
+    assert [r["family"] for r in table] == ["no option", "no option, baseline"]
+    for r in table:
+        assert (
+            r["answers_s"] > 0
+            and r["tokens_s"] > 0
+            and 0 < r["x_no_option"] < 100
+            and str(r["errors"]) == "0"
+        ), r

@@ -1,7 +1,7 @@
 """Decoding options in the engine: CTranslate2 on the same weights as the oracle, and per-row options in one batch.
 
-The oracle: the en->ja checkpoint converted to CTranslate2 (bench/ct2_convert.py, as bench/decode.py
-does) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
+The oracle: the en->ja checkpoint converted to CTranslate2 (export/ctranslate2.py, as the decode benchmarks
+do) and ``translate_batch`` with the same options must give the same tokens as ``Translator.generate``
 with ``length_penalty_type="ctranslate2"``, on held-out inputs; scores agree within SCORE_ATOL
 (CTranslate2 accumulates in float32, the engine in float64). No output string is hard-coded: the
 committed model may be retrained.
@@ -30,7 +30,7 @@ def ja():
 def ct2(ja, tmp_path_factory):
     """A CTranslate2 translator on the checkpoint the bundle was exported from."""
     ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is in the dev extra")
-    from bench.ct2_convert import convert, vocabulary
+    from export.ctranslate2 import convert, vocabulary
     from training import checkpoint
 
     assert ja.config.source_checkpoint_sha256 == checkpoint.weights_sha256(JA_CKPT), \
@@ -218,7 +218,7 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
     """Rows with different options (and prefixes) join one running batch at different steps; each gets exactly
     what it gets decoded alone."""
     from contract.decoding import DecodingOptions
-    from engine import Generator, Sequence
+    from engine import StepLoop, Sequence
 
     texts = english(len(MIXED) * 2)
     prefixes = [None if i % 3 else ref[:2] for i, ref in enumerate(references(len(texts)))]
@@ -233,12 +233,12 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
 
     alone = []
     for i in range(len(texts)):
-        g, s = Generator(ja.runner), seq(i)
+        g, s = StepLoop(ja.runner), seq(i)
         g.add([s])
         while len(g):
             g.step()
         alone.append(hyps(s))
-    g = Generator(ja.runner)
+    g = StepLoop(ja.runner)
     seqs = [seq(i) for i in range(len(texts))]
     for k, s in enumerate(seqs):  # one newcomer every step: rows join a batch already running
         g.add([s])

@@ -2,7 +2,8 @@
 
     model.safetensors   the weights
     config.json         {"model": ModelConfig, "task": TaskConfig, "train": TrainConfig}
-    tokenizer.json      the Hugging Face tokenizer the model was trained with
+    tokenizer.json      the Hugging Face tokenizer the model was trained with (its source side)
+    target_tokenizer.json  the target side's, where it differs (imported models)
     metrics.json        the evaluation of this checkpoint
     trainer_state.pt    optimizer, schedule, epoch and RNG states, for --resume only
 
@@ -24,6 +25,7 @@ from contract.text import TextCodec
 from training.model import Transformer
 
 WEIGHTS, CONFIG, TOKENIZER, METRICS, STATE = "model.safetensors", "config.json", "tokenizer.json", "metrics.json", "trainer_state.pt"
+TARGET_TOKENIZER = "target_tokenizer.json"
 
 
 @dataclass
@@ -69,7 +71,7 @@ def load(folder: Path, device: str = "cpu") -> Checkpoint:
     tied = {"generator.weight", "tgt_embed.weight"}
     if unexpected or set(missing) - tied:
         raise ValueError(f"{folder / WEIGHTS} does not match config.json: missing {missing}, unexpected {unexpected}")
-    codec = TextCodec.from_file(folder / TOKENIZER, task, config.special)
+    codec = TextCodec.from_file(folder / TOKENIZER, task, config.special, folder / TARGET_TOKENIZER)
     return Checkpoint(model.to(device).eval(), task, codec, folder, cfg.get("train", {}))
 
 

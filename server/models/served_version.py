@@ -42,7 +42,8 @@ class ServedVersion:
         self.name, self.version, self.folder = name, version, folder
         self.bundle = bundle.read_bundle(folder, verify_hashes=False)  # each core verifies every hash as it loads
         m = self.bundle.model
-        self.codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special)
+        self.codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special,
+                                        folder / bundle.TARGET_TOKENIZER_FILE)
         self.sched = config.scheduler
         self.limits = limits(self.bundle, self.codec, config.scheduler)
         self.telemetry = telemetry.model(name, n_cores)

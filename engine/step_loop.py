@@ -1,0 +1,334 @@
+"""The decode-step loop: sequences join between steps, every step advances all of them, finished ones leave.
+
+This is iteration-level (continuous) batching's mechanism; the scheduler decides *when* to
+call ``add`` and ``step``, and ``step`` returns what happened (``StepOutput``: the sequences that
+finished, the tokens streaming sequences got) instead of calling back into it, as vLLM's
+schedule -> execute -> update. ``run`` drives the same loop to completion for in-process use. It works on
+ids and a ``runner.Runner``; texts are ``engine.translator``'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from contract.decoding import DecodingOptions
+from engine.cache import DecodeBatch, pad_axis
+from engine.logits import RowOptions
+from engine.runner import Runner
+from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One input text's generation. ``stream``: report each one-row token in ``StepOutput.tokens``.
+
+    ``options`` (``contract.decoding``) say how tokens are chosen; without them ``beam`` alone does (the
+    paper's beam, or greedy). ``prefix``: target ids forced first, then continued (part of the output).
+    """
+
+    src_ids: list[int]
+    max_new_tokens: int
+    beam: int = 1
+    id: int = field(default_factory=lambda: next(_ids))
+    stream: bool = False
+    search: Greedy | Beam | None = None
+    row: int = -1  # first of its rows in the running batch
+    result: list[int] | None = None
+    hypotheses: list[Hypothesis] | None = None  # n-best, best first (result is hypotheses[0].tokens)
+    # Encoder output waiting to join a batch: per-layer cross K/V (H, S, Dh) and source mask (S,).
+    encoded: tuple[list[np.ndarray], np.ndarray] | None = None
+    error: BaseException | None = None
+    options: DecodingOptions | None = None
+    prefix: list[int] = field(default_factory=list)
+    rng: np.random.Generator | None = None  # sampling: this input's own generator
+
+    def __post_init__(self) -> None:
+        if self.options is None:
+            self.options = DecodingOptions(beam_size=self.beam)
+        if self.options.beam_size < 1:
+            raise ValueError("Sequence options need a resolved beam_size (0 means the model's default): "
+                             "pass options.resolved(engine.config.task.beam_size, budget)")
+        if not self.options.length_penalty_type:  # unresolved: the rule of a model that names none
+            self.options = self.options.replace(length_penalty_type="gnmt")
+        self.beam = self.options.beam_size
+        if self.options.sampling and self.rng is None:
+            self.rng = np.random.Generator(np.random.PCG64(self.options.seed))
+
+    @property
+    def n_rows(self) -> int:
+        return self.beam
+
+    @property
+    def needs_pass(self) -> bool:
+        """Its rows go through the logits pass (``engine.logits``): options beyond plain greedy/beam, or a
+        one-row prefix to force (a beam forces its own)."""
+        return self.options.acts_on_logits or (bool(self.prefix) and self.beam == 1)
+
+
+@dataclass
+class StepOutput:
+    """What one decoder step did: sequences that finished (``result`` set, already removed from the
+    batch) and, for streaming sequences, the token each got (EOS included)."""
+
+    finished: list[Sequence]
+    tokens: list[tuple[Sequence, int]]
+
+
+def free_run(free: list[int], n: int) -> int | None:
+    """The first row of n consecutive released rows, if there are; appending a beam instead copies the whole
+    cache, and so does compacting the rows a finished beam left (together a sixth of a beam-4 step's time)."""
+    if len(free) < n:
+        return None
+    rows = sorted(free)
+    for i in range(len(rows) - n + 1):
+        if rows[i + n - 1] - rows[i] == n - 1:
+            return rows[i]
+    return None
+
+
+def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad, np.int64)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+    return ids, (ids != pad).astype(np.int64)
+
+
+class StepLoop:
+    def __init__(self, engine: Runner):
+        self.engine = engine
+        self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
+        self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
+        self.n_pass = 0  # sequences whose rows go through the logits pass; 0: plain argmax, as ever
+        self.row_options: RowOptions | None = None  # their options as vectors; None: rebuild before the next step
+        self.early: list[Sequence] = []  # finished while joining (at their first step): the next step reports them
+
+    def __len__(self) -> int:
+        return len(self.seqs) + len(self.early)
+
+    @property
+    def n_rows(self) -> int:
+        """Rows in use (released rows waiting for a newcomer do not count)."""
+        return len(self.batch) - len(self.batch.free)
+
+    def budget(self, seq: Sequence) -> int:
+        """Output tokens at most, the target prefix included: the prefix, then max_new_tokens. The paper's maximum
+        output length is input length + 50 new tokens; never beyond the positions the model has."""
+        room = self.engine.config.model.max_len - 1 - len(seq.prefix)
+        return len(seq.prefix) + max(1, min(seq.max_new_tokens, len(seq.src_ids) + 50, room))
+
+    def encode(self, seqs: list[Sequence]) -> None:
+        """Run the encoder, in one batch, for the sequences not encoded yet. It touches no batch state, so
+        another thread may call it while this one steps (the scheduler encodes queued requests meanwhile)."""
+        todo = [s for s in seqs if s.encoded is None]
+        if not todo:
+            return
+        ids, mask = pad_batch([s.src_ids for s in todo], self.engine.special.pad)
+        cross = self.engine.encode(ids, mask)
+        for i, s in enumerate(todo):
+            n = len(s.src_ids)  # its own length: the batch's padding would widen the running batch for nothing
+            s.encoded = ([c[i, :, :n] for c in cross], mask[i, :n])
+
+    def add(self, seqs: list[Sequence]) -> None:
+        """Encode the newcomers that are not yet; greedy ones take released rows in place, the rest are appended
+        (a beam's rows stay consecutive and repeat its encoder output). Into an idle batch, a plain beam runs its
+        first step on one row (``_first_steps``) and joins with its width's rows from the second step on."""
+        if not seqs:
+            return
+        self.encode(seqs)
+        sp, b = self.engine.special, self.batch
+        for s in seqs:
+            if s.search is None:
+                o = s.options
+                s.search = (Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha) if s.beam == 1 else
+                            Beam(sp.eos, self.budget(s), s.beam, o.alpha, o.length_penalty_type, o.num_hypotheses, s.prefix))
+        # Only into an idle batch, where this call takes the place of the batch's first step: into a running one it
+        # is one more decoder call on a few rows, which cost what the rows saved (docs/BENCHMARKS.md#beam-int8-notes).
+        apart = [] if self.seqs else [s for s in seqs if s.n_rows > 1 and not s.needs_pass and isinstance(s.search, Beam)
+                                      and s.search.step == 0 and not s.prefix]
+        first = self._first_steps(apart)
+        for s in seqs:
+            if s.search.done:  # ended at its first step (a budget of one token, or every beam ended)
+                self._finish(s)
+        seqs = [s for s in seqs if not s.search.done]
+        appended: dict[bool, list[Sequence]] = {True: [], False: []}  # first-step-done rows make the idle batch
+        for s in seqs:
+            if s.needs_pass:
+                self.n_pass += 1
+                self.row_options = None
+            if id(s) in first:  # into an idle batch: appended, as its first rows
+                appended[True].append(s)
+            elif s.n_rows == 1 and b.free:
+                s.row = b.free[-1]
+                b.fill(s.row, *s.encoded, sp.bos)
+            elif s.n_rows > 1 and (start := free_run(b.free, s.n_rows)) is not None:
+                s.row = start  # a beam takes consecutive released rows (a finished beam's) in place
+                for r in range(start, start + s.n_rows):
+                    b.fill(r, *s.encoded, sp.bos)
+            else:
+                appended[False].append(s)
+        for started, group in appended.items():
+            if not group:
+                continue
+            width = max(s.encoded[1].shape[0] for s in group)
+            rows = [s for s in group for _ in range(s.n_rows)]
+            cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in rows]) for k in range(len(b.cross))]
+            mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in rows])
+            tokens = np.concatenate([first[id(s)][0] if started else [sp.bos] * s.n_rows for s in group])
+            kv = [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))] if started else None
+            start = len(b)
+            b.add(cross, mask, tokens, kv)
+            for s in group:
+                s.row, start = start, start + s.n_rows
+        for s in seqs:
+            s.encoded = None  # joined: the batch holds its cross K/V now
+        self.seqs += seqs
+        if any(s.options.repetition_penalty != 1 or s.options.no_repeat_ngram_size for s in seqs):
+            b.track_history()
+
+    def _first_steps(self, seqs: list[Sequence]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
+        """The first decoder step of beams, one row each (CTranslate2 expands to beams after it): its k rows would
+        all read BOS with the same cache, and only row 0's candidates count (the others start at score -inf).
+        Returns per sequence (by id) its k rows' next tokens and the step's K/V (per layer (H, 1, Dh))."""
+        if not seqs:
+            return {}
+        e = self.engine
+        width = max(s.encoded[1].shape[0] for s in seqs)
+        cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in seqs]) for k in range(2 * e.n_layers)]
+        mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in seqs])
+        n = len(seqs)
+        past = [np.zeros((n, e.n_heads, 0, e.d_head), np.float32)] * (2 * e.n_layers)
+        logits, present = e.decode(np.full((n, 1), e.special.bos, np.int64), np.zeros((n, 1), np.int64),
+                                   np.zeros((n, 0), np.int64), past, cross, mask)
+        top_lp, top_tok = e.top_logprobs(logits[:, -1], 2 * max(s.n_rows for s in seqs))
+        out = {}
+        for i, s in enumerate(seqs):
+            k = s.n_rows  # the step's candidates as the k-row step would rank them: rows 1.. are at -inf
+            tokens, _ = s.search.advance_top(np.repeat(top_lp[i : i + 1], k, 0), np.repeat(top_tok[i : i + 1], k, 0))
+            out[id(s)] = (tokens, [np.asarray(p[i]) for p in present])
+        return out
+
+    def _finish(self, s: Sequence) -> None:
+        s.hypotheses = s.search.hypotheses()
+        s.result = s.hypotheses[0].tokens if s.hypotheses else []
+        s.encoded = None
+        self.early.append(s)
+
+    def step(self) -> StepOutput:
+        """One decoder step for every row."""
+        early, self.early = self.early, []
+        if not self.seqs:
+            return StepOutput(early, [])
+        b = self.batch
+        if b.stale():  # no newcomer took them for a while: stop computing them
+            self._compact()
+        b.trim()
+        if self.engine.io_binding:  # the cache stays in device memory from step to step
+            past, cross = b.device_kv(self.engine.to_device)
+            logits, present = self.engine.decode_bound(b.tokens, b.positions, b.past_mask, past, cross, b.src_mask)
+        else:
+            logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
+        logits = logits[:, -1]  # (B, V)
+        sup = self.engine.suppressed
+        if sup.size:  # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
+            kept = logits[:, sup].copy()
+            logits[:, sup] = -np.inf
+        picks = None
+        if self.n_pass:  # rows with options: penalties and masks in place, their one-row tokens chosen
+            if self.row_options is None:
+                self.row_options = RowOptions(self.seqs, self.engine.special.eos, self.engine.special.unk)
+            picks = self.row_options.apply(logits, b.positions[:, 0], b.full_history())
+        next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
+        logp = None
+        if picks is not None and picks.rows.size:
+            next_tokens[picks.rows] = picks.tokens
+            logp = np.zeros(len(b))
+            logp[picks.rows] = picks.logp
+        parents = np.arange(len(b))
+        streamed: list[tuple[Sequence, int]] = []
+        beams: list[Sequence] = []
+        for s in self.seqs:
+            if isinstance(s.search, Greedy):
+                tok = int(next_tokens[s.row])
+                s.search.push(tok, 0.0 if logp is None else float(logp[s.row]))
+                if s.stream:
+                    streamed.append((s, tok))
+            else:
+                beams.append(s)
+        if beams:  # every beam's candidates in one vector pass, then each beam picks among its own
+            if sup.size:
+                logits[:, sup] = kept
+            rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
+            beam_logits = logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
+            top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))
+            at, groups = 0, {}  # regular steps by width (0: prefix steps), each group ranked together when large
+            for s in beams:
+                groups.setdefault(s.n_rows if s.search.regular else 0, []).append((s, at))
+                at += s.n_rows
+            for k, group in groups.items():
+                if k and len(group) >= VECTOR_MIN_BEAMS:
+                    src = np.concatenate([np.arange(a, a + k) for _, a in group])
+                    dst = np.concatenate([np.arange(s.row, s.row + k) for s, _ in group])
+                    next_tokens[dst], par = advance_beams([s.search for s, _ in group], top_lp[src], top_tok[src])
+                    parents[dst] = np.repeat([s.row for s, _ in group], k) + par
+                    continue
+                for s, a in group:  # a few beams, or prefix steps: each on its own
+                    n = s.n_rows
+                    next_tokens[s.row : s.row + n], par = s.search.advance_top(top_lp[a : a + n], top_tok[a : a + n])
+                    parents[s.row : s.row + n] = s.row + par
+        b.advance(present, next_tokens)
+        if beams:
+            b.reorder(parents)
+        finished = [s for s in self.seqs if s.search.done]
+        for s in finished:
+            s.hypotheses = s.search.hypotheses()
+            s.result = s.hypotheses[0].tokens if s.hypotheses else []
+        if finished:
+            self.remove(finished)
+        return StepOutput(early + finished, streamed)
+
+    def remove(self, seqs: list[Sequence]) -> None:
+        """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""
+        gone = {id(s) for s in seqs}
+        self.early = [s for s in self.early if id(s) not in gone]
+        live = {id(s) for s in self.seqs}
+        seqs = [s for s in seqs if id(s) in live]
+        passed = sum(s.needs_pass for s in seqs)
+        if passed:
+            self.n_pass -= passed
+            self.row_options = None
+        self.batch.release([r for s in seqs for r in range(s.row, s.row + s.n_rows)])
+        self.seqs = [s for s in self.seqs if id(s) not in gone]
+        if not self.seqs:
+            self._compact()
+
+    def _compact(self) -> None:
+        order = sorted(self.seqs, key=lambda s: s.row)
+        rows = [r for s in order for r in range(s.row, s.row + s.n_rows)]
+        start = 0
+        for s in order:
+            s.row, start = start, start + s.n_rows
+        self.batch.keep(np.array(rows, np.int64))
+        self.row_options = None  # rows moved
+
+
+def run(engine: Runner, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
+    """Decode sequences to completion, at most batch_size rows at a time, refilling as rows finish."""
+    gen = StepLoop(engine)
+    pending = list(seqs)
+    while pending or len(gen):
+        room = batch_size - gen.n_rows  # rows: a beam counts its width
+        take = 0
+        while take < len(pending) and (pending[take].n_rows <= room or (take == 0 and not len(gen))):
+            room -= pending[take].n_rows
+            take += 1
+        if take:
+            gen.add(pending[:take])
+            pending = pending[take:]
+        gen.step()
+    return seqs
