@@ -16,7 +16,6 @@ import urllib.request
 import uuid
 
 import pytest
-
 from conftest import MODEL_REPO, ServerThread, server_config
 
 JA = "translate-en-ja"
@@ -30,8 +29,12 @@ def srv(model_repo):
 
 
 def post(srv, body: bytes, content_type: str) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{srv.config.http_port}/translate", data=body, method="POST",
-                                 headers={"Content-Type": content_type})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.config.http_port}/translate",
+        data=body,
+        method="POST",
+        headers={"Content-Type": content_type},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, r.read().decode()
@@ -75,11 +78,14 @@ def test_a_big_urlencoded_body_is_parsed_off_the_event_loop(srv):
 
 
 def test_many_html_bodies_at_once_wait_their_turn_in_one_lane(srv):
-    page = json.dumps({"q": "<p>Save</p>" + "<i></i>" * 8000, "source": "en", "target": "ja",
-                       "format": "html"}).encode()
+    page = json.dumps(
+        {"q": "<p>Save</p>" + "<i></i>" * 8000, "source": "en", "target": "ja", "format": "html"}
+    ).encode()
     results: list[int] = []
-    threads = [threading.Thread(target=lambda: results.append(post(srv, page, "application/json")[0]))
-               for _ in range(32)]
+    threads = [
+        threading.Thread(target=lambda: results.append(post(srv, page, "application/json")[0]))
+        for _ in range(32)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -95,7 +101,9 @@ def multipart(fields: list[tuple[str, str]]) -> tuple[bytes, str]:
 
 
 def test_a_form_of_many_fields_is_refused_for_its_fields(srv):
-    body, ctype = multipart([("source", "en"), ("target", "ja"), ("q", "Save")] + [(f"f{i}", "x") for i in range(40_000)])
+    body, ctype = multipart(
+        [("source", "en"), ("target", "ja"), ("q", "Save")] + [(f"f{i}", "x") for i in range(40_000)]
+    )
     assert 2_000_000 < len(body) < 4 * 1024 * 1024
     status, error = post(srv, body, ctype)
     assert status == 400 and "at most 256" in error, (status, error)
@@ -112,8 +120,13 @@ def test_external_data_files_are_covered_by_the_sha256_check(tmp_path):
     folder = tmp_path / "1"
     shutil.copytree(MODEL_REPO / "addition" / "1", folder)
     graph = onnx.load(str(folder / "decoder.onnx"))
-    onnx.save_model(graph, str(folder / "decoder.onnx"), save_as_external_data=True, location="decoder.data",
-                    size_threshold=0)
+    onnx.save_model(
+        graph,
+        str(folder / "decoder.onnx"),
+        save_as_external_data=True,
+        location="decoder.data",
+        size_threshold=0,
+    )
     cfg = json.loads((folder / "config.json").read_text())
     cfg["files"]["decoder.onnx"] = sha256_file(folder / "decoder.onnx")  # the graph itself hashed again
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -146,8 +159,11 @@ def test_a_load_builds_its_tokenizer_off_the_event_loop(tmp_path, monkeypatch):
 
     monkeypatch.setattr(registry.ServedModels, "build", recorded)
     try:
-        req = urllib.request.Request(f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/addition/load",
-                                     data=b"", method="POST")
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/addition/load",
+            data=b"",
+            method="POST",
+        )
         with urllib.request.urlopen(req, timeout=60) as r:
             assert r.status == 200
         assert threads and all(t is not srv.thread for t in threads), threads

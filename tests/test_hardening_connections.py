@@ -15,7 +15,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import ServerThread, self_signed, server_config, wait_for
 
 ADD = "addition"
@@ -34,7 +33,9 @@ def https_get(port: int, ca, path: str = "/v2/health/ready") -> int:
 def test_tls_connections_closed_before_the_handshake_are_released(tmp_path, model_repo):
     cert, key = self_signed(tmp_path)
     cap = 20
-    srv = ServerThread(server_config(models=(ADD,), instances=1, tls_cert=cert, tls_key=key, http_max_connections=cap))
+    srv = ServerThread(
+        server_config(models=(ADD,), instances=1, tls_cert=cert, tls_key=key, http_max_connections=cap)
+    )
     try:
         port = srv.config.http_port
         for i in range(10 * cap):  # a load balancer's TCP probes, a port scan: connect, close, no TLS at all
@@ -46,7 +47,9 @@ def test_tls_connections_closed_before_the_handshake_are_released(tmp_path, mode
         answers = [https_get(port, cert) for _ in range(5)]
         assert answers == [200] * 5
         # A handshake that never comes ends at --tls-handshake-timeout-s (10 s), and its slot with it.
-        stuck = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(3)]  # never say anything
+        stuck = [
+            socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(3)
+        ]  # never say anything
         assert all(s.recv(1) == b"" for s in stuck)  # closed by the server
         assert wait_for(lambda: srv.running.web.connections.open == 0, 30), srv.running.web.connections.open
         for s in stuck:
@@ -62,7 +65,9 @@ def _slow(port: int, source: str = "127.0.0.1") -> socket.socket:
 
 
 def test_one_client_address_cannot_take_the_http_port(model_repo):
-    srv = ServerThread(server_config(models=(ADD,), instances=1))  # the defaults: 512 connections, 64 per address
+    srv = ServerThread(
+        server_config(models=(ADD,), instances=1)
+    )  # the defaults: 512 connections, 64 per address
     try:
         port = srv.config.http_port
         hog = [_slow(port) for _ in range(600)]  # more than the port's cap (512), from one address
@@ -117,8 +122,15 @@ def test_trickling_clients_do_not_starve_the_metrics_port(model_repo):
         srv.stop()
 
 
-@pytest.mark.parametrize("flag,value", [("http_read_timeout_s", "-5"), ("http_max_connections", "-1"),
-                                        ("http_max_connections_per_peer", "-2"), ("core_stall_s", "nan")])
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("http_read_timeout_s", "-5"),
+        ("http_max_connections", "-1"),
+        ("http_max_connections_per_peer", "-2"),
+        ("core_stall_s", "nan"),
+    ],
+)
 def test_flag_values_out_of_range_stop_the_start(flag, value):
     import argparse
 
@@ -142,11 +154,39 @@ def test_tls_probes_are_released_on_the_served_event_loop(tmp_path, model_repo):
     cert, key = self_signed(tmp_path)
     port, log = free_port(), tmp_path / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--models",
-                                 ADD, "--instances", "1", "--host", "127.0.0.1", "--port", str(free_port()),
-                                 "--metrics-port", "0", "--http-port", str(port), "--tls-cert", str(cert),
-                                 "--tls-key", str(key), "--http-max-connections", "20",
-                                 "--tls-handshake-timeout-s", "2"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "s2s.cli",
+                "serve",
+                "--model-repo",
+                str(MODEL_REPO),
+                "--models",
+                ADD,
+                "--instances",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(free_port()),
+                "--metrics-port",
+                "0",
+                "--http-port",
+                str(port),
+                "--tls-cert",
+                str(cert),
+                "--tls-key",
+                str(key),
+                "--http-max-connections",
+                "20",
+                "--tls-handshake-timeout-s",
+                "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
 
     def up() -> bool:
         try:

@@ -15,9 +15,8 @@ import urllib.request
 
 import pytest
 import tritonclient.grpc as triton
-from tritonclient.utils import InferenceServerException
-
 from conftest import MODEL_REPO, ServerThread, server_config, wait_for
+from tritonclient.utils import InferenceServerException
 
 ADD = "addition"
 
@@ -33,7 +32,9 @@ def explicit(tmp_path_factory):
     bundle(repo / ADD / "1")
     bundle(root / "outside" / "evil" / "1")  # a bundle that is not in the repository
     (repo / "linked").symlink_to(root / "outside" / "evil", target_is_directory=True)
-    srv = ServerThread(server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1))
+    srv = ServerThread(
+        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
+    )
     srv.root, srv.client = root, triton.InferenceServerClient(srv.address)
     yield srv
     srv.client.close()
@@ -50,8 +51,9 @@ def load_grpc(srv, name: str) -> tuple[str, str]:
 
 
 def load_http(srv, quoted: str) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/{quoted}/load",
-                                 data=b"", method="POST")
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/{quoted}/load", data=b"", method="POST"
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, ""
@@ -89,7 +91,9 @@ def test_aliases_of_a_model_are_not_new_models(explicit):
 
 def test_long_and_odd_names_get_a_short_clear_error_and_cost_nothing(explicit, caplog):
     status, message = load_grpc(explicit, "a" * 300)
-    assert status == "StatusCode.INVALID_ARGUMENT" and "longer than 128 bytes" in message and len(message) < 400
+    assert (
+        status == "StatusCode.INVALID_ARGUMENT" and "longer than 128 bytes" in message and len(message) < 400
+    )
     status, message = load_http(explicit, "b" * 300)
     assert status == 400 and "longer than 128 bytes" in message
     status, message = load_grpc(explicit, "x" * 100_000)
@@ -122,8 +126,9 @@ def test_odd_version_folders_are_ignored_not_fatal(tmp_path, caplog):
         (repo / ADD / odd).mkdir()
     (repo / "bad name\t").mkdir()
     with caplog.at_level(logging.WARNING, logger="s2s"):
-        srv = ServerThread(server_config(model_repo=repo, model_control_mode="poll", repository_poll_secs=0.2,
-                                         instances=1))
+        srv = ServerThread(
+            server_config(model_repo=repo, model_control_mode="poll", repository_poll_secs=0.2, instances=1)
+        )
         try:
             assert served(srv) == [ADD] and srv.running.repo.get(ADD).version == "1"
             bundle(repo / ADD / ".2")

@@ -14,11 +14,11 @@ import signal
 import time
 
 import grpc
-
 from conftest import english
+from test_hardening import Served
+
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
-from test_hardening import Served
 
 JA = "translate-en-ja"
 
@@ -33,10 +33,13 @@ def test_a_paused_front_end_kills_no_core_and_loses_no_request(tmp_path, model_r
             stub = pb_grpc.Seq2SeqStub(ch)
 
             def call(i: int):  # a 64-input beam-8 request among them: seconds of decoding on this machine
-                inputs = texts if i == 0 else texts[i * 4:(i + 1) * 4]
-                return stub.Generate(pb.GenerateRequest(model=JA, inputs=inputs,
-                                                        options=pb.GenerateOptions(beam_size=8 if i == 0 else 4)),
-                                     timeout=300)
+                inputs = texts if i == 0 else texts[i * 4 : (i + 1) * 4]
+                return stub.Generate(
+                    pb.GenerateRequest(
+                        model=JA, inputs=inputs, options=pb.GenerateOptions(beam_size=8 if i == 0 else 4)
+                    ),
+                    timeout=300,
+                )
 
             calls = [pool.submit(call, i) for i in range(8)]
             time.sleep(1.0)  # accepted and decoding
@@ -48,6 +51,8 @@ def test_a_paused_front_end_kills_no_core_and_loses_no_request(tmp_path, model_r
         assert all(o.text for a in answers for o in a.outputs)
         log = srv.log()
         assert "killing it" not in log and "died" not in log, log
-        assert re.findall(r"engine core translate-en-ja#0 up \(pid (\d+)", log) == pids  # the same core, never restarted
+        assert (
+            re.findall(r"engine core translate-en-ja#0 up \(pid (\d+)", log) == pids
+        )  # the same core, never restarted
     finally:
         srv.stop()

@@ -51,8 +51,10 @@ def check_name(name: str) -> str:
     """``name`` if it is a model name, else InvalidInput saying why (the name shown short and escaped)."""
     why = name_problem(name)
     if why:
-        raise InvalidInput(f"model name {shown(name)} is not valid: {why} (a model name is a folder name of the "
-                           f"repository: no '/', not '.' or '..', printable, at most {MAX_NAME_BYTES} bytes)")
+        raise InvalidInput(
+            f"model name {shown(name)} is not valid: {why} (a model name is a folder name of the "
+            f"repository: no '/', not '.' or '..', printable, at most {MAX_NAME_BYTES} bytes)"
+        )
     return name
 
 
@@ -79,8 +81,12 @@ def inside(repo: Path, name: str, version: str = "", follow_any: bool = False) -
     try:
         real = folder.resolve()
     except (OSError, RuntimeError) as e:  # a symlink loop
-        raise ModelNotFound(f"model {shown(name)}: its folder does not resolve ({type(e).__name__})") from None
+        raise ModelNotFound(
+            f"model {shown(name)}: its folder does not resolve ({type(e).__name__})"
+        ) from None
     if root not in real.parents:
-        raise ModelNotFound(f"model {shown(name)}: {folder} links outside the repository {repo} "
-                            "(--model-repo-links any allows that)")
+        raise ModelNotFound(
+            f"model {shown(name)}: {folder} links outside the repository {repo} "
+            "(--model-repo-links any allows that)"
+        )
     return folder

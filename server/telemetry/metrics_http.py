@@ -27,8 +27,16 @@ MAX_HEAD_BYTES = 16 * 1024
 
 
 class MetricsServer:
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, *, workers: int = 4,
-                 max_connections: int = 32, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        *,
+        workers: int = 4,
+        max_connections: int = 32,
+        timeout_s: float = 10.0,
+    ):
         self.registry, self.max, self.timeout_s = registry, max_connections, timeout_s
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         self.sock = socket.socket(family, socket.SOCK_STREAM)
@@ -99,14 +107,18 @@ class MetricsServer:
         try:
             lines = head.decode("latin-1").split("\n")
             method = lines[0].split(" ", 1)[0]
-            headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:]) if v}
+            headers = {
+                k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:]) if v
+            }
             if method not in ("GET", "HEAD"):
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET /metrics\n"
             else:
                 encoder, ctype = choose_encoder(headers.get("accept", ""))
                 status, body = "200 OK", encoder(self.registry)
-            reply = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                     "Connection: close\r\n\r\n").encode() + (body if method != "HEAD" else b"")
+            reply = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode() + (body if method != "HEAD" else b"")
             conn.setblocking(True)
             conn.settimeout(self.timeout_s)
             conn.sendall(reply)

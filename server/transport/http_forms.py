@@ -25,8 +25,10 @@ MAX_FIELDS = 256
 
 
 def _too_many(n: int) -> InvalidInput:
-    return InvalidInput(f"the form has {n} fields; at most {MAX_FIELDS} are read (this API has a handful: q, source, "
-                        "target, format, alternatives, api_key)")
+    return InvalidInput(
+        f"the form has {n} fields; at most {MAX_FIELDS} are read (this API has a handful: q, source, "
+        "target, format, alternatives, api_key)"
+    )
 
 
 def _urlencoded(text: str) -> list[tuple[str, str]]:
@@ -41,8 +43,9 @@ async def urlencoded(text: str) -> list[tuple[str, str]]:
 
 
 def _multipart(content_type: str, body: bytes) -> dict[str, str]:
-    msg = BytesParser(policy=policy.HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n"
-                                                    + body)
+    msg = BytesParser(policy=policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
     if not msg.is_multipart() or msg.defects:
         raise InvalidInput("the multipart/form-data body is malformed (its parts do not match the boundary)")
     fields: dict[str, str] = {}
@@ -54,7 +57,9 @@ def _multipart(content_type: str, body: bytes) -> dict[str, str]:
         try:
             value = raw.decode(part.get_content_charset() or "utf-8")
         except (UnicodeDecodeError, LookupError):
-            raise InvalidInput(f"multipart field {str(name)[:40]!r} is not valid text in its charset") from None
+            raise InvalidInput(
+                f"multipart field {str(name)[:40]!r} is not valid text in its charset"
+            ) from None
         fields.setdefault(str(name), value)  # the first of a repeated field, as Flask's
     return fields
 
@@ -63,8 +68,9 @@ async def multipart(content_type: str, body: bytes) -> dict[str, str]:
     """A multipart form's text fields."""
     boundary = parse_mimetype(content_type).parameters.get("boundary")
     if not boundary:
-        raise InvalidInput("Content-Type multipart/form-data needs a boundary parameter (multipart/form-data; "
-                           "boundary=...)")
+        raise InvalidInput(
+            "Content-Type multipart/form-data needs a boundary parameter (multipart/form-data; boundary=...)"
+        )
     if (n := body.count(b"--" + boundary.encode("latin-1", "replace")) - 1) > MAX_FIELDS:
         raise _too_many(n)
     if len(body) < THREAD_ABOVE_BYTES:
