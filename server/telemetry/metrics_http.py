@@ -59,10 +59,13 @@ class MetricsServer:
     def _serve(self) -> None:
         while not self.stopped.is_set():
             for key, _ in self.selector.select(0.5):
-                if key.fileobj is self.sock:
-                    self._accept()
-                else:
-                    self._read(key.fileobj)
+                try:
+                    if key.fileobj is self.sock:
+                        self._accept()
+                    else:
+                        self._read(key.fileobj)
+                except Exception:  # one connection's trouble must never stop the port
+                    log.warning("metrics: a connection failed", exc_info=True)
             now = time.monotonic()
             for conn, (since, _) in list(self.pending.items()):
                 if now - since > self.timeout_s:
@@ -80,6 +83,8 @@ class MetricsServer:
         self.selector.register(conn, selectors.EVENT_READ, None)
 
     def _read(self, conn: socket.socket) -> None:
+        if conn not in self.pending:  # dropped earlier in this round (made room for a newer one)
+            return
         try:
             data = conn.recv(4096)
         except BlockingIOError:
