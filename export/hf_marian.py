@@ -77,8 +77,8 @@ def weight_names(c: ModelConfig) -> dict[str, list[str]]:
         names["src_embed.weight"] = ["model.encoder.embed_tokens.weight"]
         names["tgt_embed.weight"] = ["model.decoder.embed_tokens.weight"] + (["lm_head.weight"] if c.tie_output else [])
     if not c.tie_output:
-        names["generator.weight"] = ["lm_head.weight"]
-    names["generator.bias"] = ["final_logits_bias"]
+        names["output_projection.weight"] = ["lm_head.weight"]
+    names["output_projection.bias"] = ["final_logits_bias"]
     for stack, layers, table in (("encoder", c.n_encoder_layers, _ENCODER), ("decoder", c.n_decoder_layers, _DECODER)):
         for i in range(layers):
             for ours, theirs in table.items():

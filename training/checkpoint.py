@@ -45,7 +45,7 @@ def weights(model: Transformer) -> dict:
     """The tensors to write. Tied weights share storage; safetensors stores each tensor once, so drop the alias."""
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_output:
-        state.pop("generator.weight", None)
+        state.pop("output_projection.weight", None)
     if model.config.share_embeddings:
         state.pop("tgt_embed.weight", None)
     return state
@@ -67,8 +67,12 @@ def load(folder: Path, device: str = "cpu") -> Checkpoint:
     cfg = read_json(folder / CONFIG)
     config, task = ModelConfig.from_dict(cfg["model"]), TaskConfig.from_dict(cfg["task"])
     model = Transformer(config)
-    missing, unexpected = model.load_state_dict(load_file(str(folder / WEIGHTS), device=device), strict=False)
-    tied = {"generator.weight", "tgt_embed.weight"}
+    state = load_file(str(folder / WEIGHTS), device=device)
+    # Checkpoints written before the output projection had its name call it "generator" (the annotated
+    # Transformer's word, which here also named the engine's step loop): the same tensors.
+    state = {("output_projection." + k[len("generator."):] if k.startswith("generator.") else k): v for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {"output_projection.weight", "tgt_embed.weight"}
     if unexpected or set(missing) - tied:
         raise ValueError(f"{folder / WEIGHTS} does not match config.json: missing {missing}, unexpected {unexpected}")
     codec = TextCodec.from_file(folder / TOKENIZER, task, config.special, folder / TARGET_TOKENIZER)
