@@ -36,6 +36,8 @@ PARTS = (
     "http-deadlines",
     "gpu-check",
     "design-choices.md",
+    "addition-exhaustive",
+    "addition-exhaustive-notes.md",
 )
 HEADER = (
     "# Benchmarks\n\n<!-- Written by `python -m bench.render` from docs/bench/ (figures: <name>.json, written by "

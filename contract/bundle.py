@@ -175,4 +175,29 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
         if verify_hashes and (got := sha256_file(path)) != cfg.files[name]:
             raise BundleError(f"{path}: sha256 {got[:12]}… does not match {cfg.files[name][:12]}… in {CONFIG_FILE} "
                               "(truncated, corrupted or replaced after export)")
+    if verify_hashes:
+        _check_external_data(folder, cfg)
     return cfg
+
+
+def _check_external_data(folder: Path, cfg: BundleConfig) -> None:
+    """Every external-data file a graph reads is a file of the bundle's folder with its sha256 in config.json."""
+    from contract.graph_files import external_data_files
+
+    for graph in (ENCODER_FILE, DECODER_FILE):
+        try:
+            locations = external_data_files(folder / graph)
+        except Exception:  # not a graph at all (truncated, say): ONNX Runtime's refusal names the file as it loads
+            continue
+        for location in locations:
+            where = f"{folder / graph}: external data {location[:80]!r}"
+            if "/" in location or "\\" in location or location in (".", "..") or location in PAYLOAD_FILES:
+                raise BundleError(f"{where} is not a file of its own in the bundle's folder")
+            if location not in cfg.files:
+                raise BundleError(f"{where} has no sha256 in {CONFIG_FILE}: every file a graph reads must be listed")
+            path = folder / location
+            if not path.is_file():
+                raise BundleError(f"{path}: missing (external data of {graph})")
+            if (got := sha256_file(path)) != cfg.files[location]:
+                raise BundleError(f"{path}: sha256 {got[:12]}… does not match {cfg.files[location][:12]}… in "
+                                  f"{CONFIG_FILE} (external data of {graph}: truncated, corrupted or replaced)")

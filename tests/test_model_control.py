@@ -40,8 +40,11 @@ def make_repo(root: Path, other: bool = True) -> Path:
     repo = root / "models"
     (repo / ADD).mkdir(parents=True)
     shutil.copytree(MODEL_REPO / ADD / "1", repo / ADD / "1")
-    if other:
-        (repo / JA).symlink_to(MODEL_REPO / JA, target_is_directory=True)
+    if other:  # its files linked, not its folder: a model folder that links outside the repository is refused
+        for version in (MODEL_REPO / JA).iterdir():
+            (repo / JA / version.name).mkdir(parents=True)
+            for f in version.iterdir():
+                (repo / JA / version.name / f.name).symlink_to(f.resolve())
     return repo
 
 
