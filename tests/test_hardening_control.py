@@ -15,9 +15,7 @@ import urllib.request
 
 import grpc
 import pytest
-from conftest import ServerThread, english, server_config, wait_for
-from test_cores import alive
-from test_model_control import make_repo
+from conftest import ServerThread, alive, english, make_repo, server_config, wait_for
 
 from protos.inference import grpc_service_pb2 as kpb
 from protos.inference import grpc_service_pb2_grpc as kgrpc

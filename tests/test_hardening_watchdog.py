@@ -14,8 +14,7 @@ import signal
 import time
 
 import grpc
-from conftest import english
-from test_hardening import Served
+from conftest import Served, english
 
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc

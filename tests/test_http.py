@@ -15,7 +15,7 @@ import tritonclient.http as th
 import tritonclient.http.aio as th_aio
 from tritonclient.utils import InferenceServerException
 
-from conftest import english, ROOT, ServerThread, server_config
+from conftest import english, ServerThread, server_config
 from s2s.seq2seq_client import Seq2SeqClient
 from server.config import SchedulerConfig
 

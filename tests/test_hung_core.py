@@ -20,8 +20,7 @@ import urllib.request
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import ServerThread, server_config, wait_for
-from test_cores import alive
+from conftest import ServerThread, alive, server_config, wait_for
 
 JA = "translate-en-ja"
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
