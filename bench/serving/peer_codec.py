@@ -34,8 +34,8 @@ class Search:
 
 
 class Codec:
-    """Text <-> CTranslate2 tokens as the engine does it: source tokens then EOS; output cut at EOS, specials
-    dropped (contract/text.py's TextCodec, without its import)."""
+    """Text <-> CTranslate2 tokens as the engine does it: the source (reversed where the task says) tokens then
+    EOS; output cut at EOS, specials dropped (contract/text.py's TextCodec, without its import)."""
 
     def __init__(self, bundle: Path):
         config = json.loads((bundle / "config.json").read_text())
@@ -43,8 +43,10 @@ class Codec:
         self.eos_id = config["special_ids"]["eos"]
         self.eos = self.tokenizer.id_to_token(self.eos_id)
         self.max_new = min(config["task"]["max_new_tokens"], config["model"]["max_len"] - 1)
+        self.reverse = config["task"].get("reverse_source", False)  # the task reads its source backwards
 
     def source_tokens(self, texts: list[str]) -> list[list[str]]:
+        texts = [t[::-1] for t in texts] if self.reverse else texts
         return [e.tokens + [self.eos] for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     def texts(self, hyps: list[list[str]]) -> list[str]:

@@ -25,6 +25,7 @@ class Target:
     shape: tuple[int, ...]
     params: dict
     ct2_threads: tuple[int, ...] = ()  # CTranslate2's threads inside the root process (a peer's "ct2" CPU)
+    timed: bool = False  # also measure an answer that carries the timings (s2s serve's "timings" parameter)
 
 
 @dataclass
@@ -37,6 +38,8 @@ class Window:
     texts: dict[int, str] = field(default_factory=dict)  # input index -> answer
     answer_bytes: int = 0  # one answer's ModelInferResponse, serialized
     decode_us: float = 0.0  # tritonclient: InferResult + as_numpy + parameters of that answer, per answer
+    timed_bytes: int = 0  # the same with the timings asked for (Target.timed)
+    timed_decode_us: float = 0.0
 
     def per(self, cpu_s: float) -> float:
         return cpu_s / self.answers * 1e3  # ms per request
@@ -107,7 +110,12 @@ async def load_window(
         out.client_s = time.process_time() - p0
         state["stop"] = True
         await asyncio.gather(*tasks)
-        out.answer_bytes, out.decode_us = await _decode_cost(client, t, inputs[0])
+        out.answer_bytes, out.decode_us = await _decode_cost(client, t.model, t.shape, t.params, inputs[0])
+        if t.timed:
+            params = {**t.params, "timings": True}
+            out.timed_bytes, out.timed_decode_us = await _decode_cost(
+                client, t.model, t.shape, params, inputs[0]
+            )
     finally:
         for task in tasks:
             task.cancel()
@@ -115,12 +123,14 @@ async def load_window(
     return out
 
 
-async def _decode_cost(client, t: Target, text: str, n: int = 2000) -> tuple[int, float]:
+async def _decode_cost(
+    client, model: str, shape, params: dict, text: str, n: int = 2000
+) -> tuple[int, float]:
     """One answer's size, and what tritonclient spends turning it into the caller's values (InferResult, the
     output as numpy, the response parameters), per answer over ``n`` repeats."""
     from tritonclient.grpc import InferResult, service_pb2
 
-    res = await client.infer(t.model, [_infer_input(text, t.shape)], parameters=t.params or None)
+    res = await client.infer(model, [_infer_input(text, shape)], parameters=params or None)
     wire = res.get_response().SerializeToString()
     c = time.perf_counter()
     for _ in range(n):
@@ -141,6 +151,9 @@ def window(t: Target, *args) -> Window:
     proc = ctx.Process(target=_run, args=(theirs, t, *args), daemon=True)
     proc.start()
     try:
+        while not ours.poll(1.0):
+            if not proc.is_alive():  # it failed: its traceback went to stderr
+                raise RuntimeError(f"the load process exited with {proc.exitcode}")
         return ours.recv()
     finally:
         proc.join(30)

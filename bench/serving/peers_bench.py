@@ -72,6 +72,7 @@ def target(server, kind: str, model: str, params: dict) -> Target:
         shape,
         params if kind == "ours" else {},
         getattr(server, "ct2_threads", ()),
+        timed=kind == "ours",
     )
 
 

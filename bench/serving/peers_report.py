@@ -15,6 +15,7 @@ ROLES = {
         "ct2": "CT2",
         "tritonserver": "tritonserver",
         "triton stub": "Python backend stubs",
+        "cores": "other child processes",
     },
 }
 PEER_ROLES = {"front": "Python", "ct2": "CT2"}
@@ -149,6 +150,19 @@ def publish_report(sides, search_list, args, meta) -> None:
                     r["decode"],
                     "{} of {}".format(*r["identical"]),
                 )
+    timed = [
+        (w.timed_bytes, w.timed_decode_us, w.answer_bytes, w.decode_us)
+        for ws in sides[0].windows.values()
+        for w in ws
+        if w.timed_bytes
+    ]
+    if timed:
+        tb, td, ab, ad = (med([x[k] for x in timed]) for k in range(4))
+        report.text(
+            f"`s2s serve`'s answer with its timings asked for (request parameter `timings`): {tb:.0f} bytes, "
+            f"{td:.1f} µs for tritonclient to decode, against {ab:.0f} bytes and {ad:.1f} µs without "
+            "(medians over the windows)."
+        )
     serve_flags = "; ".join(f"`{lab}`: `s2s serve {f}`" for lab, f in args.serve)
     report.text(f"""
 - sides: `s2s serve` with its defaults{" (and " + serve_flags + ")" if serve_flags else ""}; CTranslate2 on the same
