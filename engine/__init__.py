@@ -2,7 +2,7 @@
 
 - ``runner.Runner`` runs a bundle's two ONNX graphs on ids and arrays (ONNX Runtime sessions, CPU or CUDA:
   ``device``); ``cache.DecodeBatch`` owns the running batch's KV cache;
-- ``generator.Generator`` is the step loop the server's scheduler drives (add sequences, step, collect what
+- ``step_loop.StepLoop`` is the step loop the server's scheduler drives (add sequences, step, collect what
   happened); ``logits`` applies each row's decoding options (``contract.decoding``), ``search`` picks tokens
   (greedy, sampled, forced, or beams with n-best);
 - ``translator.Translator`` is the in-process text API, CTranslate2's shape::
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.generator import Generator, Sequence, StepOutput
+from engine.step_loop import StepLoop, Sequence, StepOutput
 from engine.runner import EngineOptions, Runner
 from engine.search import Hypothesis, TextHypothesis
 from engine.translator import Result, TranslationResult, Translator
@@ -36,5 +36,5 @@ def load(bundle_dir: str | Path, *, threads: int = 1, device: str = "auto", io_b
     return Translator(Path(bundle_dir), EngineOptions(device=device, intra_op_threads=threads, io_binding=io_binding))
 
 
-__all__ = ["EngineOptions", "Generator", "Hypothesis", "Result", "Runner", "Sequence", "StepOutput", "TextHypothesis",
+__all__ = ["EngineOptions", "StepLoop", "Hypothesis", "Result", "Runner", "Sequence", "StepOutput", "TextHypothesis",
            "TranslationResult", "Translator", "load"]

@@ -99,7 +99,7 @@ class DecodeBatch:
             first_kv: list[np.ndarray] | None = None) -> None:
         """Append rows (their encoder's cross K/V and source mask) fed ``tokens`` (one each). Without ``first_kv``
         they start at position 0; with it (per layer (b_new, H, 1, Dh): a beam's first step, run before it joined,
-        ``Generator.add``) they hold that position's K/V in the last cache column and go on at position 1."""
+        ``StepLoop.add``) they hold that position's K/V in the last cache column and go on at position 1."""
         b_new = src_mask.shape[0]
         self.dev_cross = None
         tokens = np.asarray(tokens, np.int64).reshape(b_new, 1)

@@ -1,6 +1,6 @@
 """The graph runner: one bundle's ONNX Runtime sessions, verified against config.json, running encoder and decoder steps.
 
-It knows ids and arrays only (no tokenizer, no text, no search): the step loop (``engine.generator``) drives it,
+It knows ids and arrays only (no tokenizer, no text, no search): the step loop (``engine.step_loop``) drives it,
 and the text API (``engine.translator``) sits on top of both.
 """
 

@@ -210,7 +210,7 @@ def verify(
     Returns the token agreement and, as a finer check, the largest difference of the per-token
     log-probabilities of the PyTorch outputs scored by both (teacher forcing, EOS included).
     """
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
     from training.decoding import greedy
 
     model.eval()

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine import EngineOptions, Generator, Runner, Sequence
+from engine import EngineOptions, StepLoop, Runner, Sequence
 from training.decoding import greedy
 from training.model import Transformer
 
@@ -69,7 +69,7 @@ def validate_bundle(model: Transformer, folder: Path, atol: float | None = 1e-4,
         ids[i, : len(r)] = torch.tensor(r)
     mask = (ids != c.special.pad).long()
     want = greedy(model, ids, mask, budget)
-    gen = Generator(engine)
+    gen = StepLoop(engine)
     seqs = [Sequence(r, budget) for r in srcs]
     gen.add(seqs)
     while len(gen):

@@ -94,7 +94,7 @@ def parity(args) -> dict:
     """The device against the CPU, float32, both models."""
     import numpy as np
 
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
 
     out: dict = {"models": {}}
     for name in MODELS:

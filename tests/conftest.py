@@ -27,9 +27,9 @@ def english(n: int) -> list[str]:
 
 
 def decode(t, texts: list[str], max_new_tokens: int | None = None, beam: int = 1, batch_size: int = 64) -> list[str]:
-    """Texts decoded by the engine's step loop (``engine.generator.run``) with a plain beam or greedy search and
+    """Texts decoded by the engine's step loop (``engine.step_loop.run``) with a plain beam or greedy search and
     no decoding options: the engine below its ``generate`` API."""
-    from engine.generator import Sequence, run
+    from engine.step_loop import Sequence, run
 
     seqs = [Sequence(t.codec.source_ids(s), max_new_tokens or t.config.task.max_new_tokens, beam) for s in texts]
     run(t.runner, seqs, batch_size)
@@ -41,7 +41,7 @@ def decode_no_cache(t, texts: list[str], max_new_tokens: int | None = None) -> l
     with an empty cache, each output cut at the engine's budget (min(budget, source length + 50, max_len - 1))."""
     import numpy as np
 
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
 
     r, sp = t.runner, t.runner.special
     budget = max_new_tokens or t.config.task.max_new_tokens

@@ -218,7 +218,7 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
     """Rows with different options (and prefixes) join one running batch at different steps; each gets exactly
     what it gets decoded alone."""
     from contract.decoding import DecodingOptions
-    from engine import Generator, Sequence
+    from engine import StepLoop, Sequence
 
     texts = english(len(MIXED) * 2)
     prefixes = [None if i % 3 else ref[:2] for i, ref in enumerate(references(len(texts)))]
@@ -233,12 +233,12 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
 
     alone = []
     for i in range(len(texts)):
-        g, s = Generator(ja.runner), seq(i)
+        g, s = StepLoop(ja.runner), seq(i)
         g.add([s])
         while len(g):
             g.step()
         alone.append(hyps(s))
-    g = Generator(ja.runner)
+    g = StepLoop(ja.runner)
     seqs = [seq(i) for i in range(len(texts))]
     for k, s in enumerate(seqs):  # one newcomer every step: rows join a batch already running
         g.add([s])

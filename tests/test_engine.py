@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CHECKPOINTS, MODEL_REPO, ROOT, decode, decode_no_cache
 from contract.bundle import BundleError
-from engine import EngineOptions, Generator, Sequence, Translator
+from engine import EngineOptions, StepLoop, Sequence, Translator
 from engine.search import Beam
 
 
@@ -54,12 +54,12 @@ def test_cached_equals_uncached_decoding(engine: Translator):
 def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Translator):
     texts = sample_inputs(engine, 6)
     ids = [engine.codec.source_ids(t) for t in texts]
-    alone = Generator(engine.runner)
+    alone = StepLoop(engine.runner)
     a = Sequence(ids[0], 20)
     alone.add([a])
     while len(alone):
         alone.step()
-    gen = Generator(engine.runner)
+    gen = StepLoop(engine.runner)
     others = [Sequence(i, 20) for i in ids[1:4]]
     gen.add(others)
     for _ in range(3):  # the batch is 3 steps in when the row joins: its cache has 3 holes
@@ -74,7 +74,7 @@ def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Translator
 def test_ragged_encode_equals_each_row_alone(engine: Translator):
     """Rows are encoded in groups of equal length (no padding computed); each row's cross K/V must equal
     encoding it alone, and its padding columns must be zero."""
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
 
     rows = [engine.codec.source_ids(t) for t in sample_inputs(engine, 12)]
     assert len({len(r) for r in rows}) > 2, "the sample should have ragged lengths"
@@ -89,7 +89,7 @@ def test_ragged_encode_equals_each_row_alone(engine: Translator):
 
 def test_beam_of_one_equals_greedy(engine: Translator):
     texts = sample_inputs(engine, 8)
-    gen = Generator(engine.runner)
+    gen = StepLoop(engine.runner)
     greedy = [Sequence(engine.codec.source_ids(t), 20) for t in texts]
     beams = []
     for t in texts:
@@ -156,7 +156,7 @@ def test_beams_advanced_together_choose_as_the_loop_does_alone(kind: str, alpha:
 
 def _normalised_score(engine: Translator, src: list[int], out: list[int]) -> float:
     """log P(out + EOS | src) / lp(|out| + 1), by one uncached decoder pass over the whole target."""
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
     from engine.search import log_softmax
 
     ids, mask = pad_batch([src], engine.runner.special.pad)
@@ -173,7 +173,7 @@ def test_beam_search_scores_at_least_as_well_as_greedy(engine: Translator):
     """Beam 4's hypothesis has a length-normalised score >= greedy's on every input (when both ended with EOS)."""
     texts = sample_inputs(engine, 12)
     seqs = {w: [Sequence(engine.codec.source_ids(t), 20, w) for t in texts] for w in (1, 4)}
-    from engine.generator import run
+    from engine.step_loop import run
 
     for w in seqs:
         run(engine.runner, seqs[w])
@@ -302,7 +302,7 @@ def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
 def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Translator):
     """Continuous batching churn: with 4 rows, every finished sequence's row is taken over in place by the
     next one (and longer sources widen the batch); each result must equal decoding that input alone."""
-    from engine.generator import run
+    from engine.step_loop import run
 
     texts = sample_inputs(engine, 24)
     alone = [decode(engine, [t], max_new_tokens=20)[0] for t in texts]
@@ -331,7 +331,7 @@ def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Tr
     def seq(i: int) -> Sequence:  # never stops at EOS, so only the test changes the batch
         return Sequence(ids[i], 30, search=Greedy(eos=-1, budget=30))
 
-    gen = Generator(bound.runner)
+    gen = StepLoop(bound.runner)
     first = [seq(0), seq(1)]
     gen.add(first)
     gen.step()
@@ -348,12 +348,12 @@ def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Tr
 
 
 def test_sequences_encoded_ahead_join_like_the_others(engine: Translator):
-    """The scheduler's encoder thread calls ``Generator.encode`` before ``add``: greedy rows refilling released
+    """The scheduler's encoder thread calls ``StepLoop.encode`` before ``add``: greedy rows refilling released
     slots, appended rows and beams must decode exactly as when ``add`` encodes them itself."""
     ids = [engine.codec.source_ids(t) for t in sample_inputs(engine, 6)]
 
     def decode(pre_encode: bool) -> list[list[int]]:
-        gen = Generator(engine.runner)
+        gen = StepLoop(engine.runner)
         first = [Sequence(ids[0], 12), Sequence(ids[1], 12, beam=2)]
         later = [Sequence(i, 12) for i in ids[2:]] + [Sequence(ids[0], 12, beam=3)]
         gen.add(first)
@@ -373,7 +373,7 @@ def test_beams_reusing_a_finished_beams_rows_decode_as_they_would_alone(engine: 
     """Beam churn: with 8 rows two beams of 4 run at once, and each newcomer takes the rows a finished beam
     released, in place (the batch never grows past 8 rows); greedy rows between them are reordered around.
     Each result must equal decoding that input alone."""
-    from engine.generator import run
+    from engine.step_loop import run
 
     texts = sample_inputs(engine, 16)
     alone = [run(engine.runner, [Sequence(engine.codec.source_ids(t), 20, 4)])[0].result for t in texts]
@@ -384,7 +384,7 @@ def test_beams_reusing_a_finished_beams_rows_decode_as_they_would_alone(engine: 
 
 
 def test_free_run_finds_consecutive_released_rows():
-    from engine.generator import free_run
+    from engine.step_loop import free_run
 
     assert free_run([7, 2, 3, 5, 4], 3) == 2
     assert free_run([0, 2, 4], 2) is None
@@ -426,7 +426,7 @@ def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path):
     rows joining a running batch, gives the tokens of the committed standard-ONNX bundle."""
     import onnx
 
-    from engine.generator import run
+    from engine.step_loop import run
     from export.onnx_export import ExportOptions, export
 
     out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, fused=True))
@@ -464,8 +464,8 @@ def test_engine_modules_import_no_circle():
         return any(d == b or (d not in seen and reaches(d, b, seen | {d})) for d in graph.get(a, ()))
 
     assert not [m for m in graph if reaches(m, m, {m})]
-    assert "engine.translator" not in graph["engine.runner"] | graph["engine.generator"]
-    assert not any(d in graph["engine.runner"] for d in ("engine.generator", "engine.translator", "engine.search"))
+    assert "engine.translator" not in graph["engine.runner"] | graph["engine.step_loop"]
+    assert not any(d in graph["engine.runner"] for d in ("engine.step_loop", "engine.translator", "engine.search"))
 
 
 def test_translate_batch_takes_tokens_as_ctranslate2_does_and_equals_generate():
@@ -487,12 +487,12 @@ def test_a_beam_into_an_idle_batch_takes_its_first_step_on_one_row_and_decodes_a
     """Into an idle batch a beam's first step runs on one row, then the beam joins with its width (CTranslate2's
     expansion after the first step); joining a running batch it takes all its rows at once. Same hypotheses either
     way, and a beam that ends at that first step is reported by the next step."""
-    from engine.generator import Generator
+    from engine.step_loop import StepLoop
 
     ja = Translator(bundle("translate-en-ja"), EngineOptions(device="cpu"))
     ids = [ja.codec.source_ids(t) for t in sample_inputs(ja, 6)]
     for budget in (20, 1):
-        apart = Generator(ja.runner)
+        apart = StepLoop(ja.runner)
         s = Sequence(ids[0], budget, 4)
         apart.add([s])
         assert len(apart.batch) == (4 if budget > 1 else 0) and len(apart) == 1
@@ -500,7 +500,7 @@ def test_a_beam_into_an_idle_batch_takes_its_first_step_on_one_row_and_decodes_a
             assert (apart.batch.positions == 1).all() and apart.batch.past_len == 1
         while len(apart):
             apart.step()
-        running = Generator(ja.runner)
+        running = StepLoop(ja.runner)
         greedy = Sequence(ids[1], 30)
         running.add([greedy])
         running.step()  # the batch runs: the beam joins with all its rows
@@ -523,7 +523,7 @@ def test_released_rows_wait_for_newcomers_then_compact_and_results_do_not_change
 
     texts = sample_inputs(engine, 40)
     alone = {t: decode(engine, [t], max_new_tokens=20)[0] for t in texts}
-    gen = Generator(engine.runner)
+    gen = StepLoop(engine.runner)
     todo, running, done = list(texts), {}, {}
     width_after_refill, compactions_seen = [], 0
     first = [Sequence(engine.codec.source_ids(t), 20) for t in todo[:6]]

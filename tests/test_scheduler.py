@@ -10,7 +10,7 @@ import pytest
 
 from conftest import english, MODEL_REPO
 from engine import EngineOptions, Sequence, Translator
-from engine.generator import run
+from engine.step_loop import run
 from server.config import SchedulerConfig
 from server.core.events import Failed, Finished, Token
 from server.core.scheduler import Scheduler

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.generator import Sequence, pad_batch, run
+from engine.step_loop import Sequence, pad_batch, run
 from engine.search import Greedy
 from engine.translator import Translator
 

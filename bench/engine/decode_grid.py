@@ -95,7 +95,7 @@ def make_runners(args, ck, engine, engine_int8, ct2, ct2_int8) -> dict[str, Runn
     import torch
 
     from bench.engine.baselines import generate, generate_no_cache, torch_forced
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
 
     codec, sp = ck.codec, ck.config.special
 
@@ -176,7 +176,7 @@ def accuracy(args, ck, engine, engine_int8, ct2, ct2_int8, pairs) -> list[dict]:
     tok = ck.extra.get("config", {}).get("bleu_tokenize", "13a") if ck.task.name == "translation" else "13a"
 
     def ct2_gen(tr):
-        # The engine caps each output at min(budget, source length + 50) (Generator.budget);
+        # The engine caps each output at min(budget, source length + 50) (StepLoop.budget);
         # CTranslate2 takes one cap per batch, so its outputs are cut the same way (a greedy prefix).
         out = []
         for k in range(0, len(srcs), 64):

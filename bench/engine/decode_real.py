@@ -162,7 +162,7 @@ def real_table(args, ck, budget: int, engine, engine_int8, ct2, ct2_int8, source
     bar.close()
     seconds = time.perf_counter() - t_start
     by = {(c.system, c.precision, c.beam, c.batch): c for c in cells}
-    # The engine caps each output at min(budget, source length + 50) (Generator.budget); CTranslate2 takes one cap
+    # The engine caps each output at min(budget, source length + 50) (StepLoop.budget); CTranslate2 takes one cap
     # per call, so its outputs are cut the same way before comparing (a prefix of what it generated).
     for c in cells:
         if c.system == "ct2":

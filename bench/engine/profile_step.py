@@ -29,7 +29,7 @@ def encoder_padding(folder: Path, data: Path, batch: int, repeats: int = 9) -> d
     """Median ms of the encoder on ``batch`` held-out sources: one run over the padded batch vs ``Runner.encode``
     (rows grouped by length, no padding computed), taking turns."""
     from engine import EngineOptions, Translator
-    from engine.generator import pad_batch
+    from engine.step_loop import pad_batch
 
     t = Translator(folder, EngineOptions(device="cpu"))
     engine = t.runner

@@ -3,10 +3,10 @@
 It runs inside an engine core (``server/core/process.py``, a process of its own) and knows neither asyncio
 nor gRPC nor Prometheus: requests come in through ``submit``/``cancel`` and everything that
 happens goes out through one ``sink(events, stats)`` call per loop iteration, as plain dataclasses
-(vLLM's schedule -> execute -> update: the Generator's ``step`` returns a ``StepOutput`` and this
+(vLLM's schedule -> execute -> update: the StepLoop's ``step`` returns a ``StepOutput`` and this
 loop turns it into events).
 
-A worker thread owns the ``Generator`` and loops ``admit -> step -> emit``. While it decodes, a
+A worker thread owns the ``StepLoop`` and loops ``admit -> step -> emit``. While it decodes, a
 second thread runs the encoder for queued requests (``ready``), so that admission under load costs
 the step loop no encoder time (the encoder is compute-bound, and a large share of the step loop's time
 under load with short outputs). When the step loop is idle it encodes newcomers
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import Generator, Runner, Sequence
+from engine import StepLoop, Runner, Sequence
 from server.core.admission import POLICIES, QueueView
 from server.config import SchedulerConfig
 from server.core.events import Failed, Finished, Stats, Token
@@ -68,7 +68,7 @@ class Scheduler:
     def __init__(self, name: str, engine: Runner, config: SchedulerConfig, sink: Sink):
         self.name, self.engine, self.config, self.sink = name, engine, config, sink
         self.policy = POLICIES[config.mode](config)
-        self.gen = Generator(engine)
+        self.gen = StepLoop(engine)
         self.pending: collections.deque[Job] = collections.deque()  # queued, not encoded yet
         self.ready: collections.deque[Job] = collections.deque()  # queued and encoded (by the encoder thread)
         self.encoding: list[Job] = []  # taken by the encoder thread, being encoded now
@@ -308,7 +308,7 @@ class Scheduler:
                     for job in list(self.active.values()):
                         self._fail(job, err)
                 self.active.clear()
-                self.gen = Generator(self.engine)
+                self.gen = StepLoop(self.engine)
             self.stats.active = len(self.active)
             self._emit()
 

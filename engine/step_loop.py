@@ -99,7 +99,7 @@ def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, (ids != pad).astype(np.int64)
 
 
-class Generator:
+class StepLoop:
     def __init__(self, engine: Runner):
         self.engine = engine
         self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
@@ -148,8 +148,7 @@ class Generator:
                 s.search = (Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha) if s.beam == 1 else
                             Beam(sp.eos, self.budget(s), s.beam, o.alpha, o.length_penalty_type, o.num_hypotheses, s.prefix))
         # Only into an idle batch, where this call takes the place of the batch's first step: into a running one it
-        # is one more decoder call on a few rows, which cost what the rows saved (beam 4, 640 held-out inputs, paired:
-        # 1.23x at batch 1, 1.00x at 16, 0.99x at 64 when done on every join).
+        # is one more decoder call on a few rows, which cost what the rows saved (docs/BENCHMARKS.md#beam-int8-notes).
         apart = [] if self.seqs else [s for s in seqs if s.n_rows > 1 and not s.needs_pass and isinstance(s.search, Beam)
                                       and s.search.step == 0 and not s.prefix]
         first = self._first_steps(apart)
@@ -314,7 +313,7 @@ class Generator:
 
 def run(engine: Runner, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
     """Decode sequences to completion, at most batch_size rows at a time, refilling as rows finish."""
-    gen = Generator(engine)
+    gen = StepLoop(engine)
     pending = list(seqs)
     while pending or len(gen):
         room = batch_size - gen.n_rows  # rows: a beam counts its width
