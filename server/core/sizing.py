@@ -55,7 +55,7 @@ def default_cores(config: ServerConfig, beam: int = 1) -> tuple[int, str]:
     per request; ``--instances 2`` trades CPU per request for throughput (docs/BENCHMARKS.md, the serving
     variants). A model whose default search is a beam (``beam`` > 1) gets a core per CPU: a request's engine work
     grows with the beam and its front-end work does not, so the front end's share shrinks to what the cores leave
-    idle, and one core, not the front end, is then the bottleneck (docs/BENCHMARKS.md, against the peers). A GPU
+    idle, and one core, not the front end, is then the bottleneck (docs/BENCHMARKS.md#design-choices). A GPU
     batches inside one core: one."""
     cpus, where = usable_cpus()
     if config.device != "cpu" and cuda_probe()[0]:
