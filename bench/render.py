@@ -19,6 +19,8 @@ PARTS = (
     "intro.md",
     "decode-grid",
     "decode-real",
+    "marian-ct2",
+    "marian-ct2-notes.md",
     "beam-int8-notes.md",
     "int8-variants",
     "threads",

@@ -3,7 +3,8 @@
 A model repository is laid out like Triton's, one folder per model and version:
 
     models/<name>/<version>/config.json      this file's schema (BundleConfig)
-                            tokenizer.json   Hugging Face tokenizer
+                            tokenizer.json   Hugging Face tokenizer (of the source, and of the target unless:)
+                            target_tokenizer.json  the target's, where the sides differ (imported models)
                             encoder.onnx     src_ids, src_mask -> memory, cross K/V per layer
                             decoder.onnx     one decoding step with KV cache
 
@@ -14,6 +15,11 @@ may also say its languages (``source_language`` / ``target_language``, ISO 639-1
 and "ja"; ``s2s export --source-lang/--target-lang``): the LibreTranslate API routes a language pair
 to the bundle that declares it. Both are optional; a bundle without them (an older one, or a task
 such as addition that has no languages) loads as before and is not offered by that API.
+
+A bundle made by ``s2s import`` from another trainer's checkpoint also records its ``origin`` (the
+family, the transformers version, the sha256 of the weights it was made from). A multilingual model's bundle
+says its ``languages`` (``contract/languages.py``): each language's token, how it is asked for (a forced first
+token, a source prefix), and ISO 639-1 codes mapped to the model's own; such a bundle is format 6.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.config import ModelConfig, TaskConfig, read_json, write_json
+from contract.languages import Languages
 from contract.names import GraphIO, decoder_io, encoder_io
 
 FORMAT_VERSION = 2
@@ -34,10 +41,18 @@ FORMAT_CONTRIB_OPS = 3
 # A bundle whose task names its default length penalty rule (task.length_penalty_type other than "gnmt") is format
 # 4, whatever operators its graphs use: a reader of formats 1-3 would not know the field.
 FORMAT_PENALTY_RULE = 4
+# A bundle that a reader of formats 1-4 would misread is format 5: its model moves an architecture knob (the graphs
+# hold them, but not the ids and tokenizers around them), it has a target tokenizer of its own, or its task names
+# decoding defaults those readers do not know (suppressed tokens, its alpha, an n-gram ban, transformers' rule).
+FORMAT_IMPORTED = 5
+# A bundle with languages is format 6: a reader of 1-5 would decode it without the language tokens it needs.
+FORMAT_LANGUAGES = 6
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
-READABLE_FORMATS = (1, 2, 3, 4)
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = "config.json", "tokenizer.json", "encoder.onnx", "decoder.onnx"
+TARGET_TOKENIZER_FILE = "target_tokenizer.json"
 PAYLOAD_FILES = (TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE)
+OPTIONAL_FILES = (TARGET_TOKENIZER_FILE,)  # checked like the others where config.json lists them
 
 
 class BundleError(Exception):
@@ -69,6 +84,8 @@ class BundleConfig:
     format_version: int = FORMAT_VERSION
     source_language: str | None = None  # ISO 639-1 code of what the model reads (translation); None: not said
     target_language: str | None = None  # ISO 639-1 code of what it writes
+    origin: dict[str, Any] | None = None  # s2s import: model_type, transformers_version, weights_sha256, ...
+    languages: Languages | None = None  # a multilingual model's languages; None: one pair (or none) per bundle
 
     def __post_init__(self) -> None:
         check_language(self.source_language, "source_language")
@@ -96,10 +113,26 @@ class BundleConfig:
             d["source_language"] = self.source_language
         if self.target_language is not None:
             d["target_language"] = self.target_language
+        if self.origin is not None:
+            d["origin"] = self.origin
+        if self.languages is not None:
+            d["languages"] = self.languages.to_dict()
         return d
 
     def write(self, folder: Path) -> None:
         write_json(Path(folder) / CONFIG_FILE, self.to_dict())
+
+
+def format_for(model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False) -> int:
+    """The oldest format whose readers read such a bundle right (see the FORMAT_ constants)."""
+    if languages:
+        return FORMAT_LANGUAGES
+    if (not model.is_paper or target_tokenizer or task.suppressed_ids or task.length_penalty is not None
+            or task.no_repeat_ngram_size or task.length_penalty_type not in ("gnmt", "ctranslate2")):
+        return FORMAT_IMPORTED
+    if task.length_penalty_type != "gnmt":
+        return FORMAT_PENALTY_RULE
+    return FORMAT_CONTRIB_OPS if fused else FORMAT_VERSION
 
 
 def sha256_file(path: Path) -> str:
@@ -127,12 +160,13 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
             source_checkpoint_sha256=d["source_checkpoint_sha256"], quantization=d.get("quantization", "none"),
             validation=d.get("validation", {}), format_version=int(d["format_version"]),
             source_language=d.get("source_language"), target_language=d.get("target_language"),
+            origin=d.get("origin"), languages=Languages.from_dict(d["languages"]) if d.get("languages") else None,
         )
     except BundleError:
         raise
     except (ValueError, KeyError, TypeError) as e:
         raise BundleError(f"{cfg_path}: not a valid bundle config ({type(e).__name__}: {e})") from e
-    for name in PAYLOAD_FILES:
+    for name in PAYLOAD_FILES + tuple(f for f in OPTIONAL_FILES if f in cfg.files):
         path = folder / name
         if not path.is_file():
             raise BundleError(f"{path}: missing (listed in {CONFIG_FILE})")

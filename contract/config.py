@@ -10,6 +10,11 @@ from typing import Any, Literal
 
 from contract.tokens import SpecialIds
 
+ACTIVATIONS = ("relu", "gelu", "swish")
+POSITIONS = ("sinusoid", "sinusoid_half", "sinusoid_fairseq", "learned")
+NORMS = ("post", "pre")
+_KNOBS = ("activation", "scale_embedding", "positions", "position_offset", "norm", "final_norm", "output_bias")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -27,19 +32,46 @@ class ModelConfig:
     share_embeddings: bool = False  # one table for source and target (needs a joint vocabulary)
     tie_output: bool = True  # output projection = target embedding (paper §3.4)
     special: SpecialIds = field(default_factory=SpecialIds)
+    # Architecture knobs: the paper's choices by default; the families imported from other trainers
+    # (export/hf_marian.py) differ from it in these, and only these, ways (as CTranslate2's TransformerSpec).
+    activation: str = "relu"  # FFN non-linearity: relu (§3.3) | gelu | swish (x * sigmoid(x), Marian's)
+    scale_embedding: bool = True  # §3.4: embeddings x sqrt(d_model); Marian configs may turn it off
+    # sinusoid: §3.5, sin and cos interleaved; sinusoid_half: the same frequencies, all sines first then all
+    # cosines (Marian); sinusoid_fairseq: sines first, frequencies 10000^(-i/(d/2 - 1)) in float32 (fairseq's, M2M100 and
+    # NLLB); learned: a stored table. Row = position + position_offset in every kind (fairseq starts at pad + 1).
+    positions: str = "sinusoid"
+    position_offset: int = 0
+    norm: str = "post"  # post: LayerNorm(x + Sublayer(x)) (§3.1); pre: x + Sublayer(LayerNorm(x))
+    final_norm: bool = False  # a LayerNorm after the last layer of each stack (pre-norm families have one)
+    output_bias: bool = True  # the pre-softmax projection has a bias (Marian's final_logits_bias)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
+        for name, value, allowed in (("activation", self.activation, ACTIVATIONS), ("positions", self.positions, POSITIONS),
+                                     ("norm", self.norm, NORMS)):
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
 
     @property
     def d_head(self) -> int:  # d_k = d_v = d_model / h
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The architecture knobs are written only where they differ from the paper's: the configs of models
+        trained here stay as they were, and read as before."""
+        d = dataclasses.asdict(self)
+        for f in dataclasses.fields(self):
+            if f.name in _KNOBS and d[f.name] == f.default:
+                del d[f.name]
+        return d
+
+    @property
+    def is_paper(self) -> bool:
+        """No knob moved: any reader of bundle formats before the knobs computes this model."""
+        return all(getattr(self, f.name) == f.default for f in dataclasses.fields(self) if f.name in _KNOBS)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -68,16 +100,30 @@ class TaskConfig:
     # The length penalty rule a request gets when it names none (length_penalty_type ""): chosen by measurement per
     # model (docs/DECODING.md). "gnmt" is not written, so bundles that keep it read as they always did.
     length_penalty_type: str = "gnmt"
+    # Decoding as an imported model's generation_config.json says (export/hf_import.py): its alpha (None: the
+    # rule's own default), its n-gram ban, and the tokens it never generates (bad_words_ids of one token,
+    # Marian's <pad>), which the engine removes after the log-softmax, as transformers does.
+    length_penalty: float | None = None
+    no_repeat_ngram_size: int = 0
+    suppressed_ids: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """Fields at their defaults since the first bundles are not written, so those bundles read as they did."""
         d = dataclasses.asdict(self)
-        if d["length_penalty_type"] == "gnmt":
-            del d["length_penalty_type"]
+        for name, default in _TASK_OMITTED.items():
+            if d[name] == default:
+                del d[name]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TaskConfig:
+        d = dict(d)
+        if "suppressed_ids" in d:
+            d["suppressed_ids"] = tuple(int(i) for i in d["suppressed_ids"])
         return cls(**d)
+
+
+_TASK_OMITTED = {"length_penalty_type": "gnmt", "length_penalty": None, "no_repeat_ngram_size": 0, "suppressed_ids": ()}
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -4,7 +4,7 @@ Defined once here: the engine applies them (``engine/search.py``, ``engine/logit
 validates them (``server/models/prepare.py``) and every front door maps its protocol onto this dataclass.
 docs/DECODING.md gives each option's default and how it maps to CTranslate2's and to the paper's beam.
 
-Two length penalties (``length_penalty_type``):
+Three length penalties (``length_penalty_type``):
 
 * ``gnmt`` (the default of a model that names none; the paper's beam, Vaswani et al. §6.1: beam 4, alpha 0.6): hypotheses rank
   by log P(Y|X) / ((5 + |Y|) / 6)^alpha (Wu et al. 2016), and the search stops once no live
@@ -12,6 +12,10 @@ Two length penalties (``length_penalty_type``):
 * ``ctranslate2``: log P(Y|X) / |Y|^alpha, and CTranslate2's stopping rule (patience 1): a beam of width
   k stops after k ended hypotheses, or, with alpha 0, as soon as its best beam ends. Same tokens as
   CTranslate2 with the same options (the oracle tests).
+* ``transformers``: log P(Y|X) / |Y|^alpha (alpha 1 by default) and the stopping rule of transformers'
+  ``generate()`` with ``early_stopping=False``: once k hypotheses ended, stop when the best live one,
+  normalized at its present length, cannot beat the k-th best ended one; at the length limit the k best
+  candidates end as they are. The default of imported models (``s2s import``): same tokens as ``generate()``.
 
 |Y| counts the end token when there is one (as CTranslate2 does); log P excludes the target prefix,
 which is forced, not chosen.
@@ -23,8 +27,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-LENGTH_PENALTY_TYPES = ("gnmt", "ctranslate2")
-DEFAULT_LENGTH_PENALTY = {"gnmt": 0.6, "ctranslate2": 1.0}  # the paper's alpha; CTranslate2's default
+LENGTH_PENALTY_TYPES = ("gnmt", "ctranslate2", "transformers")
+DEFAULT_LENGTH_PENALTY = {"gnmt": 0.6, "ctranslate2": 1.0, "transformers": 1.0}  # the paper's; CTranslate2's; generate()'s
 
 # Model-independent bounds (inclusive unless said). Model-dependent ones (beam width, token budgets, the
 # vocabulary for top-k) come from the model and server config: ``ranges``.
@@ -72,15 +76,20 @@ class DecodingOptions:
     def replace(self, **changes) -> DecodingOptions:
         return dataclasses.replace(self, **changes)
 
-    def resolved(self, default_beam: int, max_new_tokens: int, default_penalty: str = "gnmt") -> DecodingOptions:
+    def resolved(self, default_beam: int, max_new_tokens: int, default_penalty: str = "gnmt",
+                 default_alpha: float | None = None, default_no_repeat: int = 0) -> DecodingOptions:
         """The options a core decodes with: beam_size 0 becomes the model's default (1 when sampling, at least
-        num_hypotheses otherwise), max_new_tokens 0 the model's budget, length_penalty_type "" the model's rule."""
+        num_hypotheses otherwise), max_new_tokens 0 the model's budget, length_penalty_type "" the model's rule;
+        an imported model's own alpha (with its rule) and n-gram ban apply where the request names none."""
         beam = self.beam_size or (1 if self.sampling else max(default_beam, self.num_hypotheses))
         kind = self.length_penalty_type or default_penalty
+        alpha = default_alpha if self.length_penalty is None and kind == default_penalty else self.length_penalty
+        no_repeat = self.no_repeat_ngram_size or default_no_repeat
         if (beam == self.beam_size and (self.max_new_tokens or max_new_tokens) == self.max_new_tokens
-                and kind == self.length_penalty_type):
+                and kind == self.length_penalty_type and alpha == self.length_penalty
+                and no_repeat == self.no_repeat_ngram_size):
             return self
-        return _resolved(self, beam, self.max_new_tokens or max_new_tokens, kind)
+        return _resolved(self, beam, self.max_new_tokens or max_new_tokens, kind, alpha, no_repeat)
 
     def to_tuple(self) -> tuple:
         """The field values in order: how options cross a process boundary. A tuple pickles in a few
@@ -94,8 +103,10 @@ class DecodingOptions:
 
 
 @functools.lru_cache(maxsize=256)  # requests mostly repeat a few option sets: dataclasses.replace costs ~20 us
-def _resolved(o: DecodingOptions, beam: int, max_new_tokens: int, kind: str) -> DecodingOptions:
-    return o.replace(beam_size=beam, max_new_tokens=max_new_tokens, length_penalty_type=kind)
+def _resolved(o: DecodingOptions, beam: int, max_new_tokens: int, kind: str, alpha: float | None,
+              no_repeat: int) -> DecodingOptions:
+    return o.replace(beam_size=beam, max_new_tokens=max_new_tokens, length_penalty_type=kind, length_penalty=alpha,
+                     no_repeat_ngram_size=no_repeat)
 
 
 def length_penalty(kind: str, alpha: float, length: int) -> float:

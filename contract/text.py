@@ -25,8 +25,12 @@ class UnknownCharactersError(ValueError):
 
 
 class TextCodec:
-    def __init__(self, tokenizer: Tokenizer, task: TaskConfig, special: SpecialIds):
+    """``tokenizer`` reads sources; ``target_tokenizer`` (default: the same) reads target prefixes and writes outputs:
+    models imported from other trainers may have one vocabulary, or one segmentation, per side."""
+
+    def __init__(self, tokenizer: Tokenizer, task: TaskConfig, special: SpecialIds, target_tokenizer: Tokenizer | None = None):
         self.tokenizer, self.task, self.special = tokenizer, task, special
+        self.target_tokenizer = target_tokenizer or tokenizer
         specials = {special.pad, special.bos, special.eos, special.unk}
         # The most characters one token covers (the Metaspace marker standing for one space). A text
         # longer than max_chars(n) cannot fit in n tokens, so servers refuse it before tokenizing.
@@ -34,15 +38,17 @@ class TextCodec:
                                         if i not in specials), default=1)
 
     @classmethod
-    def from_file(cls, path: Path, task: TaskConfig, special: SpecialIds) -> TextCodec:
-        return cls(Tokenizer.from_file(str(path)), task, special)
+    def from_file(cls, path: Path, task: TaskConfig, special: SpecialIds, target_path: Path | None = None) -> TextCodec:
+        """``target_path``: the target side's tokenizer, where there is one (read only if the file exists)."""
+        target = Tokenizer.from_file(str(target_path)) if target_path is not None and Path(target_path).is_file() else None
+        return cls(Tokenizer.from_file(str(path)), task, special, target)
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def _ids(self, text: str) -> list[int]:
-        enc = self.tokenizer.encode(text, add_special_tokens=False)
+    def _ids(self, text: str, tokenizer: Tokenizer | None = None) -> list[int]:
+        enc = (tokenizer or self.tokenizer).encode(text, add_special_tokens=False)
         if self.task.unknown == "reject" and self.special.unk in enc.ids:
             bad = sorted({text[s:e] for i, (s, e) in zip(enc.ids, enc.offsets) if i == self.special.unk})
             raise UnknownCharactersError(bad)
@@ -63,10 +69,11 @@ class TextCodec:
 
     def target_ids(self, text: str) -> list[int]:
         """Target tokens without BOS/EOS (the training batcher adds them)."""
-        return self._ids(text)
+        return self._ids(text, self.target_tokenizer)
 
     def decode(self, ids: list[int]) -> str:
-        """Generated ids -> text; stops at the first EOS, drops special tokens."""
+        """Generated ids -> text; stops at the first EOS, drops special tokens and the spaces around the text (a
+        word marker left alone at the end, before a dropped <unk>, would leave one; MarianTokenizer strips them too)."""
         if self.special.eos in ids:
             ids = ids[: ids.index(self.special.eos)]
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.target_tokenizer.decode(ids, skip_special_tokens=True).strip()

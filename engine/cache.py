@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 # Steps a released row is computed for nothing while it waits for a newcomer, and the share of the batch such rows
 # may take, before the batch is compacted (see the module docstring).
 KEEP_RELEASED_STEPS = 2

@@ -62,6 +62,9 @@ class Runner:
                  " (KV cache in device memory via IOBinding)" if self.io_binding else "")
         self._threads = options.intra_op_threads
         self._top: TopLogprobs | None = None  # built when the first beam runs
+        # Tokens the model never generates (task.suppressed_ids): out of greedy's argmax, and out of the beams'
+        # candidates after their log-softmax (engine.topk).
+        self.suppressed = np.array(self.config.task.suppressed_ids, np.int64)
         self._past_names = [n for i in range(self.n_layers) for n in (names.past_key(i), names.past_value(i))]
         self._cross_names = [n for i in range(self.n_layers) for n in (names.cross_key(i), names.cross_value(i))]
         self._present_names = [n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))]
@@ -81,7 +84,7 @@ class Runner:
     def top_logprobs(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's n best tokens by log-probability (float64), best first: ``engine.topk``."""
         if self._top is None:
-            self._top = TopLogprobs(self._threads)
+            self._top = TopLogprobs(self._threads, self.config.model.tgt_vocab_size, self.config.task.suppressed_ids)
         return self._top(logits, n)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:

@@ -7,7 +7,7 @@ every beam of the batch at once) and returns each row's next token and which row
 so the batch can reorder the cache; ``advance_beams`` does the same for many beams in one vector pass.
 
 Scores and stopping follow ``contract.decoding`` (``gnmt``: the paper's beam, 4 and alpha 0.6 by
-default; ``ctranslate2``: CTranslate2's). A target prefix is forced token by token, its tokens part of
+default; ``ctranslate2``: CTranslate2's; ``transformers``: ``generate()``'s). A target prefix is forced token by token, its tokens part of
 the output but not of the score, as CTranslate2 does.
 """
 
@@ -134,7 +134,8 @@ class Beam:
             return np.full(k, tok), np.zeros(k, np.int64)
         # Right after a prefix only row 0 is live, and an end ranked below the best is not taken (CTranslate2 #277:
         # short ends there dominate when nothing normalizes length); that slot stays empty for a step.
-        after_prefix = step == len(self.prefix) and step > 0
+        # transformers' generate() takes such an end (its forced BOS is this engine's one-token prefix).
+        after_prefix = step == len(self.prefix) and step > 0 and self.kind != "transformers"
         n = min(2 * k, logp.shape[1])
         cand = (self.scores[:, None] + logp[:, :n]).ravel()  # (k * n,)
         cand_tok = toks[:, :n].ravel()
@@ -190,10 +191,18 @@ class Beam:
         at the last step)."""
         k = self.width
         best_live = float(self.scores.max()) if best_live is None else best_live
-        if self.kind == "ctranslate2":
-            if last:  # CTranslate2 takes the k best candidates of the last step as they are, ended or not
-                for s, h in ranked:
-                    self._end(s, h, len(h))
+        if self.kind in ("ctranslate2", "transformers") and last:
+            # CTranslate2 and transformers take the k best candidates of the last step as they are, ended or not
+            for s, h in ranked:
+                self._end(s, h, len(h))
+        if self.kind == "transformers":
+            # transformers' rule (early_stopping=False): once k hypotheses ended, stop when the best live beam,
+            # normalized at its present length, no longer beats the k-th best of them.
+            if len(self.finished) >= k:
+                kth = sorted((s for s, _ in self.finished), reverse=True)[k - 1]
+                self.done = best_live / self.lp(self.step) <= kth
+            self.done = self.done or last or not math.isfinite(best_live)
+        elif self.kind == "ctranslate2":
             if self.alpha == 0:  # nothing normalizes length: once the best beam has ended, nothing can beat it
                 enough = self.top_ended and len(self.finished) >= self.n_best
             else:

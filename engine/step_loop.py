@@ -17,8 +17,8 @@ import numpy as np
 from contract.decoding import DecodingOptions
 from engine.cache import DecodeBatch, pad_axis
 from engine.logits import RowOptions
-from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
 from engine.runner import Runner
+from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
 
 _ids = itertools.count()
 
@@ -234,6 +234,10 @@ class StepLoop:
         else:
             logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
         logits = logits[:, -1]  # (B, V)
+        sup = self.engine.suppressed
+        if sup.size:  # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
+            kept = logits[:, sup].copy()
+            logits[:, sup] = -np.inf
         picks = None
         if self.n_pass:  # rows with options: penalties and masks in place, their one-row tokens chosen
             if self.row_options is None:
@@ -257,6 +261,8 @@ class StepLoop:
             else:
                 beams.append(s)
         if beams:  # every beam's candidates in one vector pass, then each beam picks among its own
+            if sup.size:
+                logits[:, sup] = kept
             rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
             beam_logits = logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
             top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))

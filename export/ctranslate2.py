@@ -10,7 +10,7 @@ There is no stock converter for this project's checkpoints, so the spec is fille
   sin/cos (``pe[:, 0::2] = sin``, ``pe[:, 1::2] = cos``, paper §3.5) while CTranslate2's built-in
   table is concatenated ``[sin..., cos...]``; passing ours keeps the layout (and caps positions
   at ``max_len``, as the model does);
-* the output projection is the (tied) target embedding plus the generator's own bias;
+* the output projection is the (tied) target embedding plus its own bias;
 * layer-norm epsilon 1e-5 (torch's default, which the model uses);
 * the vocabulary is the tokenizer's id -> token list; the source EOS is appended by the caller
   (``TextCodec.source_ids``), so ``add_source_eos`` stays off; decoding starts from ``<bos>``.
@@ -104,7 +104,7 @@ def build_spec(model: Transformer, tokens: list[str]):
     dec.embeddings.weight = _np(model.tgt_embed.weight)
     dec.scale_embeddings = True
     dec.position_encodings.encodings = pe
-    _linear(dec.projection, model.generator)  # weight tied to tgt_embed when tie_output; bias its own
+    _linear(dec.projection, model.output_projection)  # weight tied to tgt_embed when tie_output; bias its own
     for ls, layer in zip(dec.layer, model.decoder):
         a, x = layer.self_attn, layer.cross_attn
         _fused(ls.self_attention.linear[0], [a.w_q, a.w_k, a.w_v])

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 import torch
@@ -43,6 +44,8 @@ class ExportOptions:
     fused: bool = False
     # The length penalty rule a request gets when it names none (task.length_penalty_type; format 4 unless gnmt).
     length_penalty_type: str | None = None
+    origin: dict | None = None  # s2s import: where the checkpoint came from (written to config.json)
+    languages: Any = None  # s2s import of a multilingual model: its contract.languages.Languages
 
 
 def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
@@ -101,17 +104,21 @@ def export(opts: ExportOptions) -> Path:
 
             quantize(out, quantization)
         shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
+        target_tokenizer = (opts.checkpoint / checkpoint.TARGET_TOKENIZER).is_file()
+        if target_tokenizer:
+            shutil.copy(opts.checkpoint / checkpoint.TARGET_TOKENIZER, out / bundle.TARGET_TOKENIZER_FILE)
+        payload = bundle.PAYLOAD_FILES + ((bundle.TARGET_TOKENIZER_FILE,) if target_tokenizer else ())
         task = ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size)
         if opts.length_penalty_type is not None:
             task = dataclasses.replace(task, length_penalty_type=opts.length_penalty_type)
         cfg = BundleConfig(
             name=opts.name, version=version, model=c, opset=OPSET,
             task=task,
-            files={f: bundle.sha256_file(out / f) for f in bundle.PAYLOAD_FILES},
+            files={f: bundle.sha256_file(out / f) for f in payload},
             source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=quantization,
-            source_language=opts.source_language, target_language=opts.target_language,
-            format_version=(bundle.FORMAT_PENALTY_RULE if task.length_penalty_type != "gnmt" else
-                            bundle.FORMAT_CONTRIB_OPS if opts.fused else bundle.FORMAT_VERSION),
+            source_language=opts.source_language, target_language=opts.target_language, origin=opts.origin,
+            languages=opts.languages,
+            format_version=bundle.format_for(c, task, opts.fused, target_tokenizer, opts.languages is not None),
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.

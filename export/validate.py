@@ -61,14 +61,15 @@ def validate_bundle(model: Transformer, folder: Path, atol: float | None = 1e-4,
     report["decoder"] = cases
 
     # Greedy tokens: PyTorch vs the engine's step loop, on random sources of ragged lengths.
-    srcs = [torch.randint(4, c.src_vocab_size, (int(n),), generator=g).tolist() + [c.special.eos]
-            for n in torch.randint(1, min(12, c.max_len - 2), (n_greedy,), generator=g)]
+    # Real tokens only: <pad> (the last id of imported vocabularies) inside a source would read as padding.
+    srcs = [[t if t != c.special.pad else 4 for t in torch.randint(4, c.src_vocab_size, (int(n),), generator=g).tolist()]
+            + [c.special.eos] for n in torch.randint(1, min(12, c.max_len - 2), (n_greedy,), generator=g)]
     budget = min(20, c.max_len - 1)
-    ids, mask = torch.zeros(len(srcs), max(map(len, srcs)), dtype=torch.long), None
+    ids = torch.full((len(srcs), max(map(len, srcs))), c.special.pad, dtype=torch.long)  # pad: not always id 0
     for i, r in enumerate(srcs):
         ids[i, : len(r)] = torch.tensor(r)
     mask = (ids != c.special.pad).long()
-    want = greedy(model, ids, mask, budget)
+    want = greedy(model, ids, mask, budget, suppressed=engine.config.task.suppressed_ids)
     gen = StepLoop(engine)
     seqs = [Sequence(r, budget) for r in srcs]
     gen.add(seqs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import typing
 
@@ -128,6 +129,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    import logging
+    from pathlib import Path
+
+    os.environ["HF_HUB_OFFLINE"] = "1"  # before anything can import transformers: nothing is downloaded
+    from export.hf_import import ImportOptions, ImportRefused, import_model
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        out = import_model(ImportOptions(Path(args.folder), Path(args.repo), args.name, args.version, args.quantize))
+    except ImportRefused as e:
+        print(f"s2s import: {e}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
 def run_loop(main, kind: str) -> None:
     """``asyncio.run``, on uvloop unless ``kind`` says asyncio (or auto finds no uvloop)."""
     import asyncio
@@ -232,10 +250,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="the beam a request gets when it names none (beam_size 0), written to config.json; "
                    "default: the checkpoint's (1 = greedy). The paper's is 4: choose it where it raises quality "
                    "enough for its cost (docs/experiments.md, bench/serving/option_cost.py's table)")
-    p.add_argument("--length-penalty-type", choices=("gnmt", "ctranslate2"), default=None,
+    p.add_argument("--length-penalty-type", choices=("gnmt", "ctranslate2", "transformers"), default=None,
                    help="the length penalty rule a beam request gets when it names none, written to config.json "
                    "(default: gnmt, the paper's; docs/DECODING.md)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="import a Hugging Face checkpoint (Marian: OPUS-MT, FuguMT) as a bundle",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Read a local Hugging Face checkpoint folder (config.json, generation_config.json, "
+                       "model.safetensors or pytorch_model.bin, the tokenizer files; nothing is downloaded) and write "
+                       "models/NAME/VERSION/ through `s2s export`'s export and validation. Decoding defaults come from "
+                       "generation_config.json; a folder it cannot take is refused with the file and field named, "
+                       "and nothing is written.")
+    p.add_argument("folder", help="the checkpoint folder (e.g. from `huggingface-cli download Helsinki-NLP/opus-mt-en-de "
+                   "--local-dir opus-mt-en-de`)")
+    p.add_argument("--repo", default="models", help="model repository root")
+    p.add_argument("--name", required=True, help="model name (the folder under --repo)")
+    p.add_argument("--version", type=int, default=None, help="version number (default: next free)")
+    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help="as `s2s export --quantize`")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("serve", help="serve a model repository over gRPC (seq2seq.v1, KServe v2) with /metrics",
                        description="Serve every model of the repository (latest version unless pinned with --models).")

@@ -179,3 +179,14 @@ def test_server_files_are_under_400_lines():
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "server").rglob("*.py"))
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"files of server/ over {MAX_LINES} lines: {long}"
+
+
+IMPORT_ONLY = ("torch", "transformers", "sentencepiece", "safetensors", "training", "export")
+
+
+def test_serving_needs_no_import_extra():
+    """Imported models are served with `tokenizers` alone: no module of server/ or engine/ imports torch,
+    transformers or sentencepiece (the import extra), nor training/ or export/."""
+    bad = sorted(f"{m} imports {i}" for m in MODULES for i in GRAPH[m]
+                 if any(i == p or i.startswith(p + ".") for p in IMPORT_ONLY))
+    assert bad == []

@@ -2,7 +2,8 @@
 
     model.safetensors   the weights
     config.json         {"model": ModelConfig, "task": TaskConfig, "train": TrainConfig}
-    tokenizer.json      the Hugging Face tokenizer the model was trained with
+    tokenizer.json      the Hugging Face tokenizer the model was trained with (its source side)
+    target_tokenizer.json  the target side's, where it differs (imported models)
     metrics.json        the evaluation of this checkpoint
     trainer_state.pt    optimizer, schedule, epoch and RNG states, for --resume only
 
@@ -24,6 +25,7 @@ from contract.text import TextCodec
 from training.model import Transformer
 
 WEIGHTS, CONFIG, TOKENIZER, METRICS, STATE = "model.safetensors", "config.json", "tokenizer.json", "metrics.json", "trainer_state.pt"
+TARGET_TOKENIZER = "target_tokenizer.json"
 
 
 @dataclass
@@ -43,7 +45,7 @@ def weights(model: Transformer) -> dict:
     """The tensors to write. Tied weights share storage; safetensors stores each tensor once, so drop the alias."""
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_output:
-        state.pop("generator.weight", None)
+        state.pop("output_projection.weight", None)
     if model.config.share_embeddings:
         state.pop("tgt_embed.weight", None)
     return state
@@ -65,11 +67,15 @@ def load(folder: Path, device: str = "cpu") -> Checkpoint:
     cfg = read_json(folder / CONFIG)
     config, task = ModelConfig.from_dict(cfg["model"]), TaskConfig.from_dict(cfg["task"])
     model = Transformer(config)
-    missing, unexpected = model.load_state_dict(load_file(str(folder / WEIGHTS), device=device), strict=False)
-    tied = {"generator.weight", "tgt_embed.weight"}
+    state = load_file(str(folder / WEIGHTS), device=device)
+    # Checkpoints written before the output projection had its name call it "generator" (the annotated
+    # Transformer's word, which here also named the engine's step loop): the same tensors.
+    state = {("output_projection." + k[len("generator."):] if k.startswith("generator.") else k): v for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {"output_projection.weight", "tgt_embed.weight"}
     if unexpected or set(missing) - tied:
         raise ValueError(f"{folder / WEIGHTS} does not match config.json: missing {missing}, unexpected {unexpected}")
-    codec = TextCodec.from_file(folder / TOKENIZER, task, config.special)
+    codec = TextCodec.from_file(folder / TOKENIZER, task, config.special, folder / TARGET_TOKENIZER)
     return Checkpoint(model.to(device).eval(), task, codec, folder, cfg.get("train", {}))
 
 

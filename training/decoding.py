@@ -12,8 +12,10 @@ from training.model import Transformer
 
 
 @torch.no_grad()
-def greedy(model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
-    """Batched greedy decoding with the KV cache. Returns each row's tokens up to (excluding) EOS."""
+def greedy(model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: int,
+           suppressed: tuple[int, ...] = ()) -> list[list[int]]:
+    """Batched greedy decoding with the KV cache. Returns each row's tokens up to (excluding) EOS.
+    ``suppressed``: tokens never chosen (an imported model's task.suppressed_ids)."""
     sp = model.config.special
     b = src.shape[0]
     cross = model.cross_kv(model.encode(src, src_mask))
@@ -25,7 +27,10 @@ def greedy(model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: in
         positions = torch.full((b, 1), step, dtype=torch.long, device=src.device)
         logits, past = model.decode_step(tok, positions, past, past_mask, cross, src_mask)
         past_mask = torch.cat([past_mask, torch.ones(b, 1, dtype=torch.long, device=src.device)], dim=1)
-        tok = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        last = logits[:, -1]
+        if suppressed:
+            last[:, list(suppressed)] = float("-inf")
+        tok = last.argmax(-1, keepdim=True)  # (B, 1)
         out.append(tok.squeeze(1))
         done |= tok.squeeze(1) == sp.eos
         if bool(done.all()):

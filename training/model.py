@@ -3,6 +3,11 @@
 Section numbers refer to the paper. Post-LN as in the paper: each sub-layer is
 ``LayerNorm(x + Dropout(Sublayer(x)))`` (§3.1, §5.4).
 
+The paper's choices are the defaults of ``ModelConfig``'s architecture knobs (activation, embedding
+scale, positions, pre/post norm and a final norm, output bias); the models other trainers made
+(``export/hf_marian.py``: Marian's swish, unscaled embeddings, half-split sinusoids) are this same
+model with those knobs moved, so every imported model runs, exports and is validated through this file.
+
 The model exposes the two calls that inference needs and that the ONNX export traces:
 ``encode(src, src_mask)`` and ``decode_step(tgt, positions, past, past_mask, cross, src_mask)``.
 Training runs the same ``decode_step`` with an empty cache, so the code the tests cover is
@@ -28,21 +33,43 @@ KV = tuple[Tensor, Tensor]  # (key, value), each (B, H, L, Dh)
 
 
 class PositionalEncoding(nn.Module):
-    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
 
-    def __init__(self, d_model: int, max_len: int):
+    ``sinusoid_half`` lays the same values out as all sines, then all cosines (Marian), computed in float64
+    as its trainer did, so positions agree to the last bit; ``sinusoid_fairseq`` is fairseq's table (M2M100, NLLB:
+    frequencies spaced over d/2 - 1 steps, float32); ``learned`` is a stored table. In every kind the row for
+    position p is p + offset (the families that reserve the first rows: fairseq's start after the padding id)."""
+
+    def __init__(self, d_model: int, max_len: int, kind: str = "sinusoid", offset: int = 0):
         super().__init__()
-        pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (L, 1)
-        inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model)
-        pe[:, 0::2] = torch.sin(pos * inv_freq)
-        pe[:, 1::2] = torch.cos(pos * inv_freq)
+        self.offset = offset
+        if kind == "learned":
+            self.table = nn.Embedding(max_len + offset, d_model)  # a weight, loaded with the others
+            return
+        rows = max_len + offset
+        if kind == "sinusoid":
+            pos = torch.arange(rows, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+            inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+            pe = torch.zeros(rows, d_model)
+            pe[:, 0::2] = torch.sin(pos * inv_freq)
+            pe[:, 1::2] = torch.cos(pos * inv_freq)
+        elif kind == "sinusoid_fairseq":  # as fairseq computes it (M2M100SinusoidalPositionalEmbedding), to the bit
+            half = d_model // 2
+            freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+            angle = torch.arange(rows, dtype=torch.int64).float().unsqueeze(1) * freq.unsqueeze(0)
+            pe = torch.cat([torch.sin(angle), torch.cos(angle), torch.zeros(rows, d_model % 2)], dim=1)
+        else:  # sinusoid_half
+            pos = torch.arange(rows, dtype=torch.float64).unsqueeze(1)  # (L, 1)
+            angle = pos / torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (L, ceil(d/2))
+            pe = torch.cat([torch.sin(angle), torch.cos(angle[:, : d_model // 2])], dim=1).float()
         self.register_buffer("pe", pe, persistent=False)  # a function of the config, not a weight
 
     def forward(self, positions: Tensor) -> Tensor:
         # Explicit positions (B, T) rather than arange: a decode step of a batch whose rows
         # joined at different times feeds each row its own position.
-        return self.pe[positions]  # (B, T, d_model)
+        if hasattr(self, "table"):
+            return self.table(positions + self.offset)  # (B, T, d_model)
+        return self.pe[positions + self.offset if self.offset else positions]  # (B, T, d_model)
 
 
 @torch.library.custom_op("s2s::attention", mutates_args=())
@@ -105,16 +132,30 @@ def mask_bias(keep: Tensor) -> Tensor:
     return torch.where(keep, 0.0, MASKED)  # one Where node in the exported graphs
 
 
-class FeedForward(nn.Module):
-    """§3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+ACTIVATION = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}  # swish(x) = x * sigmoid(x)
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float):
+
+class FeedForward(nn.Module):
+    """§3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, max(0, .) being the configured activation."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.act = ACTIVATION[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return self.w_2(self.dropout(self.act(self.w_1(x))))
+
+
+def sublayer_input(norm: nn.LayerNorm, x: Tensor, pre: bool) -> Tensor:
+    """What a sub-layer reads: x itself (post-norm, the paper), or LayerNorm(x) (pre-norm)."""
+    return norm(x) if pre else x
+
+
+def add_norm(norm: nn.LayerNorm, x: Tensor, y: Tensor, pre: bool) -> Tensor:
+    """§3.1 Add & Norm of a sub-layer's output y: LayerNorm(x + y) post-norm; x + y pre-norm (normed on the way in)."""
+    return x + y if pre else norm(x + y)
 
 
 class EncoderLayer(nn.Module):
@@ -123,14 +164,17 @@ class EncoderLayer(nn.Module):
     def __init__(self, c: ModelConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
         self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
         self.dropout = nn.Dropout(c.dropout)
+        self.pre = c.norm == "pre"
 
     def forward(self, x: Tensor, bias: Tensor) -> Tensor:
-        k, v = self.self_attn.project_kv(x)
-        x = self.norm1(x + self.dropout(self.self_attn.attend(x, k, v, bias)))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        h = sublayer_input(self.norm1, x, self.pre)
+        k, v = self.self_attn.project_kv(h)
+        x = add_norm(self.norm1, x, self.dropout(self.self_attn.attend(h, k, v, bias)), self.pre)
+        h = sublayer_input(self.norm2, x, self.pre)
+        return add_norm(self.norm2, x, self.dropout(self.ffn(h)), self.pre)
 
 
 class DecoderLayer(nn.Module):
@@ -140,17 +184,21 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
         self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(c.d_model) for _ in range(3))
         self.dropout = nn.Dropout(c.dropout)
+        self.pre = c.norm == "pre"
 
     def forward(self, y: Tensor, past: KV, self_bias: Tensor, cross: KV, cross_bias: Tensor) -> tuple[Tensor, KV]:
-        k_new, v_new = self.self_attn.project_kv(y)  # (B, H, T, Dh)
+        h = sublayer_input(self.norm1, y, self.pre)
+        k_new, v_new = self.self_attn.project_kv(h)  # (B, H, T, Dh)
         k = torch.cat([past[0], k_new], dim=2)  # (B, H, P+T, Dh)
         v = torch.cat([past[1], v_new], dim=2)
-        y = self.norm1(y + self.dropout(self.self_attn.attend(y, k, v, self_bias)))
-        y = self.norm2(y + self.dropout(self.cross_attn.attend(y, cross[0], cross[1], cross_bias)))
-        y = self.norm3(y + self.dropout(self.ffn(y)))
+        y = add_norm(self.norm1, y, self.dropout(self.self_attn.attend(h, k, v, self_bias)), self.pre)
+        h = sublayer_input(self.norm2, y, self.pre)
+        y = add_norm(self.norm2, y, self.dropout(self.cross_attn.attend(h, cross[0], cross[1], cross_bias)), self.pre)
+        h = sublayer_input(self.norm3, y, self.pre)
+        y = add_norm(self.norm3, y, self.dropout(self.ffn(h)), self.pre)
         return y, (k, v)
 
 
@@ -162,14 +210,17 @@ class Transformer(nn.Module):
         self.config = c
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.special.pad)
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.special.pad)
-        self.pos = PositionalEncoding(c.d_model, c.max_len)
+        self.pos = PositionalEncoding(c.d_model, c.max_len, c.positions, c.position_offset)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        if c.final_norm:  # pre-norm stacks end on an un-normed residual sum: one LayerNorm after each stack
+            self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.output_projection = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
         if c.tie_output:  # §3.4: share the target embedding and the pre-softmax projection
-            self.generator.weight = self.tgt_embed.weight
+            self.output_projection.weight = self.tgt_embed.weight
         self.dropout = nn.Dropout(c.dropout)
-        self.scale = math.sqrt(c.d_model)  # §3.4: embeddings are multiplied by sqrt(d_model)
+        # §3.4: embeddings are multiplied by sqrt(d_model)
+        self.scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -192,7 +243,7 @@ class Transformer(nn.Module):
         x = self.embed(self.src_embed, src, positions)
         for layer in self.encoder:
             x = layer(x, bias)
-        return x
+        return self.encoder_norm(x) if self.config.final_norm else x
 
     def cross_kv(self, memory: Tensor) -> list[KV]:
         """Cross-attention K/V of every decoder layer: computed once per source, reused each step."""
@@ -230,7 +281,9 @@ class Transformer(nn.Module):
         for layer, layer_past, layer_cross in zip(self.decoder, past, cross):
             y, kv = layer(y, layer_past, self_bias, layer_cross, cross_bias)
             present.append(kv)
-        return self.generator(y), present
+        if self.config.final_norm:
+            y = self.decoder_norm(y)
+        return self.output_projection(y), present
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: logits (B, T, V) for every target position at once."""

@@ -91,7 +91,9 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
         raise InvalidInput(f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}")
     check_options(options, lim)  # the request's own values, as the client sent them, in any message
     # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
-    resolved = options.resolved(lim.default_beam, config.task.max_new_tokens, config.task.length_penalty_type)
+    task = config.task
+    resolved = options.resolved(lim.default_beam, task.max_new_tokens, task.length_penalty_type, task.length_penalty,
+                                task.no_repeat_ngram_size)
     if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
         check_options(resolved, lim)
     options = resolved
