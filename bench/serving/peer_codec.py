@@ -35,7 +35,7 @@ class Search:
 
 class Codec:
     """Text <-> CTranslate2 tokens as the engine does it: the source (reversed where the task says) tokens then
-    EOS; output cut at EOS, specials dropped (contract/text.py's TextCodec, without its import)."""
+    EOS; output cut at EOS, specials and the spaces around it dropped (contract/text.py's TextCodec, without its import)."""
 
     def __init__(self, bundle: Path):
         config = json.loads((bundle / "config.json").read_text())
@@ -52,7 +52,7 @@ class Codec:
     def texts(self, hyps: list[list[str]]) -> list[str]:
         ids = [[self.tokenizer.token_to_id(t) for t in h] for h in hyps]
         ids = [i[: i.index(self.eos_id)] if self.eos_id in i else i for i in ids]
-        return self.tokenizer.decode_batch(ids, skip_special_tokens=True)
+        return [t.strip() for t in self.tokenizer.decode_batch(ids, skip_special_tokens=True)]
 
     def search(self, beam: int) -> Search:
         return Search(beam, self.max_new)
