@@ -33,6 +33,8 @@ PARTS = (
     "serve-cost",
     "serve-variants",
     "serve-commits",
+    "serve-peers",
+    "serve-peers-notes.md",
     "http-deadlines",
     "gpu-check",
     "design-choices.md",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from contract.decoding import DecodingOptions
 from server.errors import InvalidInput, ModelNotReady, clip
 from server.kserve.protocol import (ALIASES, DECODING_PARAMETERS, EXTRA_OUTPUTS, MAX_ID_CHARS, OPTIONS, TARGET_PREFIX,
-                                    TEXT_INPUT, TEXT_OUTPUT)
+                                    TEXT_INPUT, TEXT_OUTPUT, TIMINGS)
 from server.kserve.tensors import InferInput, InferRequest, Param, shape_str, split_bytes
 from server.models.served_version import ServedVersion
 from server.models.prepare import Limits
@@ -31,6 +31,7 @@ class Parsed:
     deadline: float | None
     counts: tuple[str, ...] = ()  # EXTRA_OUTPUTS asked for, in the order asked
     prefixes: list[str] | None = None
+    timings: bool = False  # the answer carries the request's timings (the TIMINGS parameter)
 
 
 def _texts(model: str, t: InferInput, lim: Limits) -> tuple[list[str], list[int]]:
@@ -158,7 +159,8 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
             raise InvalidInput(f"parameter 'timeout' is {timeout_us}; it is in microseconds and must be positive")
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
-    return Parsed(model, texts, shape, options, request.raw, deadline, tuple(counts), prefixes)
+    return Parsed(model, texts, shape, options, request.raw, deadline, tuple(counts), prefixes,
+                  flag(request.parameters, TIMINGS))
 
 
 def _decoding_options(params: dict[str, Param], given: dict[str, InferInput], name: str, lim: Limits) -> DecodingOptions:

@@ -9,7 +9,7 @@ from contract.bundle import BundleError
 from engine.device import provider_reason
 from server.config import ServerConfig
 from server.core.client import CoreLoadError
-from server.core.sizing import default_cores, encoder_thread
+from server.core.sizing import default_beam, default_cores, encoder_thread
 from server.errors import ModelNotFound, ModelNotReady, clip
 from server.telemetry.metrics import Metrics
 from server.telemetry.model_telemetry import Telemetry
@@ -78,6 +78,9 @@ class ServedModels:
         """A model version's API and (not yet started) engine cores; BundleError names a broken file."""
         cores = self.cores_of.get(name)
         auto, why = self.auto_cores
+        beam = default_beam(self.config.model_repo / name / version)
+        if beam > 1 and not (cores or self.config.instances):
+            auto, why = default_cores(self.config, beam)
         n = cores or self.config.instances or auto
         reason = ("--models @" if cores else "--instances") if (cores or self.config.instances) else why
         encoder, encoder_why = encoder_thread(self.config, n)
