@@ -33,9 +33,13 @@ PARTS = (
     "serve-cost",
     "serve-variants",
     "serve-commits",
+    "serve-peers",
+    "serve-peers-notes.md",
     "http-deadlines",
     "gpu-check",
     "design-choices.md",
+    "addition-exhaustive",
+    "addition-exhaustive-notes.md",
 )
 HEADER = (
     "# Benchmarks\n\n<!-- Written by `python -m bench.render` from docs/bench/ (figures: <name>.json, written by "

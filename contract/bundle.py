@@ -17,7 +17,9 @@ to the bundle that declares it. Both are optional; a bundle without them (an old
 such as addition that has no languages) loads as before and is not offered by that API.
 
 A bundle made by ``s2s import`` from another trainer's checkpoint also records its ``origin`` (the
-family, the transformers version, the sha256 of the weights it was made from).
+family, the transformers version, the sha256 of the weights it was made from). A multilingual model's bundle
+says its ``languages`` (``contract/languages.py``): each language's token, how it is asked for (a forced first
+token, a source prefix), and ISO 639-1 codes mapped to the model's own; such a bundle is format 6.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.config import ModelConfig, TaskConfig, read_json, write_json
+from contract.languages import Languages
 from contract.names import GraphIO, decoder_io, encoder_io
 
 FORMAT_VERSION = 2
@@ -42,8 +45,10 @@ FORMAT_PENALTY_RULE = 4
 # hold them, but not the ids and tokenizers around them), it has a target tokenizer of its own, or its task names
 # decoding defaults those readers do not know (suppressed tokens, its alpha, an n-gram ban, transformers' rule).
 FORMAT_IMPORTED = 5
+# A bundle with languages is format 6: a reader of 1-5 would decode it without the language tokens it needs.
+FORMAT_LANGUAGES = 6
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
-READABLE_FORMATS = (1, 2, 3, 4, 5)
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = "config.json", "tokenizer.json", "encoder.onnx", "decoder.onnx"
 TARGET_TOKENIZER_FILE = "target_tokenizer.json"
 PAYLOAD_FILES = (TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE)
@@ -80,6 +85,7 @@ class BundleConfig:
     source_language: str | None = None  # ISO 639-1 code of what the model reads (translation); None: not said
     target_language: str | None = None  # ISO 639-1 code of what it writes
     origin: dict[str, Any] | None = None  # s2s import: model_type, transformers_version, weights_sha256, ...
+    languages: Languages | None = None  # a multilingual model's languages; None: one pair (or none) per bundle
 
     def __post_init__(self) -> None:
         check_language(self.source_language, "source_language")
@@ -109,14 +115,18 @@ class BundleConfig:
             d["target_language"] = self.target_language
         if self.origin is not None:
             d["origin"] = self.origin
+        if self.languages is not None:
+            d["languages"] = self.languages.to_dict()
         return d
 
     def write(self, folder: Path) -> None:
         write_json(Path(folder) / CONFIG_FILE, self.to_dict())
 
 
-def format_for(model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool) -> int:
+def format_for(model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False) -> int:
     """The oldest format whose readers read such a bundle right (see the FORMAT_ constants)."""
+    if languages:
+        return FORMAT_LANGUAGES
     if (not model.is_paper or target_tokenizer or task.suppressed_ids or task.length_penalty is not None
             or task.no_repeat_ngram_size or task.length_penalty_type not in ("gnmt", "ctranslate2")):
         return FORMAT_IMPORTED
@@ -150,7 +160,7 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
             source_checkpoint_sha256=d["source_checkpoint_sha256"], quantization=d.get("quantization", "none"),
             validation=d.get("validation", {}), format_version=int(d["format_version"]),
             source_language=d.get("source_language"), target_language=d.get("target_language"),
-            origin=d.get("origin"),
+            origin=d.get("origin"), languages=Languages.from_dict(d["languages"]) if d.get("languages") else None,
         )
     except BundleError:
         raise
@@ -165,4 +175,29 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
         if verify_hashes and (got := sha256_file(path)) != cfg.files[name]:
             raise BundleError(f"{path}: sha256 {got[:12]}… does not match {cfg.files[name][:12]}… in {CONFIG_FILE} "
                               "(truncated, corrupted or replaced after export)")
+    if verify_hashes:
+        _check_external_data(folder, cfg)
     return cfg
+
+
+def _check_external_data(folder: Path, cfg: BundleConfig) -> None:
+    """Every external-data file a graph reads is a file of the bundle's folder with its sha256 in config.json."""
+    from contract.graph_files import external_data_files
+
+    for graph in (ENCODER_FILE, DECODER_FILE):
+        try:
+            locations = external_data_files(folder / graph)
+        except Exception:  # not a graph at all (truncated, say): ONNX Runtime's refusal names the file as it loads
+            continue
+        for location in locations:
+            where = f"{folder / graph}: external data {location[:80]!r}"
+            if "/" in location or "\\" in location or location in (".", "..") or location in PAYLOAD_FILES:
+                raise BundleError(f"{where} is not a file of its own in the bundle's folder")
+            if location not in cfg.files:
+                raise BundleError(f"{where} has no sha256 in {CONFIG_FILE}: every file a graph reads must be listed")
+            path = folder / location
+            if not path.is_file():
+                raise BundleError(f"{path}: missing (external data of {graph})")
+            if (got := sha256_file(path)) != cfg.files[location]:
+                raise BundleError(f"{path}: sha256 {got[:12]}… does not match {cfg.files[location][:12]}… in "
+                                  f"{CONFIG_FILE} (external data of {graph}: truncated, corrupted or replaced)")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from contract.tokens import SpecialIds
 
 ACTIVATIONS = ("relu", "gelu", "swish")
-POSITIONS = ("sinusoid", "sinusoid_half", "learned")
+POSITIONS = ("sinusoid", "sinusoid_half", "sinusoid_fairseq", "learned")
 NORMS = ("post", "pre")
 _KNOBS = ("activation", "scale_embedding", "positions", "position_offset", "norm", "final_norm", "output_bias")
 
@@ -37,7 +37,8 @@ class ModelConfig:
     activation: str = "relu"  # FFN non-linearity: relu (§3.3) | gelu | swish (x * sigmoid(x), Marian's)
     scale_embedding: bool = True  # §3.4: embeddings x sqrt(d_model); Marian configs may turn it off
     # sinusoid: §3.5, sin and cos interleaved; sinusoid_half: the same frequencies, all sines first then all
-    # cosines (Marian, fairseq); learned: a stored table of max_len + position_offset rows, row = position + offset.
+    # cosines (Marian); sinusoid_fairseq: sines first, frequencies 10000^(-i/(d/2 - 1)) in float32 (fairseq's, M2M100 and
+    # NLLB); learned: a stored table. Row = position + position_offset in every kind (fairseq starts at pad + 1).
     positions: str = "sinusoid"
     position_offset: int = 0
     norm: str = "post"  # post: LayerNorm(x + Sublayer(x)) (§3.1); pre: x + Sublayer(LayerNorm(x))

@@ -134,7 +134,8 @@ class Beam:
             return np.full(k, tok), np.zeros(k, np.int64)
         # Right after a prefix only row 0 is live, and an end ranked below the best is not taken (CTranslate2 #277:
         # short ends there dominate when nothing normalizes length); that slot stays empty for a step.
-        after_prefix = step == len(self.prefix) and step > 0
+        # transformers' generate() takes such an end (its forced BOS is this engine's one-token prefix).
+        after_prefix = step == len(self.prefix) and step > 0 and self.kind != "transformers"
         n = min(2 * k, logp.shape[1])
         cand = (self.scores[:, None] + logp[:, :n]).ravel()  # (k * n,)
         cand_tok = toks[:, :n].ravel()

@@ -53,21 +53,33 @@ class Translator:
                                          self.folder / bundle.TARGET_TOKENIZER_FILE)
 
     def generate(self, texts: list[str], *, target_prefixes: list[str | None] | None = None, max_batch_size: int = 64,
+                 source_languages: list[str | None] | None = None, target_languages: list[str | None] | None = None,
                  **options) -> list[Result]:
         """Texts in, one ``Result`` (``.text``, ``.tokens``, ``.input_tokens``, ``.score``, ``.hypotheses``) each, in
         order. ``options``: the fields of ``contract.decoding.DecodingOptions`` by name (``beam_size=4``,
         ``num_hypotheses=4``, ``sampling_topk=10``, ...; 0 or None: the model's default); ``target_prefixes``: one text
-        (or None) per input, forced as the start of its output. Rows are decoded together, at most ``max_batch_size``
+        (or None) per input, forced as the start of its output. ``source_languages`` / ``target_languages``: one code per
+        input (ISO 639-1 or the model's own; None: the bundle's source_language / target_language) for a multilingual
+        bundle; a forced language token is not part of the result. Rows are decoded together, at most ``max_batch_size``
         at a time (a beam counts its width), and refilled as they finish."""
         if target_prefixes is not None and len(target_prefixes) != len(texts):
             raise ValueError(f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text")
         sources = [self.codec.source_ids(t) for t in texts]
         prefixes = [self.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
-        seqs = self._decode(sources, prefixes, max_batch_size, options)
+        forced = [[] for _ in texts]
+        langs = self.config.languages
+        if langs is not None:
+            for i, (sl, tl) in enumerate(zip(source_languages or [None] * len(texts), target_languages or [None] * len(texts))):
+                sources[i], forced[i] = langs.apply(sources[i], sl or self.config.source_language,
+                                                    tl or self.config.target_language)
+        elif source_languages or target_languages:
+            raise ValueError(f"{self.folder}: the model has no languages to choose from")
+        seqs = self._decode(sources, [f + p for f, p in zip(forced, prefixes)], max_batch_size, options,
+                            [len(f) for f in forced])
         out = []
-        for s, src in zip(seqs, sources):
-            hyps = [TextHypothesis(self.codec.decode(h.tokens), h.tokens, h.score if s.options.return_scores else 0.0)
-                    for h in s.hypotheses]
+        for s, src, f in zip(seqs, sources, forced):
+            hyps = [TextHypothesis(self.codec.decode(h.tokens[len(f):]), h.tokens[len(f):],
+                                   h.score if s.options.return_scores else 0.0) for h in s.hypotheses]
             best = hyps[0]
             out.append(Result(best.text, best.tokens, len(src), best.score, hyps))
         return out
@@ -100,14 +112,17 @@ class Translator:
                 for s in seqs]
 
     def _decode(self, sources: list[list[int]], prefixes: list[list[int]], max_batch_size: int,
-                options: dict) -> list[Sequence]:
+                options: dict, forced: list[int] | None = None) -> list[Sequence]:
+        """``forced``: per row, how many of its prefix tokens are a forced language token; those count among the new
+        tokens, as generate() counts its forced BOS within max_length."""
         task, m = self.config.task, self.config.model
         if options.get("max_new_tokens") is None:  # None, as 0: the model's default
             options.pop("max_new_tokens", None)
         o = DecodingOptions(**options).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens,
                                                 task.length_penalty_type, task.length_penalty, task.no_repeat_ngram_size)
         check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
-        seqs = [Sequence(src, o.max_new_tokens, options=o, prefix=p) for src, p in zip(sources, prefixes)]
+        seqs = [Sequence(src, max(1, o.max_new_tokens - f), options=o, prefix=p)
+                for src, p, f in zip(sources, prefixes, forced or [0] * len(sources))]
         # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches
         # and cross-attention widths, and tend to finish together (docs/BENCHMARKS.md#design-choices). Every row decodes as it would alone, so the order changes no output; results keep input order.
         run(self.runner, sorted(seqs, key=lambda s: len(s.src_ids)), max_batch_size)

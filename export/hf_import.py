@@ -11,6 +11,7 @@ the field, before anything is written to the repository.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from contract import bundle
 from contract.config import ModelConfig, TaskConfig
 
 log = logging.getLogger("s2s.import")
-SUPPORTED = ("marian",)  # model_type values of config.json this import reads
+SUPPORTED = ("marian", "m2m_100")  # model_type values of config.json this import reads (m2m_100: NLLB too)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
@@ -71,13 +72,20 @@ def read_weights(folder: Path) -> tuple[Path, dict]:
     raise ImportRefused(f"{folder}: no weights file; expected one of {', '.join(WEIGHT_FILES)}")
 
 
-def map_weights(c: ModelConfig, theirs: dict, weights_file: Path, config_file: Path) -> dict:
-    """Marian's tensors under our names, every shape checked against the config."""
+def family(model_type: str):
+    """The module that knows a family's knobs and weight names (one per family, as CTranslate2's converter)."""
+    from export import hf_m2m100, hf_marian
+
+    return {"marian": hf_marian, "m2m_100": hf_m2m100}[model_type]
+
+
+def map_weights(c: ModelConfig, theirs: dict, weights_file: Path, config_file: Path, model_type: str = "marian") -> dict:
+    """The family's tensors under our names, every shape checked against the config."""
     import torch
 
-    from export import hf_marian
     from training.model import Transformer
 
+    hf_marian = family(model_type)  # its field_of names the config field of a tensor
     want = {k: v.shape for k, v in Transformer(c).state_dict().items()}
     out = {}
     for ours, names in hf_marian.weight_names(c).items():
@@ -176,6 +184,23 @@ def import_model(opts: ImportOptions) -> Path:
     specials = {"eos": tok_cfg.get("eos_token", "</s>"), "unk": tok_cfg.get("unk_token", "<unk>"),
                 "pad": tok_cfg.get("pad_token", "<pad>")}
     specials = {k: v["content"] if isinstance(v, dict) else str(v) for k, v in specials.items()}
+    languages = None
+    if model_type == "marian":
+        c, src_tok, tgt_tok = _marian(folder, cfg, config_file, tok_cfg, specials)
+    else:
+        c, src_tok, languages = _m2m100(folder, cfg, config_file, tok_cfg)
+        tgt_tok = None
+    weights_file, theirs = read_weights(folder)
+    state = map_weights(c, theirs, weights_file, config_file, model_type)
+    task = task_config(gen, c, gen_file)
+    return _export(opts, c, task, state, src_tok, tgt_tok, languages, {
+        "model_type": model_type, "transformers_version": cfg.get("transformers_version"),
+        "weights_file": weights_file.name, "weights_sha256": bundle.sha256_file(weights_file),
+        "imported_with_transformers": _transformers_version(),
+    }, tok_cfg)
+
+
+def _marian(folder: Path, cfg: dict, config_file: Path, tok_cfg: dict, specials: dict):
     vocab_file = folder / "vocab.json"
     unk = _json(vocab_file, "a Marian tokenizer needs source.spm, target.spm and vocab.json").get(specials["unk"])
     if unk is None:
@@ -190,15 +215,26 @@ def import_model(opts: ImportOptions) -> Path:
     if separate == c.share_embeddings:
         raise ImportRefused(f"{folder / 'tokenizer_config.json'}: field 'separate_vocabs' is {separate}, but "
                             f"{config_file} field 'share_encoder_decoder_embeddings' is {c.share_embeddings}")
-    src_tok, tgt_tok = _tokenizers(folder, separate, specials, c)
-    weights_file, theirs = read_weights(folder)
-    state = map_weights(c, theirs, weights_file, config_file)
-    task = task_config(gen, c, gen_file)
-    return _export(opts, c, task, state, src_tok, tgt_tok, {
-        "model_type": model_type, "transformers_version": cfg.get("transformers_version"),
-        "weights_file": weights_file.name, "weights_sha256": bundle.sha256_file(weights_file),
-        "imported_with_transformers": _transformers_version(),
-    }, tok_cfg)
+    return c, *_tokenizers(folder, separate, specials, c)
+
+
+def _m2m100(folder: Path, cfg: dict, config_file: Path, tok_cfg: dict):
+    from export import hf_m2m100
+
+    try:
+        c = hf_m2m100.model_config(cfg, 3)  # unk: replaced below by the tokenizer's own
+    except hf_m2m100.ConfigError as e:
+        raise ImportRefused(f"{config_file}: {e}") from None
+
+    def refuse(message: str):
+        raise ImportRefused(message)
+
+    tok, languages = hf_m2m100.tokenizer(folder, tok_cfg, c.src_vocab_size, refuse)
+    unk_token = tok_cfg.get("unk_token", "<unk>")
+    unk = tok.token_to_id(unk_token["content"] if isinstance(unk_token, dict) else str(unk_token))
+    if unk is None:
+        refuse(f"{folder}: the tokenizer has no {tok_cfg.get('unk_token', '<unk>')!r} token (tokenizer_config.json's unk_token)")
+    return dataclasses.replace(c, special=dataclasses.replace(c.special, unk=unk)), tok, languages
 
 
 def _language(code) -> str | None:
@@ -218,7 +254,7 @@ def _transformers_version() -> str | None:
         return None
 
 
-def _export(opts: ImportOptions, c: ModelConfig, task: TaskConfig, state: dict, src_tok, tgt_tok, origin: dict,
+def _export(opts: ImportOptions, c: ModelConfig, task: TaskConfig, state: dict, src_tok, tgt_tok, languages, origin: dict,
             tok_cfg: dict) -> Path:
     from export.onnx_export import ExportOptions, export
     from training import checkpoint
@@ -236,6 +272,6 @@ def _export(opts: ImportOptions, c: ModelConfig, task: TaskConfig, state: dict, 
         try:
             return export(ExportOptions(checkpoint=ckpt, repo=opts.repo, name=opts.name, version=opts.version,
                                         quantize=opts.quantize, origin=origin, source_language=langs[0],
-                                        target_language=langs[1]))
+                                        target_language=langs[1], languages=languages))
         except ValueError as e:  # validation: ONNX Runtime disagreed with PyTorch; nothing was published
             raise ImportRefused(f"{opts.source}: the exported graphs failed validation ({e})") from None

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 import torch
@@ -44,6 +45,7 @@ class ExportOptions:
     # The length penalty rule a request gets when it names none (task.length_penalty_type; format 4 unless gnmt).
     length_penalty_type: str | None = None
     origin: dict | None = None  # s2s import: where the checkpoint came from (written to config.json)
+    languages: Any = None  # s2s import of a multilingual model: its contract.languages.Languages
 
 
 def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
@@ -115,7 +117,8 @@ def export(opts: ExportOptions) -> Path:
             files={f: bundle.sha256_file(out / f) for f in payload},
             source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=quantization,
             source_language=opts.source_language, target_language=opts.target_language, origin=opts.origin,
-            format_version=bundle.format_for(c, task, opts.fused, target_tokenizer),
+            languages=opts.languages,
+            format_version=bundle.format_for(c, task, opts.fused, target_tokenizer, opts.languages is not None),
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.

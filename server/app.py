@@ -54,11 +54,18 @@ class Running:
         """Graceful: NOT_SERVING, refuse new work, let in-flight requests finish within the grace period
         (or until ``abort()``: a second SIGTERM/SIGINT)."""
         await self.health.enter_graceful_shutdown()
+        self.control.begin_close()  # loads and unloads get UNAVAILABLE from now on, polling stops
         for model in self.repo.all():
             model.stop()  # new requests now get UNAVAILABLE; queued and running ones go on
+        await self.control.close(self.config.grace_s)  # a change under way ends (a load is stopped before it serves)
+        for model in self.repo.all():
+            model.stop()
         drains = [model.drain(self.config.grace_s) for model in self.repo.all()]  # the cores exit when done
-        fronts = [self.server.stop(self.config.grace_s)] + ([self.web.stop(self.config.grace_s)] if self.web else [])
-        graceful = asyncio.ensure_future(asyncio.gather(*fronts, *drains))
+        backend = asyncio.ensure_future(asyncio.gather(self.server.stop(self.config.grace_s), *drains))
+        # The HTTP port stays open (503 "shutting down") while gRPC or the cores still finish work, not only
+        # while HTTP requests are in flight.
+        fronts = [backend] + ([self.web.stop(self.config.grace_s, backend)] if self.web else [])
+        graceful = asyncio.ensure_future(asyncio.gather(*fronts))
         cut = asyncio.ensure_future(self.cut_short.wait())
         await asyncio.wait([graceful, cut], return_when=asyncio.FIRST_COMPLETED)
         if not graceful.done():

@@ -43,6 +43,8 @@ class StreamConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     model_repo: Path = Path("models")
+    # inside: a model or version folder that is a symlink must resolve inside model_repo; any: links go anywhere.
+    model_repo_links: str = "inside"
     models: tuple[str, ...] = ()  # serve only these (NAME[:VERSION][@CORES]); () = all, latest version
     # Triton's model control: none (the repository is read once at start), explicit (the repository API loads
     # and unloads; --load-model at start), poll (the repository is rescanned every repository_poll_secs).
@@ -70,6 +72,11 @@ class ServerConfig:
     # (each is a file descriptor, and the usual `ulimit -n` is 1024).
     http_read_timeout_s: float = 30.0
     http_max_connections: int = 512
+    # One client address may hold at most this many of them (0 = no share of its own), so that one peer
+    # opening slow connections cannot take the port from everyone. Behind a proxy every client has the
+    # proxy's address: set it to http_max_connections there.
+    http_max_connections_per_peer: int = 64
+    tls_handshake_timeout_s: float = 10.0  # HTTPS: a connection that has not finished its TLS handshake by then is closed
     cors_allow_origin: str | None = None  # comma-separated origins (or *) whose browsers may call the HTTP API
     # An engine core with requests in flight that reports nothing for this long (a working core reports
     # every 50 ms) is marked down, its requests failed with UNAVAILABLE, and it is killed and restarted.
@@ -88,6 +95,8 @@ _FLAGS = {
     "model-repo": (Path, "model repository: models/<name>/<version>/ bundles written by `s2s export`"),
     "models": (str, "comma-separated NAME[:VERSION][@CORES] to serve, e.g. translate-en-ja:1@2 (default: every "
                     "model, latest version)"),
+    "model-repo-links": (str, "inside | any: inside (default) refuses a model or version folder that is a symlink "
+                              "resolving outside --model-repo; any follows links anywhere"),
     "model-control-mode": (str, "none | explicit | poll: none serves what is in the repository at start (restart "
                                 "to change it); explicit: the repository API (KServe RepositoryModelLoad / "
                                 "POST /v2/repository/models/NAME/load, `s2s models`) loads and unloads; poll: the "
@@ -118,6 +127,10 @@ _FLAGS = {
     "http-read-timeout-s": (float, "HTTP: seconds a client gets to send a request's headers, and then its body (an "
                                    "idle keep-alive connection is closed after as long); 0 = no limit"),
     "http-max-connections": (int, "HTTP: connections open at once; more are answered 503 and closed (0 = no limit)"),
+    "http-max-connections-per-peer": (int, "HTTP: connections one client address may hold at once; more are answered "
+                                           "503 and closed (0 = no limit of its own; behind a proxy, raise it to "
+                                           "--http-max-connections)"),
+    "tls-handshake-timeout-s": (float, "HTTPS: seconds a connection gets to finish its TLS handshake; then it is closed"),
     "cors-allow-origin": (str, "HTTP: comma-separated origins (or *) allowed to call the REST and LibreTranslate "
                                "APIs from a browser (CORS; preflight answered); default off"),
     "core-stall-s": (float, "an engine core with requests in flight that reports nothing for this long is marked "
@@ -138,6 +151,39 @@ _FLAGS = {
     "max-inputs-per-request": (int, "inputs one request may carry"),
     "max-beam-size": (int, "largest beam a request may ask for"),
 }
+
+
+# Numeric flags and their ranges, checked at start: (low, high, whether low itself is allowed). A value
+# outside (a negative timeout made every request 408, a negative cap refused every connection) stops the start
+# with a message naming the flag and the range.
+_RANGES: dict[str, tuple[float, float, bool]] = {
+    "port": (0, 65535, True), "http_port": (0, 65535, True), "metrics_port": (0, 65535, True),
+    "repository_poll_secs": (0, 1e6, False), "instances": (0, 1024, True), "intra_op_threads": (1, 1024, True),
+    "grace_s": (0, 1e6, True), "max_message_bytes": (1, 2**31 - 1, True), "max_concurrent_streams": (1, 2**31 - 1, True),
+    "http_read_timeout_s": (0, 1e6, True), "http_max_connections": (0, 1_000_000, True),
+    "http_max_connections_per_peer": (0, 1_000_000, True), "tls_handshake_timeout_s": (0, 1e6, False),
+    "core_stall_s": (0, 1e6, True), "stream_max_pending": (1, 1_000_000, True),
+    "stream_max_pending_bytes": (1, 2**40, True), "max_batch_size": (1, 1_000_000, True),
+    "max_queue_size": (1, 100_000_000, True), "max_queue_delay_ms": (0, 1e6, True),
+    "max_inputs_per_request": (1, 1_000_000, True), "max_beam_size": (1, 1024, True),
+}
+_MEANING = {"port": "0 picks a free port", "http_port": "0 = off", "metrics_port": "0 = off", "instances": "0 = auto",
+            "http_read_timeout_s": "0 = no limit", "http_max_connections": "0 = no limit",
+            "http_max_connections_per_peer": "0 = no limit of its own", "core_stall_s": "0 = no watchdog"}
+
+
+def _check_ranges(values: dict[str, object]) -> None:
+    import math
+
+    for key, (low, high, low_ok) in _RANGES.items():
+        if key not in values:
+            continue
+        v = values[key]
+        inside = isinstance(v, (int, float)) and not math.isnan(v) and (v >= low if low_ok else v > low) and v <= high
+        if not inside:
+            lows = f"{low:g} to {high:g}" if low_ok else ("positive" if low == 0 else f"above {low:g}") + f", at most {high:g}"
+            note = f" ({_MEANING[key]})" if key in _MEANING else ""
+            raise SystemExit(f"--{key.replace('_', '-')} must be {lows}{note}, not {v!r}")
 
 
 _REPEATABLE = ("load-model",)  # given several times (or comma-separated, as the environment variable must be)
@@ -162,9 +208,13 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
         attr = flag.replace("-", "_")
         raw = getattr(args, attr, None)
         if raw is None and (e := env.get(f"S2S_{attr.upper()}")) not in (None, ""):
-            raw = typ(e)
+            try:
+                raw = typ(e)
+            except ValueError:
+                raise SystemExit(f"S2S_{attr.upper()} (--{flag}) must be a {typ.__name__}, not {e[:40]!r}") from None
         if raw is not None:
             values[attr] = raw
+    _check_ranges(values)
     sched_fields = {f.name for f in fields(SchedulerConfig)}
     sched = {k: v for k, v in values.items() if k in sched_fields}
     stream = {f.name: values[f"stream_{f.name}"] for f in fields(StreamConfig) if f"stream_{f.name}" in values}
@@ -185,8 +235,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
     if mode == "explicit" and top.get("models"):
         raise SystemExit("--models selects what the none and poll modes serve; in explicit mode name the models to "
                          "load at start with --load-model")
-    if not top.get("repository_poll_secs", 1.0) > 0:
-        raise SystemExit("--repository-poll-secs must be positive")
+    if top.get("model_repo_links", "inside") not in ("inside", "any"):
+        raise SystemExit(f"--model-repo-links must be inside or any, not {top['model_repo_links']!r}")
     if top.get("event_loop", "auto") not in ("auto", "uvloop", "asyncio"):
         raise SystemExit(f"--event-loop must be auto, uvloop or asyncio, not {top['event_loop']!r}")
     for key in ("io_binding", "encoder_thread"):

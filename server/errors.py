@@ -8,7 +8,7 @@ class ServingError(Exception):
 
 # The HTTP status of each status code (KServe v2 REST and Triton use 400 / 404 / 429 / 503 / 504 alike).
 HTTP_STATUS = {
-    "OK": 200, "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429,
+    "OK": 200, "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429,
     "FAILED_PRECONDITION": 400,
     "CANCELLED": 499, "INTERNAL": 500, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
 }
@@ -75,6 +75,12 @@ def clip(value: str, limit: int = ECHO_CHARS) -> str:
 
 def clip_details(details: str) -> str:
     return details if len(details) <= MAX_DETAILS_CHARS else details[:MAX_DETAILS_CHARS] + "... (truncated)"
+
+
+class PermissionDenied(ServingError):
+    """A call this client may not make as it came (a browser's cross-site load or unload)."""
+
+    code = "PERMISSION_DENIED"
 
 
 class Unauthenticated(ServingError):

@@ -6,12 +6,19 @@ import asyncio
 import dataclasses
 import logging
 import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 # The committed default models; a test run can point elsewhere (e.g. while models are rebuilt).
@@ -185,3 +192,74 @@ def shell_examples(markdown: str, where: str) -> list[tuple[str, str]]:
                 command.append(line)
         assert not command, f"a command in {where} has no '# -> ' line after it: {command}"
     return out
+
+
+class Served:
+    """`s2s serve` in a child process; its combined stdout/stderr goes to a file the tests read."""
+
+    def __init__(self, tmp: Path, *args: str):
+        self.port, self.metrics_port, self.http_port = free_port(), free_port(), free_port()
+        self.log_path = tmp / "server.log"
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
+             "--port", str(self.port), "--metrics-port", str(self.metrics_port), "--http-port", str(self.http_port), *args],
+            stdout=self.log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.address = f"127.0.0.1:{self.port}"
+        with grpc.insecure_channel(self.address) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            end = time.monotonic() + 60
+            while True:
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                assert time.monotonic() < end and self.proc.poll() is None, self.log()
+                time.sleep(0.1)
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
+    def log(self) -> str:
+        self.log_file.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            self.proc.kill()
+            self.log_file.close()
+
+
+def assert_no_traceback(log: str) -> None:
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def make_repo(root: Path, other: bool = True) -> Path:
+    """A model repository of its own under ``root``: addition's version 1 copied (versions may be added to it),
+    and translate-en-ja's files linked."""
+    ADD, JA = DEFAULT_MODELS
+    repo = root / "models"
+    (repo / ADD).mkdir(parents=True)
+    shutil.copytree(MODEL_REPO / ADD / "1", repo / ADD / "1")
+    if other:  # its files linked, not its folder: a model folder that links outside the repository is refused
+        for version in (MODEL_REPO / JA).iterdir():
+            (repo / JA / version.name).mkdir(parents=True)
+            for f in version.iterdir():
+                (repo / JA / version.name / f.name).symlink_to(f.resolve())
+    return repo

@@ -253,3 +253,35 @@ def test_option_table_against_a_baseline_commit_quick_run(tmp_path):
             and 0 < r["x_no_option"] < 100
             and str(r["errors"]) == "0"
         ), r
+
+
+@needs_addition
+def test_peers_benchmark_quick_run(tmp_path):
+    """`bench.serving.peers_bench --quick` on the addition model: `s2s serve` beside the two grpc.aio CTranslate2
+    peers (per request, micro-batched) on the same weights, one window each, every side's answers the in-process
+    engine's and every figure present."""
+    ct2_module()
+    run_bench(
+        "bench.serving.peers_bench",
+        "--quick",
+        "--model",
+        "addition",
+        "--model-repo",
+        str(MODEL_REPO),
+        "--checkpoint",
+        str(ADDITION),
+        "--inputs",
+        str(ADDITION / "test.tsv"),
+        "--peers",
+        "per-request,batcher",
+        "--results",
+        str(tmp_path),
+    )
+    peers = json.loads((tmp_path / "serve-peers.json").read_text())
+    table = rows(peers, "greedy-c8")
+    assert [r["server"].split(" ")[0] for r in table] == ["s2s", "CTranslate2", "CTranslate2"], table
+    for r in table:
+        assert r["answers_s"] > 0 and r["server_cpu_ms_request"] > 0 and r["answer_bytes"] > 0, r
+        served, total = (int(x) for x in r["outputs_engine_s"].split(" of "))
+        assert total > 0 and served == total, r
+    assert rows(peers, "acceptance")

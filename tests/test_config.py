@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+from conftest import MODEL_REPO
 
 from server.config import ServerConfig, add_arguments, from_args
 
@@ -90,3 +91,22 @@ def test_default_engine_cores_leave_the_front_end_its_share(monkeypatch, cpus, c
     n, why = sizing.default_cores(ServerConfig(device="cpu"))
     assert n == cores
     assert why.startswith(f"{cpus} usable CPU cores, less the front end's share")
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 4])
+def test_a_beam_default_model_gets_a_core_per_cpu(monkeypatch, cpus):
+    """A model served with a beam by default: one engine core per CPU (its decoding, not the front end, is the
+    bottleneck); the reason names the beam."""
+    from server.core import sizing
+
+    monkeypatch.setattr(sizing, "usable_cpus", lambda: (cpus, f"{cpus} usable CPU cores"))
+    n, why = sizing.default_cores(ServerConfig(device="cpu"), beam=4)
+    assert n == cpus and "a beam of 4" in why
+
+
+def test_default_beam_reads_the_bundle(tmp_path):
+    from server.core.sizing import default_beam
+
+    assert default_beam(MODEL_REPO / "translate-en-ja" / "1") == 4
+    assert default_beam(MODEL_REPO / "addition" / "1") == 1
+    assert default_beam(tmp_path) == 1  # no bundle: its load says why

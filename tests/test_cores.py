@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import english, wait_for, MODEL_REPO, ROOT, ServerThread, free_port, server_config
+from conftest import MODEL_REPO, ROOT, ServerThread, alive, english, free_port, server_config, wait_for
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from s2s.seq2seq_client import Seq2SeqClient
@@ -25,14 +25,6 @@ ADD, JA = "addition", "translate-en-ja"
 
 
 
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_repo):

@@ -415,7 +415,7 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
     assert Translator(b).config.task.beam_size == 1
     cfg["format_version"] = 99
     (b / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5: upgrade s2s"):
+    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5, 6: upgrade s2s"):
         Translator(b)
 
 

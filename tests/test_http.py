@@ -15,7 +15,7 @@ import tritonclient.http as th
 import tritonclient.http.aio as th_aio
 from tritonclient.utils import InferenceServerException
 
-from conftest import english, ROOT, ServerThread, server_config
+from conftest import english, ServerThread, server_config
 from s2s.seq2seq_client import Seq2SeqClient
 from server.config import SchedulerConfig
 
@@ -275,18 +275,19 @@ def test_tls_serves_https_on_the_http_port(model_repo, tmp_path):
 
 @pytest.mark.parametrize("binary", [True, False])
 def test_token_counts_and_timings_on_request(client, server, binary):
-    """input_tokens / output_tokens (INT64) come only when asked for; timings are response parameters."""
+    """input_tokens / output_tokens (INT64) come only when asked for; so do the timings (response parameters)."""
     import tritonclient.grpc as tg
 
     texts = SAMPLES[JA]
     outputs = [th.InferRequestedOutput(n, binary_data=binary) for n in ("text_output", "input_tokens", "output_tokens")]
-    result = client.infer(JA, [text_input(texts, binary)], outputs=outputs)
+    result = client.infer(JA, [text_input(texts, binary)], outputs=outputs, parameters={"timings": True})
     with Seq2SeqClient(server.address) as c:
         want = c.generate_full(JA, texts)
     assert result.as_numpy("input_tokens").tolist() == [o.input_tokens for o in want.outputs]
     assert result.as_numpy("output_tokens").tolist() == [o.output_tokens for o in want.outputs]
     params = result.get_response()["parameters"]
     assert params["total_seconds"] >= params["time_to_first_token_seconds"] > 0
+    assert "parameters" not in client.infer(JA, [text_input(texts, binary)], outputs=outputs).get_response()
     assert client.infer(JA, [text_input(texts, binary)]).as_numpy("input_tokens") is None  # not asked: not sent
     g = tg.InferenceServerClient(server.address)
     try:
@@ -294,5 +295,8 @@ def test_token_counts_and_timings_on_request(client, server, binary):
         t.set_data_from_numpy(np.array([s.encode() for s in texts], dtype=object))
         r = g.infer(JA, [t], outputs=[tg.InferRequestedOutput(n) for n in ("text_output", "output_tokens")])
         assert r.as_numpy("output_tokens").tolist() == [o.output_tokens for o in want.outputs]
+        assert not r.get_response().parameters  # timings not asked for
+        timed = g.infer(JA, [t], parameters={"timings": True}).get_response().parameters
+        assert timed["total_seconds"].double_param >= timed["queue_seconds"].double_param >= 0
     finally:
         g.close()

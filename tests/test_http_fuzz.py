@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_hardening import Served
+from conftest import Served
+
 
 # Routes that change what is served are driven with names that are not served: the other routes need the models.
 MUTATING = ("/load", "/unload")

@@ -25,10 +25,9 @@ import urllib.request
 import grpc
 import pytest
 
-from conftest import english, wait_for
+from conftest import Served, english, wait_for
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
-from test_hardening import Served
 
 ADD, JA = "addition", "translate-en-ja"
 TOKEN = "tok"

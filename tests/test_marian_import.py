@@ -138,7 +138,7 @@ def served(imported, tmp_path_factory):
         (repo / name).symlink_to(folder.parent)
     if (MODEL_REPO / "addition").is_dir():
         (repo / "addition").symlink_to(MODEL_REPO / "addition")
-    srv = ServerThread(server_config(model_repo=repo))
+    srv = ServerThread(server_config(model_repo=repo, model_repo_links="any"))  # its folders link outside it
     yield srv, repo
     srv.stop()
 

@@ -26,7 +26,7 @@ import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
 import grpc
-from conftest import MODEL_REPO, ROOT, ServerThread, server_config, shell_examples, wait_for
+from conftest import MODEL_REPO, ROOT, ServerThread, make_repo, server_config, shell_examples, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos.seq2seq.v1 import seq2seq_pb2 as s2s_pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as s2s_grpc
@@ -34,15 +34,6 @@ from protos.seq2seq.v1 import seq2seq_pb2_grpc as s2s_grpc
 ADD, JA = "addition", "translate-en-ja"
 TOKEN = "control-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
-
-
-def make_repo(root: Path, other: bool = True) -> Path:
-    repo = root / "models"
-    (repo / ADD).mkdir(parents=True)
-    shutil.copytree(MODEL_REPO / ADD / "1", repo / ADD / "1")
-    if other:
-        (repo / JA).symlink_to(MODEL_REPO / JA, target_is_directory=True)
-    return repo
 
 
 def add_version(repo: Path, version: int, model: str = ADD) -> Path:

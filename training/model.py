@@ -36,8 +36,9 @@ class PositionalEncoding(nn.Module):
     """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
 
     ``sinusoid_half`` lays the same values out as all sines, then all cosines (Marian), computed in float64
-    as its trainer did, so positions agree to the last bit; ``learned`` is a stored table whose row for
-    position p is p + offset (the families that reserve the first rows)."""
+    as its trainer did, so positions agree to the last bit; ``sinusoid_fairseq`` is fairseq's table (M2M100, NLLB:
+    frequencies spaced over d/2 - 1 steps, float32); ``learned`` is a stored table. In every kind the row for
+    position p is p + offset (the families that reserve the first rows: fairseq's start after the padding id)."""
 
     def __init__(self, d_model: int, max_len: int, kind: str = "sinusoid", offset: int = 0):
         super().__init__()
@@ -45,14 +46,20 @@ class PositionalEncoding(nn.Module):
         if kind == "learned":
             self.table = nn.Embedding(max_len + offset, d_model)  # a weight, loaded with the others
             return
+        rows = max_len + offset
         if kind == "sinusoid":
-            pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+            pos = torch.arange(rows, dtype=torch.float32).unsqueeze(1)  # (L, 1)
             inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-            pe = torch.zeros(max_len, d_model)
+            pe = torch.zeros(rows, d_model)
             pe[:, 0::2] = torch.sin(pos * inv_freq)
             pe[:, 1::2] = torch.cos(pos * inv_freq)
+        elif kind == "sinusoid_fairseq":  # as fairseq computes it (M2M100SinusoidalPositionalEmbedding), to the bit
+            half = d_model // 2
+            freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+            angle = torch.arange(rows, dtype=torch.int64).float().unsqueeze(1) * freq.unsqueeze(0)
+            pe = torch.cat([torch.sin(angle), torch.cos(angle), torch.zeros(rows, d_model % 2)], dim=1)
         else:  # sinusoid_half
-            pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
+            pos = torch.arange(rows, dtype=torch.float64).unsqueeze(1)  # (L, 1)
             angle = pos / torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (L, ceil(d/2))
             pe = torch.cat([torch.sin(angle), torch.cos(angle[:, : d_model // 2])], dim=1).float()
         self.register_buffer("pe", pe, persistent=False)  # a function of the config, not a weight
@@ -62,7 +69,7 @@ class PositionalEncoding(nn.Module):
         # joined at different times feeds each row its own position.
         if hasattr(self, "table"):
             return self.table(positions + self.offset)  # (B, T, d_model)
-        return self.pe[positions]  # (B, T, d_model)
+        return self.pe[positions + self.offset if self.offset else positions]  # (B, T, d_model)
 
 
 @torch.library.custom_op("s2s::attention", mutates_args=())

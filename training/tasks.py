@@ -33,9 +33,13 @@ class Splits:
 def addition(digits: int, n_train: int, n_valid: int, n_test: int, seed: int) -> Splits:
     """`a+b` -> decimal sum, a and b in [0, 10^digits), no leading zeros, no spaces.
 
-    Problems come from an even mixture of uniform pairs and pairs whose operand digit counts are
-    uniform: uniform sampling alone shows a one-digit sum once in 10,000 problems, and a model
-    trained that way answered "1+1" with "112". Valid and test problems are distinct and take at
+    Problems come from three equal parts: uniform pairs; pairs whose operand digit counts are
+    uniform (uniform sampling alone shows a one-digit sum once in 10,000 problems, and a model
+    trained that way answered "1+1" with "112"); and carry chains, where every column sums to 9
+    (it passes a carry on), to 10 or more (it makes one) or anything, a third each. The sum is
+    written most significant digit first, so its first digit depends on every carry below it:
+    uniform pairs have a column sum of 9 one time in ten, and a model trained on them alone
+    answered `109+91` with 100 and `961+38` with 1099. Valid and test problems are distinct and take at
     most a tenth of each (digits of a, digits of b) cell, so the short cells (only 100 one-digit
     pairs exist) stay mostly for training, where they are drawn with replacement. No held-out
     problem appears in training.
@@ -49,9 +53,25 @@ def addition(digits: int, n_train: int, n_valid: int, n_test: int, seed: int) ->
     def n_digits(x: int) -> int:
         return len(str(x))
 
+    def carry_chain() -> tuple[int, int]:
+        a = b = 0
+        for col in range(digits):
+            da, kind = rng.randrange(10), rng.randrange(3)
+            if kind == 0:  # passes a carry on
+                db = 9 - da
+            elif kind == 1 and da > 0:  # makes a carry
+                db = rng.randrange(10 - da, 10)
+            else:
+                db = rng.randrange(10)
+            a, b = a + da * 10**col, b + db * 10**col
+        return (a, b) if rng.random() < 0.5 else (b, a)
+
     def draw() -> tuple[int, int]:
-        if rng.random() < 0.5:
+        part = rng.randrange(3)
+        if part == 0:
             return rng.randrange(10**digits), rng.randrange(10**digits)
+        if part == 1:
+            return carry_chain()
         da, db = rng.randint(1, digits), rng.randint(1, digits)
         low = lambda d: 10 ** (d - 1) if d > 1 else 0  # noqa: E731
         return rng.randrange(low(da), 10**da), rng.randrange(low(db), 10**db)

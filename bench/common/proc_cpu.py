@@ -50,3 +50,37 @@ def tree_cpu_s(pid: int) -> float:
             ticks += procs[p][1]
         todo += kids.get(p, [])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_split_s(pid: int, role) -> dict[str, float]:
+    """CPU seconds of ``pid``'s process tree summed by ``role(pid, depth, comm)`` (a label per process), so a
+    server's front end, its workers and any process it spawned can be told apart."""
+    procs = _procs()
+    kids: dict[int, list[int]] = {}
+    for p, (ppid, _) in procs.items():
+        kids.setdefault(ppid, []).append(p)
+    out: dict[str, float] = {}
+    todo = [(pid, 0)]
+    while todo:
+        p, depth = todo.pop()
+        if p in procs:
+            try:
+                comm = Path(f"/proc/{p}/comm").read_text().strip()
+            except OSError:
+                comm = "?"
+            key = role(p, depth, comm)
+            out[key] = out.get(key, 0.0) + procs[p][1] / os.sysconf("SC_CLK_TCK")
+        todo += [(k, depth + 1) for k in kids.get(p, [])]
+    return out
+
+
+def threads_cpu_s(pid: int, tids: tuple[int, ...]) -> float:
+    """CPU seconds of some threads of one process (a library's worker threads, inside a Python server)."""
+    ticks = 0
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")

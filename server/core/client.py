@@ -12,6 +12,13 @@ every 50 ms while it has work (``server.core.scheduler.STATS_EVERY_S``), so a wa
 core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is SIGKILLed
 and handled as above (marked down, its requests failed with UNAVAILABLE, restarted). Writes to the
 pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
+
+Silence is the core's only if the front end was listening. When the front end itself stops (a SIGSTOP,
+a long GC pause, a stalled VM), the core's reports pile up unread in the pipe, and on waking the
+watchdog's timer can run before the reader: it killed healthy cores. So before it kills, the watchdog
+looks at the pipe (unread reports: the core spoke) and at its own timer (one that runs late by more than
+its period: the front end was not running, and cannot tell what the core did meanwhile); either starts
+the count again.
 """
 
 from __future__ import annotations
@@ -108,6 +115,7 @@ class CoreHandle:
     def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry, stall_s: float = 10.0):
         self.spec, self.telemetry, self.stall_s = spec, telemetry, stall_s
         self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
+        self._watch_due = 0.0  # when the watchdog's timer is due (a timer that runs late: the front end paused)
         self._watchdog: asyncio.TimerHandle | None = None
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
@@ -150,6 +158,7 @@ class CoreHandle:
         self._ready = loop.create_future()
         loop.add_reader(self.conn.fileno(), self._readable)
         if self._watchdog is None and self.stall_s > 0:
+            self._watch_due = time.monotonic() + self.stall_s / 4
             self._watchdog = loop.call_later(self.stall_s / 4, self._watch)
         return self._ready
 
@@ -160,7 +169,13 @@ class CoreHandle:
         self._watchdog = None
         if self.stopping:
             return
-        silent = time.monotonic() - self.heard_at
+        now = time.monotonic()
+        period = self.stall_s / 4
+        late = now - self._watch_due > period  # the front end did not run for a while: nothing to judge by
+        self._watch_due = now + period
+        if late or (self.conn is not None and self.conn.poll(0)):  # reports waiting unread: the core spoke
+            self.heard_at = max(self.heard_at, now)
+        silent = now - self.heard_at
         proc = self.proc
         if self.inflight and self.state.up and silent > self.stall_s and proc is not None and proc.poll() is None:
             log.warning("engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "

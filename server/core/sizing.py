@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -35,7 +36,16 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
     return cpus, f"{cpus} usable CPU cores"
 
 
-def default_cores(config: ServerConfig) -> tuple[int, str]:
+def default_beam(bundle: Path) -> int:
+    """The beam a request that names none gets (the bundle's task.beam_size); 1 where the bundle cannot be read
+    (its load reports why)."""
+    try:
+        return max(1, int(json.loads((bundle / "config.json").read_text())["task"].get("beam_size", 1)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+
+
+def default_cores(config: ServerConfig, beam: int = 1) -> tuple[int, str]:
     """Engine cores per model when neither --instances nor NAME@CORES says: sized to the machine it starts on.
 
     One single-threaded engine core per CPU core is the fastest way to use a CPU for decoding (one intra-op
@@ -43,11 +53,18 @@ def default_cores(config: ServerConfig) -> tuple[int, str]:
     HTTP, tokenizing) needs CPU too: about ``FRONT_END_SHARE`` of a busy engine core's. So the cores get what
     is left after the front end's share, never fewer than one. On 2 CPUs that is one core, the least server CPU
     per request; ``--instances 2`` trades CPU per request for throughput (docs/BENCHMARKS.md, the serving
-    variants). A GPU batches inside one core: one."""
+    variants). A model whose default search is a beam (``beam`` > 1) gets a core per CPU: a request's engine work
+    grows with the beam and its front-end work does not, so the front end's share shrinks to what the cores leave
+    idle, and one core, not the front end, is then the bottleneck (docs/BENCHMARKS.md#design-choices). A GPU
+    batches inside one core: one."""
     cpus, where = usable_cpus()
     if config.device != "cpu" and cuda_probe()[0]:
         return 1, "CUDA: one core per model batches on the GPU"
     per_core = max(1, config.intra_op_threads)
+    if beam > 1:
+        return max(1, cpus // per_core), (f"{where}, the model's default search a beam of {beam} (the front end's "
+                                          f"share is small against a beam's decoding), / {per_core} intra-op "
+                                          "thread(s) per engine core")
     n = max(1, int(cpus / (1 + FRONT_END_SHARE)) // per_core)
     return n, (f"{where}, less the front end's share (~{FRONT_END_SHARE:g} CPU per busy engine core), "
                f"/ {per_core} intra-op thread(s) per engine core")

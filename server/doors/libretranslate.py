@@ -39,15 +39,14 @@ import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl
 
 from aiohttp import web
-from aiohttp.helpers import parse_mimetype
-from aiohttp.http_exceptions import HttpProcessingError
 from multidict import MultiDict
 
 from server.errors import InvalidInput, clip
-from server.transport.http_body import READ_TIMEOUT_S, parse_json_off_loop, read_body, read_json, deadline_of, json_response
+from server.transport.http_body import parse_json_off_loop, read_body, read_json, deadline_of, json_response
+from server.transport.http_forms import multipart, urlencoded
+from server.transport.offload import off_loop
 from server.doors.http_door import HttpDoor
 from server.doors.libretranslate_html import check_html, parse_all
 from contract.decoding import DecodingOptions
@@ -86,6 +85,15 @@ def served_pairs(doors: HttpDoor) -> dict[tuple[str, str], str]:
     return pairs
 
 
+def unloaded_model(doors: HttpDoor, source: str, target: str) -> str:
+    """The unloaded model that served source -> target when it was loaded ("" if none)."""
+    for name in sorted(doors.repo.unloaded):
+        pair = doors.repo.languages.get(name)
+        if pair and pair[1] == target and source in (pair[0], AUTO) and name not in doors.repo.models:
+            return name
+    return ""
+
+
 def _describe(pairs: dict[tuple[str, str], str]) -> str:
     return ", ".join(f"{s} -> {t}" for s, t in sorted(pairs)) or "none (no served model declares its languages)"
 
@@ -121,11 +129,11 @@ async def _params(request: web.Request) -> MultiDict | dict:
     if request.content_type == "application/json":
         return await read_json(request)
     if request.content_type == "multipart/form-data" and request.method == "POST":
-        return MultiDict({**fields, **await _multipart(request)})
+        return MultiDict({**fields, **await multipart(request.headers.get("Content-Type", ""), await read_body(request))})
     text = _utf8(await read_body(request))
     if text.lstrip().startswith("{"):  # JSON sent without its content type (curl -d '{...}')
         return await parse_json_off_loop(text)
-    form = MultiDict(parse_qsl(text, keep_blank_values=True))
+    form = MultiDict(await urlencoded(text))
     return MultiDict({**fields, **{k: form[k] for k in form}})  # the first of a repeated field, as Flask's
 
 
@@ -134,21 +142,6 @@ def _utf8(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InvalidInput(f"the request body is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-
-
-async def _multipart(request: web.Request) -> dict[str, str]:
-    """A multipart form's text fields (files are not fields of this API)."""
-    if not parse_mimetype(request.headers.get("Content-Type", "")).parameters.get("boundary"):
-        raise InvalidInput("Content-Type multipart/form-data needs a boundary parameter (multipart/form-data; "
-                           "boundary=...)")
-    try:
-        async with asyncio.timeout(request.app.get(READ_TIMEOUT_S)):
-            form = await request.post()
-    except TimeoutError:
-        raise InvalidInput("the request body did not arrive within the read timeout (--http-read-timeout-s)") from None
-    except (ValueError, AssertionError, LookupError, HttpProcessingError) as e:  # what aiohttp's parser raises
-        raise InvalidInput(f"the multipart/form-data body is malformed ({' '.join(str(e).split())[:120]})") from None
-    return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
 async def _read(doors: HttpDoor, request: web.Request, method: str) -> MultiDict | dict:
@@ -232,18 +225,25 @@ def _flag(params, key: str) -> bool:
 def routes(doors: HttpDoor) -> list[web.RouteDef]:
     async def translate(request: web.Request) -> web.Response:
         params = await _read(doors, request, "Translate")
+        req, error = None, None
         try:
             req = parse_translate(params)
             name, source = resolve(served_pairs(doors), req.source, req.target)
         except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
-            req, name, error = None, "", e
+            # An unloaded model's pair: 503 "unloaded; load it again", as KServe answers, not 400 "not served".
+            name, error = (unloaded_model(doors, req.source, req.target) if req else ""), e
         async with doors.track(name, "Translate"):
-            if req is None:
+            if error is not None:
+                if name:
+                    doors.repo.get(name)  # raises ModelNotReady
                 raise error
-            model = doors.repo.get(name)
+            docs = None
             if req.format == "html":
                 check_html(req.texts)  # cheap counts first; the parser runs off the event loop
-                docs = await asyncio.to_thread(parse_all, req.texts)
+                docs = await off_loop(parse_all, req.texts)  # in the one parse lane: many at once wait their turn
+            # Looked up after the parse, not before: a reload while it ran retires the version read before it.
+            model = doors.repo.get(name)
+            if docs is not None:
                 texts = [t for d in docs for t in d.texts()]
                 if len(texts) > model.limits.max_inputs:
                     raise InvalidInput(f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "

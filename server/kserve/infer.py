@@ -32,7 +32,7 @@ class InferAnswer:
     id: str
     outputs: list[OutputTensor]  # text_output first, then the optional outputs in the order asked
     raw: bool  # answer in raw bytes (raw_output_contents / the binary extension), as the request came
-    parameters: dict[str, float]  # the request's timings
+    parameters: dict[str, float]  # the request's timings, where it asked for them (else empty)
 
 
 def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
@@ -49,7 +49,7 @@ def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
                 for key in p.counts]
     t = g.timings
     timings = {"queue_seconds": t.queue_seconds, "time_to_first_token_seconds": t.time_to_first_token_seconds,
-               "total_seconds": t.total_seconds}
+               "total_seconds": t.total_seconds} if p.timings else {}
     return InferAnswer(g.model, g.version, request_id, outputs, p.raw, timings)
 
 

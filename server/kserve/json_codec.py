@@ -135,7 +135,9 @@ def from_json(model: str, version: str, header: dict, binary: bytes) -> tuple[In
 
 def to_json(a: InferAnswer, binary: bool) -> tuple[dict, list[bytes]]:
     """The answer: its JSON header, and when ``binary`` each output's raw bytes in order (else the data is in the JSON)."""
-    head: dict[str, Any] = {"model_name": a.model, "model_version": a.version, "outputs": [], "parameters": a.parameters}
+    head: dict[str, Any] = {"model_name": a.model, "model_version": a.version, "outputs": []}
+    if a.parameters:
+        head["parameters"] = a.parameters
     if a.id:
         head["id"] = a.id
     blobs = []

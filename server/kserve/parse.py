@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from contract.decoding import DecodingOptions
 from server.errors import InvalidInput, ModelNotReady, clip
 from server.kserve.protocol import (ALIASES, DECODING_PARAMETERS, EXTRA_OUTPUTS, MAX_ID_CHARS, OPTIONS, TARGET_PREFIX,
-                                    TEXT_INPUT, TEXT_OUTPUT, TEXT_PARAMETERS)
+                                    TEXT_INPUT, TEXT_OUTPUT, TEXT_PARAMETERS, TIMINGS)
 from server.kserve.tensors import InferInput, InferRequest, Param, shape_str, split_bytes
 from server.models.served_version import ServedVersion
 from server.models.prepare import Limits
@@ -32,6 +32,7 @@ class Parsed:
     deadline: float | None
     counts: tuple[str, ...] = ()  # EXTRA_OUTPUTS asked for, in the order asked
     prefixes: list[str] | None = None
+    timings: bool = False  # the answer carries the request's timings (the TIMINGS parameter)
     text: TextOptions = TextOptions()
 
 
@@ -161,7 +162,8 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
     text = TextOptions(**{key: _param(request.parameters, key, bool) is not False for key in TEXT_PARAMETERS})
-    return Parsed(model, texts, shape, options, request.raw, deadline, tuple(counts), prefixes, text)
+    return Parsed(model, texts, shape, options, request.raw, deadline, tuple(counts), prefixes,
+                  flag(request.parameters, TIMINGS), text)
 
 
 def _decoding_options(params: dict[str, Param], given: dict[str, InferInput], name: str, lim: Limits) -> DecodingOptions:

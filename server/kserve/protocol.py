@@ -10,8 +10,7 @@ from server.models.registry import ServedModels
 
 TEXT_INPUT, TEXT_OUTPUT = "text_input", "text_output"
 # Optional INT64 outputs of text_input's shape, sent only when asked for by name in `outputs`: the
-# token counts that seq2seq.v1's Output carries. Each answer also has the request's timings as
-# response parameters (queue_seconds, time_to_first_token_seconds, total_seconds).
+# token counts that seq2seq.v1's Output carries.
 COUNT_OUTPUTS = ("input_tokens", "output_tokens")
 # The n-best lists, [N, num_hypotheses] (padded with "" and 0 where a tiny vocabulary left fewer): texts, scores.
 NBEST_OUTPUTS = {"hypotheses": "BYTES", "scores": "FP32"}
@@ -29,6 +28,10 @@ DECODING_PARAMETERS = {
     "sampling_topk": int, "seed": int, "length_penalty": float, "repetition_penalty": float, "sampling_topp": float,
     "sampling_temperature": float, "return_scores": bool, "disable_unk": bool, "distinct_hypotheses": bool, "length_penalty_type": str,
 }
+# A request with this parameter true gets its timings as response parameters (queue_seconds,
+# time_to_first_token_seconds, total_seconds); without it the answer carries none, as Triton's: every
+# client pays for decoding what an answer carries.
+TIMINGS = "timings"
 # Request parameters -> TextOptions (translation models; absent = on).
 TEXT_PARAMETERS = ("protect_spans", "keep_numbers", "split_long")
 PLATFORM, BACKEND = "s2s", "onnxruntime"

@@ -6,6 +6,14 @@
   200 with an empty body once done, or ``{"error": ...}`` with the status of the domain error.
 
 A thin map onto ``server/models/control.py``, behind the same bearer-token auth as every other path.
+
+Load and unload change what the server runs, so a browser must not be able to call them from another site.
+With a token, the auth middleware sees to that (a page cannot add an Authorization header without a CORS
+preflight). Without one, a cross-site form or ``no-cors`` fetch would reach them: so a request that a
+browser sent from another origin (its ``Origin`` is not this server's, or ``Sec-Fetch-Site`` says
+cross-site) is refused unless it is JSON (``Content-Type: application/json``, which no page can send
+cross-site without a preflight that only ``--cors-allow-origin`` origins pass). curl, tritonclient and
+``s2s models`` send no ``Origin`` and go through as before.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from dataclasses import asdict
 
 from aiohttp import web
 
-from server.errors import InvalidInput
+from server.errors import InvalidInput, PermissionDenied
 from server.transport.http_body import read_json, json_response
 from server.doors.http_door import HttpDoor
 
@@ -29,6 +37,24 @@ async def _parameters(request: web.Request) -> dict:
     return params
 
 
+def _cross_site(request: web.Request) -> bool:
+    """Sent by a browser on a page of another origin."""
+    if request.headers.get("Sec-Fetch-Site", "") in ("cross-site", "same-site"):
+        return True
+    origin = request.headers.get("Origin")
+    return origin is not None and origin != f"{request.scheme}://{request.host}"
+
+
+def check_state_change(doors: HttpDoor, request: web.Request) -> None:
+    """Refuse a load or unload a page of another site made a browser send (see the module's docstring)."""
+    if doors.auth.expected is not None or request.content_type == "application/json" or not _cross_site(request):
+        return
+    doors.tracker.refused(request.path.rsplit("/", 1)[-1], "http", "PERMISSION_DENIED",
+                          f"HTTP POST {request.path[:80]}: a cross-site browser request without JSON")
+    raise PermissionDenied("a load or unload from a page of another site is refused: send Content-Type: "
+                          "application/json (or run the server with --auth-token and send the token)")
+
+
 def routes(doors: HttpDoor) -> list[web.RouteDef]:
     control = doors.control
 
@@ -41,12 +67,14 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
 
     async def load(request: web.Request) -> web.Response:
         name = request.match_info["model"]
+        check_state_change(doors, request)
         async with doors.track(name, "RepositoryModelLoad"):
             await control.load(name, await _parameters(request))
         return web.Response(status=200)
 
     async def unload(request: web.Request) -> web.Response:
         name = request.match_info["model"]
+        check_state_change(doors, request)
         async with doors.track(name, "RepositoryModelUnload"):
             await control.unload(name, await _parameters(request))
         return web.Response(status=200)

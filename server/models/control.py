@@ -19,6 +19,7 @@ processes. The repository (``server/models/registry.py``) is what front doors re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,9 @@ from contract.bundle import BundleError, read_bundle
 from server.errors import InvalidInput, ModelControlDisabled, ModelLoadFailed, ModelNotFound, ServingError, ShuttingDown, clip
 from server.models.served_version import ServedVersion
 from server.models.disk import model_folders
+from server.models.names import check_name, shown
 from server.models.registry import ServedModels
+from server.telemetry.refusal_log import RefusalLog
 
 log = logging.getLogger("s2s.control")
 
@@ -59,7 +62,15 @@ class ModelControl:
         self.repo = repo
         self.config = repo.config
         self.mode = repo.mode
-        self._locks: dict[str, asyncio.Lock] = {}
+        # One lock per model with a change under way or waiting, dropped when none is: a lock kept per name
+        # ever asked for would let a client grow the server's memory with names.
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        # Each change runs as a task of its own, not in the caller's: a caller cancelled or past its deadline
+        # leaves it to finish (a half-made load is stopped, an unload drains), so no process is left behind.
+        self._changes: set[asyncio.Task] = set()
+        # A failed load is the client's doing in explicit mode (a broken bundle asked for again and again):
+        # one ERROR line per model every 10 s, with a count of those not written.
+        self._load_errors = RefusalLog(level=logging.ERROR, label="load failed")
         self._busy: dict[str, str] = {}  # name -> LOADING / UNLOADING while a change is under way
         self._failed: dict[str, tuple] = {}  # poll: name -> the folder signature whose load failed
         self._failures: dict[str, str] = {}  # name -> why its last load failed (until one succeeds)
@@ -70,22 +81,51 @@ class ModelControl:
         if self.mode == "poll":
             self._poller = asyncio.ensure_future(self._poll())
 
-    async def close(self) -> None:
-        """Before shutdown: no new change starts; one under way finishes (its lock is taken here)."""
+    def begin_close(self) -> None:
+        """The drain has begun: every load and unload from now on is refused (UNAVAILABLE), polling stops."""
         self.closing = True
         if self._poller is not None:
             self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-        for lock in list(self._locks.values()):
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Before shutdown: no new change starts; one under way finishes (a load is stopped before it would serve),
+        waited for up to ``timeout`` seconds."""
+        self.begin_close()
+        pending = set(self._changes) | ({self._poller} if self._poller is not None else set())
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    def _refuse_if_closing(self) -> None:
+        if self.closing:
+            raise ShuttingDown("server is shutting down: no model is loaded or unloaded now; retry on another replica")
+
+    async def _run(self, change) -> object:
+        """Run a change (a coroutine) as a task of its own and wait for it; the caller's cancellation does not
+        reach it."""
+        task = asyncio.ensure_future(change)
+        self._changes.add(task)
+        task.add_done_callback(self._changes.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no "never retrieved" line
+        return await asyncio.shield(task)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, name: str):
+        lock, users = self._locks.get(name, (None, 0))
+        lock = lock or asyncio.Lock()
+        self._locks[name] = (lock, users + 1)
+        try:
             async with lock:
-                pass
+                yield
+        finally:
+            lock, users = self._locks[name]
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
 
     def failure(self, name: str) -> str:
         """Why the model's last load failed ("" if it did not)."""
         return self._failures.get(name, "")
-
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._locks.setdefault(name, asyncio.Lock())
 
     def _explicit(self, what: str) -> None:
         if self.mode != "explicit":
@@ -98,18 +138,22 @@ class ModelControl:
     async def load(self, name: str, parameters: dict | None = None) -> None:
         """Load a model, or reload it: its wanted version (pinned, else the latest on disk) replaces what serves."""
         self._explicit("load")
+        check_name(name)
+        self._refuse_if_closing()
         if parameters:
             raise InvalidInput(f"load parameters {', '.join(sorted(map(clip, parameters)))} are not supported: the "
                                "bundle is served as it is on disk (export a new version to change it)")
-        await self.apply(name)
+        await self._run(self.apply(name))
 
     async def unload(self, name: str, parameters: dict | None = None) -> None:
         self._explicit("unload")
+        check_name(name)
+        self._refuse_if_closing()
         unknown = sorted(set(parameters or ()) - set(UNLOAD_PARAMETERS))
         if unknown:
             raise InvalidInput(f"unload parameters {', '.join(map(clip, unknown))} are not supported (known: "
                                f"{', '.join(UNLOAD_PARAMETERS)})")
-        await self.remove(name)
+        await self._run(self.remove(name))
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model of the repository: each loaded version with its state, the others as UNAVAILABLE."""
@@ -133,9 +177,8 @@ class ModelControl:
     # ---- changes ------------------------------------------------------------------------------------
     async def apply(self, name: str) -> ServedVersion:
         """Serve ``name`` at its wanted version, a fresh copy even if that version already serves (a reload)."""
-        async with self._lock(name):
-            if self.closing:
-                raise ShuttingDown("server is shutting down; no model is loaded now")
+        async with self._locked(name):
+            self._refuse_if_closing()
             self._busy[name] = "LOADING"
             try:
                 api = await self._apply(name)
@@ -153,7 +196,8 @@ class ModelControl:
             # Every file against its sha256 first, off the event loop: a file that is missing, truncated or still
             # being copied is named before anything starts (the cores check again as they load).
             await asyncio.to_thread(read_bundle, folder, True)
-            new = repo.build(name, version)
+            # Building the tokenizer too (a vocabulary of a million entries took 2 s): the loop serves meanwhile.
+            new = await asyncio.to_thread(repo.build, name, version)
             new.stage()
         except BundleError as e:  # names the file
             raise self._failed_load(name, version, str(e)) from None
@@ -173,6 +217,9 @@ class ModelControl:
         except BaseException:
             await self._discard(new)
             raise
+        if self.closing:  # the drain began while it loaded: it would serve nobody, and nobody would stop it
+            await self._discard(new)
+            raise ShuttingDown("server is shutting down: the load was stopped before the new version served")
         old = repo.models.get(name, {})
         for v, api in old.items():
             api.retire(f"model {name!r} version {v} was just replaced by version {version}; retry")
@@ -199,11 +246,11 @@ class ModelControl:
     def _failed_load(self, name: str, version: str, why: str) -> ModelLoadFailed:
         serving = self.repo.models.get(name)
         still = (f"; version {', '.join(serving)} goes on serving" if serving else "")
-        log.error("model %s version %s failed to load: %s%s", name, version, why, still)
+        self._load_errors(name, f"model {name} version {version} failed to load: {why}{still}")
         self._failures[name] = f"version {version} failed to load: {why}"
         if not serving:
             self.repo.metrics.forget_model(name)  # the failed copy's own series
-        return ModelLoadFailed(f"model {name!r} version {version} failed to load: {why}{still}")
+        return ModelLoadFailed(f"model {shown(name)} version {version} failed to load: {why}{still}")
 
     async def _discard(self, api: ServedVersion) -> None:
         """Stop a version that never took traffic (its cores may be up, half up or gone)."""
@@ -215,13 +262,13 @@ class ModelControl:
 
     async def remove(self, name: str, why: str = "unloaded", gone: bool = False) -> None:
         """Unload: new requests for the model get UNAVAILABLE, those in flight finish, its processes stop."""
-        async with self._lock(name):
+        async with self._locked(name):
             repo = self.repo
             versions = repo.models.pop(name, None)
             if versions is None:
                 if name in repo.unloaded or name in model_folders(self.config.model_repo):
                     return  # not loaded: nothing to do (as Triton answers)
-                raise ModelNotFound(f"model {clip(name)} is neither loaded nor in the repository "
+                raise ModelNotFound(f"model {shown(name)} is neither loaded nor in the repository "
                                     f"{self.config.model_repo}")
             self._busy[name] = "UNLOADING"
             self._failures.pop(name, None)  # older news than this unload
@@ -259,7 +306,7 @@ class ModelControl:
                 version = repo.wanted_version(name)
             except ModelNotFound:
                 if name in repo.models:
-                    await self.remove(name, "its folder left the repository", gone=True)
+                    await self._run(self.remove(name, "its folder left the repository", gone=True))
                 continue
             if version in repo.models.get(name, {}):
                 continue
@@ -267,10 +314,10 @@ class ModelControl:
             if self._failed.get(name) == signature:
                 continue  # logged once; tried again when the folder changes
             try:
-                await self.apply(name)
+                await self._run(self.apply(name))
                 self._failed.pop(name, None)
             except ServingError:  # logged by _failed_load; the serving version goes on
                 self._failed[name] = signature
         for name in list(repo.models):
-            if name not in watched:
-                await self.remove(name, "its folder left the repository", gone=True)
+            if name not in watched and not self.closing:
+                await self._run(self.remove(name, "its folder left the repository", gone=True))

@@ -5,10 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from contract.bundle import BundleError
+from server.models.names import is_version, name_problem, warn_ignored
 
 
 def versions_on_disk(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    """The version folders of a model folder; anything else in it is ignored, with one warning."""
+    out = []
+    try:
+        entries = list(model_dir.iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        if is_version(p.name) and p.is_dir():
+            out.append(int(p.name))
+        elif p.is_dir():
+            warn_ignored(p, "not a version folder (a version is ASCII digits with no leading zero, e.g. 1)")
+    return sorted(out)
 
 
 def parse_model(item: str) -> tuple[str, str, int | None]:
@@ -17,8 +29,10 @@ def parse_model(item: str) -> tuple[str, str, int | None]:
     name, _, version = spec.partition(":")
     if cores and not (cores.isdigit() and int(cores) > 0):
         raise BundleError(f"--models {item!r}: the number of engine cores after '@' must be a positive integer")
-    if version and not version.isdigit():
-        raise BundleError(f"--models {item!r}: the version after ':' must be a number")
+    if version and not is_version(version):
+        raise BundleError(f"--models {item!r}: the version after ':' must be a number (ASCII digits, e.g. 1)")
+    if why := name_problem(name):
+        raise BundleError(f"--models {item!r}: {name!r} is not a model name: {why}")
     return name, version, int(cores) if cores else None
 
 
@@ -31,18 +45,26 @@ def select(repo: Path, wanted: tuple[str, ...]) -> list[tuple[str, int, int | No
         for item in wanted:
             name, ver, cores = parse_model(item)
             d = repo / name
-            if not d.is_dir() or not versions_on_disk(d):
+            if not d.is_dir() or not versions_on_disk(d) or (ver and not (d / ver).is_dir()):
                 raise BundleError(f"{d}: model {name!r} not found in the repository")
             out.append((name, int(ver) if ver else versions_on_disk(d)[-1], cores))
         return out
-    out = [(d.name, versions_on_disk(d)[-1], None) for d in sorted(repo.iterdir()) if d.is_dir() and versions_on_disk(d)]
+    out = [(name, versions_on_disk(repo / name)[-1], None) for name in model_folders(repo)]
     if not out:
         raise BundleError(f"{repo}: no models (expected {repo}/<name>/<version>/config.json)")
     return out
 
 
 def model_folders(repo: Path) -> list[str]:
-    """Models in the repository: folders with at least one version folder."""
+    """Models in the repository: folders with at least one version folder (and a name that is a model name)."""
     if not repo.is_dir():
         return []
-    return [d.name for d in sorted(repo.iterdir()) if d.is_dir() and versions_on_disk(d)]
+    out = []
+    for d in sorted(repo.iterdir()):
+        if not d.is_dir():
+            continue
+        if why := name_problem(d.name):
+            warn_ignored(d, f"not a model name: {why}")
+        elif versions_on_disk(d):
+            out.append(d.name)
+    return out

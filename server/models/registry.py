@@ -9,11 +9,12 @@ from contract.bundle import BundleError
 from engine.device import provider_reason
 from server.config import ServerConfig
 from server.core.client import CoreLoadError
-from server.core.sizing import default_cores, encoder_thread
+from server.core.sizing import default_beam, default_cores, encoder_thread
 from server.errors import ModelNotFound, ModelNotReady, clip
 from server.telemetry.metrics import Metrics
 from server.telemetry.model_telemetry import Telemetry
 from server.models.disk import model_folders, parse_model, select, versions_on_disk
+from server.models.names import check_name, inside
 from server.models.served_version import ServedVersion
 
 log = logging.getLogger("s2s.repository")
@@ -26,10 +27,12 @@ class ServedModels:
     def __init__(self, config: ServerConfig, telemetry: Telemetry):
         self.models: dict[str, dict[str, ServedVersion]] = {}
         self.unloaded: set[str] = set()  # unloaded through the API (or their folder removed, in poll mode)
+        self.languages: dict[str, tuple[str, str]] = {}  # model -> (source, target) its last serving version declared
         self.config, self.telemetry, self.metrics = config, telemetry, telemetry.metrics
         self.device = config.device
         self._logged: set[str] = set()  # providers already logged
         self.mode = config.model_control_mode
+        self.follow_links = config.model_repo_links == "any"
         self.auto_cores = default_cores(config)
         # NAME[:VERSION][@CORES] as configured (--models, --load-model): a pinned version and a core count that
         # every later load of that model keeps.
@@ -60,7 +63,7 @@ class ServedModels:
 
     def wanted_version(self, name: str) -> str:
         """The version to serve: the pinned one, else the latest on disk (Triton's default version policy)."""
-        folder = self.config.model_repo / name
+        folder = inside(self.config.model_repo, name, follow_any=self.follow_links)  # InvalidInput for a bad name
         on_disk = versions_on_disk(folder) if folder.is_dir() else []
         if not on_disk:
             raise ModelNotFound(f"{folder}: model {clip(name)} not found in the repository (expected "
@@ -75,10 +78,14 @@ class ServedModels:
         """A model version's API and (not yet started) engine cores; BundleError names a broken file."""
         cores = self.cores_of.get(name)
         auto, why = self.auto_cores
+        beam = default_beam(self.config.model_repo / name / version)
+        if beam > 1 and not (cores or self.config.instances):
+            auto, why = default_cores(self.config, beam)
         n = cores or self.config.instances or auto
         reason = ("--models @" if cores else "--instances") if (cores or self.config.instances) else why
         encoder, encoder_why = encoder_thread(self.config, n)
-        api = ServedVersion(name, version, self.config.model_repo / name / version, self.config, self.telemetry, n, encoder)
+        folder = inside(self.config.model_repo, name, version, follow_any=self.follow_links)
+        api = ServedVersion(name, version, folder, self.config, self.telemetry, n, encoder)
         log.info("model %s version %s: %d engine core(s) (%s), encoder thread %s (%s)", name, version, n, reason,
                  "on" if encoder else "off", encoder_why)
         return api
@@ -100,11 +107,14 @@ class ServedModels:
             self._logged.add(api.provider)
             log.info("ONNX Runtime runs %s (--device %s: %s)", api.provider, self.device, provider_reason(self.device))
         self.metrics.model_info.labels(api.name, api.version, api.provider, api.bundle.quantization).set(1)
+        if api.bundle.source_language and api.bundle.target_language:
+            self.languages[api.name] = (api.bundle.source_language, api.bundle.target_language)
         log.info("serving %s version %s (%s, %s)", api.name, api.version, api.bundle.task.name, api.provider)
 
     def get(self, name: str, version: str = "") -> ServedVersion:
         versions = self.models.get(name)
         if not versions:
+            check_name(name)  # a name that cannot be one: said so, not "not served"
             if name in self.unloaded:
                 raise ModelNotReady(f"model {clip(name)} is unloaded; load it again to serve it (KServe "
                                     f"RepositoryModelLoad, POST /v2/repository/models/{name}/load, or "

@@ -42,6 +42,13 @@ class ServedVersion:
                  encoder_thread: bool = False):
         self.name, self.version, self.folder = name, version, folder
         self.bundle = bundle.read_bundle(folder, verify_hashes=False)  # each core verifies every hash as it loads
+        if self.bundle.languages is not None:
+            # Its rows need their target-language token forced; no door asks for a language yet, and decoding without
+            # one would answer in whichever language the model drifts to.
+            raise bundle.BundleError(
+                f"{folder / bundle.CONFIG_FILE}: a multilingual bundle ({len(self.bundle.languages.tokens)} languages); "
+                "the server does not take a target language per request yet: decode it in process with "
+                "engine.load(folder).generate(texts, target_languages=[...])")
         m = self.bundle.model
         self.codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special,
                                         folder / bundle.TARGET_TOKENIZER_FILE)

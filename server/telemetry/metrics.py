@@ -7,13 +7,11 @@ this is the only module that knows prometheus_client.
 
 from __future__ import annotations
 
-import http.server
 import logging
-import socket
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, MetricsHandler
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from server.telemetry.metrics_http import MetricsServer
 
 log = logging.getLogger("s2s.metrics")
 
@@ -84,54 +82,3 @@ class Metrics:
     def serve_http(self, port: int, host: str = "0.0.0.0") -> MetricsServer:
         """Start the /metrics endpoint on its own threads (it answers even while the event loop is busy)."""
         return MetricsServer(host, port, self.registry)
-
-
-class MetricsServer(http.server.HTTPServer):
-    """prometheus_client's /metrics handler on a bounded server.
-
-    prometheus_client's own ``start_http_server`` starts a thread per connection with no cap, so a
-    client holding connections open costs a thread each. Here a few workers answer, at most
-    ``max_connections`` connections are held (more are closed at once), and a connection that sends
-    nothing for ``timeout_s`` is dropped (a scrape takes milliseconds)."""
-
-    daemon_threads = True
-
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, *, workers: int = 4,
-                 max_connections: int = 32, timeout_s: float = 10.0):
-        self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        handler = type("Handler", (MetricsHandler.factory(registry),), {"timeout": timeout_s, "log_message": _quiet})
-        super().__init__((host, port), handler)
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="metrics")
-        self.slots = threading.BoundedSemaphore(max_connections)
-        self.thread = threading.Thread(target=self.serve_forever, name="metrics-accept", daemon=True)
-        self.thread.start()
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
-
-    def process_request(self, request, client_address) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over the cap: closed at once, nothing queued
-            return
-        self.pool.submit(self._answer, request, client_address)
-
-    def _answer(self, request, client_address) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except OSError:  # the scraper went away or timed out: nothing to report
-            pass
-        except Exception:
-            log.warning("metrics request from %s failed", client_address[0], exc_info=True)
-        finally:
-            self.shutdown_request(request)
-            self.slots.release()
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _quiet(handler, format: str, *args) -> None:
-    """BaseHTTPRequestHandler writes every request to stderr; scrapes every 5 s are not news."""

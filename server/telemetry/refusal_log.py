@@ -12,8 +12,8 @@ class RefusalLog:
     """WARNING lines for refused calls, at most one per kind every ``every_s`` seconds (with a count of
     those not written), so a flood of bad calls costs the log a line every few seconds."""
 
-    def __init__(self, every_s: float = 10.0):
-        self.every_s = every_s
+    def __init__(self, every_s: float = 10.0, level: int = logging.WARNING, label: str = "refused"):
+        self.every_s, self.level, self.label = every_s, level, label
         self.last: dict[str, float] = {}
         self.skipped: dict[str, int] = {}
 
@@ -24,4 +24,5 @@ class RefusalLog:
             return
         skipped = self.skipped.pop(kind, 0)
         self.last[kind] = now
-        log.warning("refused (%s): %s%s", kind, message, f" [{skipped} more like it not logged]" if skipped else "")
+        log.log(self.level, "%s (%s): %s%s", self.label, kind, message,
+                f" [{skipped} more like it not logged]" if skipped else "")

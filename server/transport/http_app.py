@@ -102,12 +102,17 @@ class HttpServer:
     def __init__(self, runner: web.AppRunner, listener: asyncio.Server, connections: Connections, port: int):
         self.runner, self.listener, self.connections, self.port = runner, listener, connections, port
 
-    async def stop(self, grace_s: float) -> None:
+    async def stop(self, grace_s: float, others: asyncio.Future | None = None) -> None:
         """The drain: keep accepting (new requests get 503 "shutting down" from the model API, as gRPC
-        answers UNAVAILABLE) until the requests in flight are answered or the grace period ends; then
-        close the port and every connection."""
+        answers UNAVAILABLE) until the requests in flight, here and in ``others`` (gRPC's and the engine
+        cores' drain), are answered or the grace period ends; then close the port and every connection."""
+        async def quiet() -> None:
+            if others is not None:
+                await asyncio.wait([others])  # waits without cancelling it
+            await self.connections.idle.wait()
+
         try:
-            await asyncio.wait_for(self.connections.idle.wait(), grace_s)
+            await asyncio.wait_for(quiet(), grace_s)
         except asyncio.TimeoutError:
             pass
         self.listener.close()
@@ -119,7 +124,16 @@ async def start_http(config: ServerConfig, tracker: RequestTracker, auth: Bearer
                      routes: list[web.RouteDef]) -> HttpServer:
     """The HTTP port with the doors' ``routes`` behind the app's middlewares (connection guard, CORS, the
     one error mapping, auth)."""
-    connections = Connections(config.http_max_connections, config.http_read_timeout_s, tracker)
+    ssl_context = None
+    if config.tls_cert:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
+        if config.tls_client_ca:
+            ssl_context.load_verify_locations(config.tls_client_ca)
+            ssl_context.verify_mode = ssl.CERT_REQUIRED
+    # With TLS the guard counts a connection once its handshake is done (server/transport/http_connections.py).
+    connections = Connections(config.http_max_connections, config.http_read_timeout_s, tracker,
+                              config.http_max_connections_per_peer, ssl_context, config.tls_handshake_timeout_s)
     middlewares = [_guard_middleware(connections)]
     origins = parse_origins(config.cors_allow_origin)
     if origins:
@@ -135,16 +149,10 @@ async def start_http(config: ServerConfig, tracker: RequestTracker, auth: Bearer
                            handler_cancellation=True, logger=ProtocolLog(tracker))
     await runner.setup()
     connections.handlers = runner.server  # aiohttp's factory of connection handlers, which the guards wrap
-    ssl_context = None
-    if config.tls_cert:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
-        if config.tls_client_ca:
-            ssl_context.load_verify_locations(config.tls_client_ca)
-            ssl_context.verify_mode = ssl.CERT_REQUIRED
     try:
+        tls = {"ssl": ssl_context, "ssl_handshake_timeout": config.tls_handshake_timeout_s} if ssl_context else {}
         listener = await asyncio.get_running_loop().create_server(
-            connections, config.host, config.http_port, ssl=ssl_context, backlog=128, reuse_address=True)
+            connections, config.host, config.http_port, backlog=128, reuse_address=True, **tls)
     except BaseException:
         await runner.cleanup()
         raise

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from server.errors import InvalidInput
+from server.transport.offload import off_loop
 
 # Seconds a client gets to send a whole request body (--http-read-timeout-s), set by server.transport.http_app.
 READ_TIMEOUT_S = web.AppKey("read_timeout_s", float)
@@ -98,7 +99,7 @@ async def parse_json_off_loop(raw: bytes | str, what: str = "the request body") 
     for 4 MB of small elements), which a thread interleaves with the event loop instead of stalling it."""
     if len(raw) < THREAD_ABOVE_BYTES:
         return parse_json(raw, what)
-    return await asyncio.to_thread(parse_json, raw, what)
+    return await off_loop(parse_json, raw, what)
 
 
 async def read_json(request: web.Request) -> dict:

@@ -5,7 +5,17 @@ aiohttp's connection handler (``web_protocol.RequestHandler``) has no cap on con
 limit for a request's headers: 600 connections that each send a byte now and then hold 600 file
 descriptors for as long as they like. ``Connections`` is the protocol factory the listening socket
 uses instead of the runner's own; it wraps each of aiohttp's handlers in a ``_Guard`` that
-- refuses a connection beyond ``--http-max-connections`` with 503 and closes it;
+- refuses a connection beyond ``--http-max-connections`` with 503 and closes it, and one beyond
+  ``--http-max-connections-per-peer`` from the same client address once the port is three quarters
+  full: the last quarter is kept for clients within their share, so one client that opens slow
+  connections cannot take the port from everyone else (and one busy client, a load test, a proxy, may
+  still use most of it);
+- with TLS, counts a connection once its handshake is done (``connection_made``), not when it is
+  accepted: the event loop's TLS layer never tells the protocol about a connection closed before its
+  handshake finished (a load balancer's TCP probe, a port scan), and each such connection stayed
+  counted against the cap for good, until the HTTPS port answered 503 to all. A handshake has
+  ``--tls-handshake-timeout-s`` (the listening socket's own timeout, on asyncio's loop and uvloop alike);
+  a connection is released exactly once, however it ends;
 - closes a connection that has not delivered a request's headers within ``--http-read-timeout-s`` of
   opening or of its previous answer (idle keep-alive connections included); the body's own time
   limit is ``server.transport.http_body.read_body``'s.
@@ -21,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import sys
 
 from aiohttp import web
@@ -72,11 +83,14 @@ def _refusal(status: str, message: str) -> bytes:
 class Connections:
     """The listening socket's protocol factory: aiohttp's handler per connection, capped and timed."""
 
-    def __init__(self, max_connections: int, read_timeout_s: float, tracker: RequestTracker):
+    def __init__(self, max_connections: int, read_timeout_s: float, tracker: RequestTracker, per_peer: int = 0,
+                 tls: ssl.SSLContext | None = None, handshake_timeout_s: float = 10.0):
         self.handlers: web.Server | None = None  # set once the runner is set up
         self.max, self.read_timeout_s = max_connections, read_timeout_s
+        self.per_peer, self.tls, self.handshake_timeout_s = per_peer, tls, handshake_timeout_s
         self.tracker = tracker
         self.open = 0
+        self.peers: dict[str, int] = {}  # client address -> its connections open
         self.guards: dict[object, _Guard] = {}  # aiohttp's handler -> its guard (the middleware knows the handler)
         self.active = 0  # requests in a handler now
         self.idle = asyncio.Event()
@@ -84,11 +98,20 @@ class Connections:
 
     def __call__(self) -> asyncio.Protocol:
         # Counted here, not in connection_made: asyncio accepts a burst of connections (and calls this for each)
-        # before any of them is told it is connected.
+        # before any of them is told it is connected. With TLS, in connection_made (after the handshake): a
+        # connection that never finishes its handshake never reaches the protocol again, to be released.
+        if self.tls:
+            return _Guard(self, self.handlers())
         if self.max and self.open >= self.max:
             return _Refuse(self)
         self.open += 1
         return _Guard(self, self.handlers())
+
+    def over_share(self, peer: str) -> bool:
+        """A new connection of ``peer`` (counted already) goes over its share while the last quarter of the port
+        is all that is free."""
+        return bool(self.per_peer and self.max and self.peers.get(peer, 0) > self.per_peer
+                    and self.open > self.max * 3 // 4)
 
     # ---- called by the middleware around every request -------------------------------------------
     def started(self, protocol: object) -> None:
@@ -133,26 +156,70 @@ class _Guard(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.requests = 0  # requests of this connection in a handler now
         self.received = False  # bytes of a next request arrived while no request was in a handler
+        self.peer: str | None = None
+        self.released = False
+        self.connected = False  # aiohttp's handler was told of the connection (after the handshake, with TLS)
 
     def connection_made(self, transport) -> None:
+        owner = self.owner
+        if owner.tls:  # counted now, its handshake done
+            if owner.max and owner.open >= owner.max:
+                self.released = True  # never counted
+                _Refuse(owner).connection_made(transport)  # 503 over TLS, then closed
+                return
+            owner.open += 1
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        owner.peers[self.peer] = owner.peers.get(self.peer, 0) + 1
+        if owner.over_share(self.peer):
+            held = owner.peers[self.peer] - 1
+            owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.peer} holds {held} connections, "
+                                  f"its share is {owner.per_peer} (--http-max-connections-per-peer) and the port is "
+                                  "three quarters full: refused one", "HTTP_PEER_SHARE")
+            transport.write(_refusal("503 Service Unavailable", f"this client address holds {held} connections, "
+                                     f"over its share of {owner.per_peer} (--http-max-connections-per-peer), "
+                                     "and the rest of the port is kept for other clients; retry"))
+            self._release()  # at once: a flood from one address must not fill the port's cap while it closes
+            transport.close()
+            return
+        self._connected(transport)
+
+    def _connected(self, transport) -> None:
         self.transport = transport
+        self.connected = True
         self.owner.guards[self.handler] = self
         self.handler.connection_made(transport)
         self.arm()
 
+    def _release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        owner = self.owner
+        owner.open -= 1
+        if self.peer is not None:
+            left = owner.peers.get(self.peer, 1) - 1
+            if left:
+                owner.peers[self.peer] = left
+            else:
+                owner.peers.pop(self.peer, None)
+
     def connection_lost(self, exc) -> None:
-        self.owner.open -= 1
+        self._release()
         self.owner.guards.pop(self.handler, None)
         self.disarm()
-        self.handler.connection_lost(exc)
+        if self.connected:
+            self.handler.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if not self.connected:  # refused: nothing of it is read
+            return
         if not self.requests:
             self.received = True
         self.handler.data_received(data)
 
     def eof_received(self):
-        return self.handler.eof_received()
+        return self.handler.eof_received() if self.connected else None
 
     def pause_writing(self) -> None:
         self.handler.pause_writing()

@@ -1,0 +1,94 @@
+"""M2M100 and NLLB (model_type m2m_100) as this project's model: the knobs they move and the names of their weights.
+
+fairseq's multilingual Transformer: pre-norm with a LayerNorm after each stack, ReLU, embeddings scaled by
+sqrt(d), fairseq's sinusoids from row pad + 1, the output projection tied to the one shared table and no output
+bias, decoding started from ``</s>`` with the target language's token forced as the first generated one.
+The layers are named as Marian's (both are transformers' BART layout), so their table is reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from contract.config import ModelConfig
+from contract.languages import Languages
+from export import hf_marian
+
+MODEL_TYPE = "m2m_100"
+ConfigError = hf_marian.ConfigError
+
+
+def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
+    """config.json (an M2M100Config) -> ModelConfig; ConfigError naming the field it cannot take."""
+    if cfg.get("d_model", 0) % 2 or cfg.get("d_model", 0) < 4:
+        raise ConfigError(f"field 'd_model' is {cfg.get('d_model')!r}; fairseq's sinusoids need an even size of 4 or more")
+    c = hf_marian.model_config({"share_encoder_decoder_embeddings": True, **cfg}, unk)
+    return dataclasses.replace(c, positions="sinusoid_fairseq", position_offset=c.special.pad + 1, norm="pre",
+                               final_norm=True, output_bias=False)
+
+
+def weight_names(c: ModelConfig) -> dict[str, list[str]]:
+    names = {k: v for k, v in hf_marian.weight_names(c).items() if k != "output_projection.bias"}
+    for stack in ("encoder", "decoder"):
+        for p in ("weight", "bias"):
+            names[f"{stack}_norm.{p}"] = [f"model.{stack}.layer_norm.{p}"]
+    return names
+
+
+field_of = hf_marian.field_of
+
+
+SPM_FILE = "sentencepiece.bpe.model"  # M2M100Tokenizer's name for it, whatever the model type inside
+NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # FLORES-200: eng_Latn
+M2M_CODE = re.compile(r"__[a-z]{2,3}__")
+
+
+def tokenizer(folder: Path, tok_cfg: dict[str, Any], vocab_size: int, refuse) -> tuple[Tokenizer, Languages]:
+    """The one tokenizer of both sides and the languages: NLLB's tokenizer.json as it is (its post-processor is never
+    run: the source language's token and </s> are added by the server), or M2M100's SentencePiece model re-indexed
+    by vocab.json with the language tokens transformers appends after it (tokenizer_config.json's language_codes).
+    ``refuse(message)`` raises the import's error."""
+    from export.spm_tokenizer import TokenizerError, convert
+
+    if (folder / "tokenizer.json").is_file():
+        if tok_cfg.get("legacy_behaviour"):
+            refuse(f"{folder / 'tokenizer_config.json'}: field 'legacy_behaviour' is true (source X </s> src_lang); "
+                   "only the prefix layout (src_lang X </s>) is supported")
+        try:
+            tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as e:  # tokenizers' own parse errors
+            refuse(f"{folder / 'tokenizer.json'}: cannot be read ({type(e).__name__}: {e})")
+        langs = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if NLLB_CODE.fullmatch(t.content)}
+        where = folder / "tokenizer.json"
+    else:
+        for f in ("vocab.json", SPM_FILE):
+            if not (folder / f).is_file():
+                refuse(f"{folder / f}: missing; an M2M100 tokenizer needs vocab.json and {SPM_FILE} (or NLLB's tokenizer.json)")
+        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        where = folder / "tokenizer_config.json"
+        # M2M100Tokenizer appends the language tokens of its named list right after vocab.json (then made-up words
+        # that no text produces); the list is transformers' own copy of fairseq's.
+        from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+
+        listed = tok_cfg.get("language_codes", "m2m100")
+        if listed not in FAIRSEQ_LANGUAGE_CODES:
+            refuse(f"{where}: field 'language_codes' is {listed!r}; known: {', '.join(FAIRSEQ_LANGUAGE_CODES)}")
+        langs = {f"__{code}__": len(vocab) + i for i, code in enumerate(FAIRSEQ_LANGUAGE_CODES[listed])}
+        specials = {t: vocab[t] for t in ("<s>", "<pad>", "</s>", "<unk>") if t in vocab} | langs
+        if "<unk>" not in specials:
+            refuse(f"{folder / 'vocab.json'}: no '<unk>' entry")
+        try:
+            tok = convert(folder / SPM_FILE, {**vocab, **langs}, specials, decodes=True)
+        except TokenizerError as e:
+            refuse(str(e))
+    if not langs:
+        refuse(f"{where}: no language tokens (__xx__ or xxx_Xxxx added tokens); a multilingual model needs them")
+    if (top := tok.get_vocab_size(with_added_tokens=True)) > vocab_size:
+        refuse(f"{where}: ids up to {top - 1}, but config.json field 'vocab_size' is {vocab_size}")
+    return tok, Languages.of_tokens(langs, target="forced_bos", source="prefix")

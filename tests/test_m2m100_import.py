@@ -1,0 +1,143 @@
+"""`s2s import` of an M2M100 checkpoint against transformers itself: tokenizer ids with the language tokens, every
+step's logits, and greedy and beam-4 outputs token-identical to ``generate(forced_bos_token_id=...)`` while this
+engine decodes rows of several source and target languages in one padded batch.
+
+The checkpoint is made here (tests/m2m100_models.py): its answer depends on the target language.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import m2m100_models as mm  # noqa: E402
+
+from contract import bundle  # noqa: E402
+from contract.languages import LanguageError  # noqa: E402
+from export.hf_import import ImportOptions, import_model  # noqa: E402
+
+N_INPUTS = 200
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("m2m100")
+    model, tok, rows = mm.make(root / "ckpt")
+    folder = import_model(ImportOptions(root / "ckpt", root / "repo", "m2m"))
+    return model, tok, folder, rows
+
+
+def inputs(rows, n: int = N_INPUTS):
+    """Mixed lengths and languages: training rows, and rows of two lines joined."""
+    joined = [(s, t, f"{a} {b}") for (s, t, a), (_, _, b) in zip(rows[::2], rows[1::2])]
+    return (rows[: n // 2] + joined[: n - n // 2])[:n]
+
+
+def encode(tok, rows):
+    ids = []
+    for s, _, text in rows:
+        tok.src_lang = s
+        ids.append(tok(text)["input_ids"])
+    width = max(map(len, ids))
+    return (torch.tensor([x + [1] * (width - len(x)) for x in ids]),
+            torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]))
+
+
+def hf_generate(model, tok, rows, **kw) -> list[list[int]]:
+    """transformers' outputs, one padded batch per target language (its forced BOS is one per call), in input order,
+    without the start token, the forced language token, the EOS and the padding."""
+    out: dict[int, list[int]] = {}
+    for lang in sorted({t for _, t, _ in rows}):
+        idx = [i for i, r in enumerate(rows) if r[1] == lang]
+        ids, mask = encode(tok, [rows[i] for i in idx])
+        with torch.no_grad():
+            got = model.generate(input_ids=ids, attention_mask=mask, forced_bos_token_id=tok.get_lang_id(lang), **kw)
+        for i, r in zip(idx, got[:, 2:].tolist()):
+            r = r[: r.index(2)] if 2 in r else r
+            out[i] = [t for t in r if t != 1]
+    return [out[i] for i in range(len(rows))]
+
+
+def test_bundle_languages_and_tokenizer_ids(imported):
+    from contract.text import TextCodec
+
+    model, tok, folder, rows = imported
+    cfg = bundle.read_bundle(folder)
+    assert cfg.format_version == bundle.FORMAT_LANGUAGES and cfg.model.positions == "sinusoid_fairseq"
+    langs = cfg.languages
+    assert langs.target == "forced_bos" and langs.source == "prefix" and len(langs.tokens) == 100
+    assert langs.own("ja") == "__ja__" and langs.token("__ja__") == tok.get_lang_id("ja") == langs.token("ja")
+    with pytest.raises(LanguageError, match="'xx' is not one this model knows; it knows af, am"):
+        langs.token("xx", "target language")
+    codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, cfg.task, cfg.model.special)
+    texts = mm.mm.lines(300, 99, japanese=True) + ["", "  the   cat ", "ＡＢＣ ①"]
+    for s in ("en", "fr"):
+        tok.src_lang = s
+        assert [t for t in texts if tok(t)["input_ids"] != langs.apply(codec.source_ids(t), s, "de")[0]] == []
+    ids = [tok(t)["input_ids"][1:] for t in texts]
+    assert [codec.decode(i) for i in ids] == tok.batch_decode(ids, skip_special_tokens=True)
+
+
+def test_every_step_logits_within_1e_4(imported):
+    from engine import EngineOptions, Runner
+
+    model, tok, folder, rows = imported
+    runner = Runner(folder, EngineOptions(device="cpu"))
+    rows = inputs(rows, 24)
+    ids, mask = encode(tok, rows)
+    forced = torch.tensor([[2, tok.get_lang_id(t)] for _, t, _ in rows])
+    with torch.no_grad():
+        tgt = torch.cat([forced, model.generate(input_ids=ids, attention_mask=mask, decoder_input_ids=forced,
+                                                num_beams=1)[:, 2:]], 1)
+        want = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits.numpy()
+    cross = runner.encode(ids.numpy(), mask.numpy())
+    b = len(rows)
+    past = [np.zeros((b, runner.n_heads, 0, runner.d_head), np.float32)] * (2 * runner.n_layers)
+    worst = 0.0
+    for t in range(tgt.shape[1]):
+        logits, past = runner.decode(tgt[:, t:t + 1].numpy(), np.full((b, 1), t, np.int64), np.ones((b, t), np.int64),
+                                     past, cross, mask.numpy())
+        live = (tgt[:, 1:t + 1] == 2).sum(1).numpy() == 0
+        if live.any():
+            worst = max(worst, float(np.abs(logits[:, 0] - want[:, t])[live].max()))
+    assert tgt.shape[1] > 5 and worst < 1e-4
+
+
+def test_greedy_and_beam4_with_mixed_target_languages_in_one_batch(imported):
+    import engine
+
+    model, tok, folder, rows = imported
+    rows = inputs(rows)
+    assert len({t for _, t, _ in rows}) == 3 and len({s for s, _, _ in rows}) == 2
+    translator = engine.load(folder, threads=1)
+    texts = [r[2] for r in rows]
+    for beam in (1, 4):
+        want = hf_generate(model, tok, rows, num_beams=beam)
+        got = translator.generate(texts, source_languages=[r[0] for r in rows], target_languages=[r[1] for r in rows],
+                                  beam_size=beam, max_batch_size=64)
+        wrong = [(r, g.tokens, w) for r, g, w in zip(rows, got, want) if g.tokens != w]
+        assert wrong == [], f"beam {beam}: {len(wrong)} of {len(rows)} differ; first: {wrong[0]}"
+        assert sum(len(w) < 40 for w in want) > 0.75 * len(rows)  # they end by themselves
+        assert [g.text for g in got] == tok.batch_decode(want, skip_special_tokens=True)
+    # the target language changes the answer: the task depends on it
+    en = translator.generate(texts[:20], source_languages=["en"] * 20, target_languages=["en"] * 20)
+    de = translator.generate(texts[:20], source_languages=["en"] * 20, target_languages=["deu"[:2]] * 20)
+    assert sum(a.tokens != b.tokens for a, b in zip(en, de)) > 10
+    with pytest.raises(LanguageError, match="target language 'xx'"):
+        translator.generate(texts[:1], source_languages=["en"], target_languages=["xx"])
+
+
+def test_the_server_refuses_a_multilingual_bundle_by_name(imported):
+    """No door asks for a target language yet: serving the bundle would answer in no chosen language, so the
+    server refuses it at start, naming the file, instead of decoding it wrongly."""
+    from conftest import ServerThread, server_config
+
+    _, _, folder, _ = imported
+    with pytest.raises(bundle.BundleError, match=r"config\.json: a multilingual bundle .* target_languages"):
+        ServerThread(server_config(model_repo=folder.parent.parent))
