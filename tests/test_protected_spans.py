@@ -40,7 +40,7 @@ def srv(tmp_path_factory):
     cfg["task"].update(name="translation", reverse_source=False, unknown="unk")
     cfg.update(name=OWN, source_language="xx", target_language="yy")
     (own / "config.json").write_text(json.dumps(cfg))
-    s = ServerThread(server_config(model_repo=repo, instances=1))
+    s = ServerThread(server_config(model_repo=repo, instances=1, model_repo_links="any"))  # the models link outside it
     yield s
     s.stop()
 
