@@ -217,7 +217,8 @@
       const body = {
         inputs: [{ name: "text_input", datatype: "BYTES", shape: [texts.length], data: texts }],
         outputs: [{ name: "text_output" }, { name: "input_tokens" }, { name: "output_tokens" }],
-        parameters: { max_tokens: parseInt(el.maxTokens.value, 10) || 0, beam_width: parseInt(el.beam.value, 10) || 0 },
+        parameters: { max_tokens: parseInt(el.maxTokens.value, 10) || 0, beam_width: parseInt(el.beam.value, 10) || 0,
+                      timings: true },
       };
       const t0 = performance.now();
       let answer;
