@@ -49,7 +49,12 @@ FORMAT_IMPORTED = 5
 FORMAT_LANGUAGES = 6
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
 READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
-CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = "config.json", "tokenizer.json", "encoder.onnx", "decoder.onnx"
+CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = (
+    "config.json",
+    "tokenizer.json",
+    "encoder.onnx",
+    "decoder.onnx",
+)
 TARGET_TOKENIZER_FILE = "target_tokenizer.json"
 PAYLOAD_FILES = (TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE)
 OPTIONAL_FILES = (TARGET_TOKENIZER_FILE,)  # checked like the others where config.json lists them
@@ -79,13 +84,17 @@ class BundleConfig:
     opset: int
     files: dict[str, str]  # file name -> sha256
     source_checkpoint_sha256: str
-    quantization: str = "none"  # none | int8-dynamic | int8-nbits | fp16 (export/quantize.py); "int8" in bundles before them
+    quantization: str = (
+        "none"  # none | int8-dynamic | int8-nbits | fp16 (export/quantize.py); "int8" in bundles before them
+    )
     validation: dict[str, Any] = field(default_factory=dict)  # what the export checked, with figures
     format_version: int = FORMAT_VERSION
     source_language: str | None = None  # ISO 639-1 code of what the model reads (translation); None: not said
     target_language: str | None = None  # ISO 639-1 code of what it writes
     origin: dict[str, Any] | None = None  # s2s import: model_type, transformers_version, weights_sha256, ...
-    languages: Languages | None = None  # a multilingual model's languages; None: one pair (or none) per bundle
+    languages: Languages | None = (
+        None  # a multilingual model's languages; None: one pair (or none) per bundle
+    )
 
     def __post_init__(self) -> None:
         check_language(self.source_language, "source_language")
@@ -101,12 +110,19 @@ class BundleConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = {
-            "format_version": self.format_version, "name": self.name, "version": self.version,
-            "model": self.model.to_dict(), "task": self.task.to_dict(), "opset": self.opset,
+            "format_version": self.format_version,
+            "name": self.name,
+            "version": self.version,
+            "model": self.model.to_dict(),
+            "task": self.task.to_dict(),
+            "opset": self.opset,
             "special_ids": self.model.special.__dict__,  # repeated at top level for readers that look only here
-            "encoder": self.encoder_io.to_dict(), "decoder": self.decoder_io.to_dict(),
-            "files": self.files, "source_checkpoint_sha256": self.source_checkpoint_sha256,
-            "quantization": self.quantization, "validation": self.validation,
+            "encoder": self.encoder_io.to_dict(),
+            "decoder": self.decoder_io.to_dict(),
+            "files": self.files,
+            "source_checkpoint_sha256": self.source_checkpoint_sha256,
+            "quantization": self.quantization,
+            "validation": self.validation,
         }
         # Written only when said: a bundle without languages keeps the config it always had.
         if self.source_language is not None:
@@ -123,12 +139,20 @@ class BundleConfig:
         write_json(Path(folder) / CONFIG_FILE, self.to_dict())
 
 
-def format_for(model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False) -> int:
+def format_for(
+    model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False
+) -> int:
     """The oldest format whose readers read such a bundle right (see the FORMAT_ constants)."""
     if languages:
         return FORMAT_LANGUAGES
-    if (not model.is_paper or target_tokenizer or task.suppressed_ids or task.length_penalty is not None
-            or task.no_repeat_ngram_size or task.length_penalty_type not in ("gnmt", "ctranslate2")):
+    if (
+        not model.is_paper
+        or target_tokenizer
+        or task.suppressed_ids
+        or task.length_penalty is not None
+        or task.no_repeat_ngram_size
+        or task.length_penalty_type not in ("gnmt", "ctranslate2")
+    ):
         return FORMAT_IMPORTED
     if task.length_penalty_type != "gnmt":
         return FORMAT_PENALTY_RULE
@@ -148,19 +172,31 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
     folder = Path(folder)
     cfg_path = folder / CONFIG_FILE
     if not cfg_path.is_file():
-        raise BundleError(f"{cfg_path}: missing; a bundle folder needs {CONFIG_FILE} (written by `s2s export`)")
+        raise BundleError(
+            f"{cfg_path}: missing; a bundle folder needs {CONFIG_FILE} (written by `s2s export`)"
+        )
     try:
         d = read_json(cfg_path)
         if d.get("format_version") not in READABLE_FORMATS:
-            raise BundleError(f"{cfg_path}: format_version {d.get('format_version')!r}; this version of s2s reads "
-                              f"{', '.join(map(str, READABLE_FORMATS))}: upgrade s2s, or re-export the bundle with it")
+            raise BundleError(
+                f"{cfg_path}: format_version {d.get('format_version')!r}; this version of s2s reads "
+                f"{', '.join(map(str, READABLE_FORMATS))}: upgrade s2s, or re-export the bundle with it"
+            )
         cfg = BundleConfig(
-            name=d["name"], version=int(d["version"]), model=ModelConfig.from_dict(d["model"]),
-            task=TaskConfig.from_dict(d["task"]), opset=int(d["opset"]), files=dict(d["files"]),
-            source_checkpoint_sha256=d["source_checkpoint_sha256"], quantization=d.get("quantization", "none"),
-            validation=d.get("validation", {}), format_version=int(d["format_version"]),
-            source_language=d.get("source_language"), target_language=d.get("target_language"),
-            origin=d.get("origin"), languages=Languages.from_dict(d["languages"]) if d.get("languages") else None,
+            name=d["name"],
+            version=int(d["version"]),
+            model=ModelConfig.from_dict(d["model"]),
+            task=TaskConfig.from_dict(d["task"]),
+            opset=int(d["opset"]),
+            files=dict(d["files"]),
+            source_checkpoint_sha256=d["source_checkpoint_sha256"],
+            quantization=d.get("quantization", "none"),
+            validation=d.get("validation", {}),
+            format_version=int(d["format_version"]),
+            source_language=d.get("source_language"),
+            target_language=d.get("target_language"),
+            origin=d.get("origin"),
+            languages=Languages.from_dict(d["languages"]) if d.get("languages") else None,
         )
     except BundleError:
         raise
@@ -173,8 +209,10 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
         if name not in cfg.files:
             raise BundleError(f"{cfg_path}: no sha256 recorded for {name}")
         if verify_hashes and (got := sha256_file(path)) != cfg.files[name]:
-            raise BundleError(f"{path}: sha256 {got[:12]}… does not match {cfg.files[name][:12]}… in {CONFIG_FILE} "
-                              "(truncated, corrupted or replaced after export)")
+            raise BundleError(
+                f"{path}: sha256 {got[:12]}… does not match {cfg.files[name][:12]}… in {CONFIG_FILE} "
+                "(truncated, corrupted or replaced after export)"
+            )
     if verify_hashes:
         _check_external_data(folder, cfg)
     return cfg
@@ -187,17 +225,23 @@ def _check_external_data(folder: Path, cfg: BundleConfig) -> None:
     for graph in (ENCODER_FILE, DECODER_FILE):
         try:
             locations = external_data_files(folder / graph)
-        except Exception:  # not a graph at all (truncated, say): ONNX Runtime's refusal names the file as it loads
+        except (
+            Exception
+        ):  # not a graph at all (truncated, say): ONNX Runtime's refusal names the file as it loads
             continue
         for location in locations:
             where = f"{folder / graph}: external data {location[:80]!r}"
             if "/" in location or "\\" in location or location in (".", "..") or location in PAYLOAD_FILES:
                 raise BundleError(f"{where} is not a file of its own in the bundle's folder")
             if location not in cfg.files:
-                raise BundleError(f"{where} has no sha256 in {CONFIG_FILE}: every file a graph reads must be listed")
+                raise BundleError(
+                    f"{where} has no sha256 in {CONFIG_FILE}: every file a graph reads must be listed"
+                )
             path = folder / location
             if not path.is_file():
                 raise BundleError(f"{path}: missing (external data of {graph})")
             if (got := sha256_file(path)) != cfg.files[location]:
-                raise BundleError(f"{path}: sha256 {got[:12]}… does not match {cfg.files[location][:12]}… in "
-                                  f"{CONFIG_FILE} (external data of {graph}: truncated, corrupted or replaced)")
+                raise BundleError(
+                    f"{path}: sha256 {got[:12]}… does not match {cfg.files[location][:12]}… in "
+                    f"{CONFIG_FILE} (external data of {graph}: truncated, corrupted or replaced)"
+                )

@@ -13,7 +13,15 @@ from contract.tokens import SpecialIds
 ACTIVATIONS = ("relu", "gelu", "swish")
 POSITIONS = ("sinusoid", "sinusoid_half", "sinusoid_fairseq", "learned")
 NORMS = ("post", "pre")
-_KNOBS = ("activation", "scale_embedding", "positions", "position_offset", "norm", "final_norm", "output_bias")
+_KNOBS = (
+    "activation",
+    "scale_embedding",
+    "positions",
+    "position_offset",
+    "norm",
+    "final_norm",
+    "output_bias",
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,11 @@ class ModelConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
-        for name, value, allowed in (("activation", self.activation, ACTIVATIONS), ("positions", self.positions, POSITIONS),
-                                     ("norm", self.norm, NORMS)):
+        for name, value, allowed in (
+            ("activation", self.activation, ACTIVATIONS),
+            ("positions", self.positions, POSITIONS),
+            ("norm", self.norm, NORMS),
+        ):
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
 
@@ -123,7 +134,12 @@ class TaskConfig:
         return cls(**d)
 
 
-_TASK_OMITTED = {"length_penalty_type": "gnmt", "length_penalty": None, "no_repeat_ngram_size": 0, "suppressed_ids": ()}
+_TASK_OMITTED = {
+    "length_penalty_type": "gnmt",
+    "length_penalty": None,
+    "no_repeat_ngram_size": 0,
+    "suppressed_ids": (),
+}
 
 
 def write_json(path: Path, obj: Any) -> None:

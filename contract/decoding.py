@@ -28,7 +28,11 @@ import functools
 from dataclasses import dataclass
 
 LENGTH_PENALTY_TYPES = ("gnmt", "ctranslate2", "transformers")
-DEFAULT_LENGTH_PENALTY = {"gnmt": 0.6, "ctranslate2": 1.0, "transformers": 1.0}  # the paper's; CTranslate2's; generate()'s
+DEFAULT_LENGTH_PENALTY = {
+    "gnmt": 0.6,
+    "ctranslate2": 1.0,
+    "transformers": 1.0,
+}  # the paper's; CTranslate2's; generate()'s
 
 # Model-independent bounds (inclusive unless said). Model-dependent ones (beam width, token budgets, the
 # vocabulary for top-k) come from the model and server config: ``ranges``.
@@ -44,8 +48,12 @@ class DecodingOptions:
     num_hypotheses: int = 1  # n-best, <= beam_size
     return_scores: bool = False
     length_penalty: float | None = None  # None: the type's default (gnmt 0.6, ctranslate2 1.0)
-    length_penalty_type: str = ""  # "": the model's default (its bundle's task.length_penalty_type, else gnmt)
-    repetition_penalty: float = 1.0  # CTranslate2's: a seen token's logit x penalty if < 0, / penalty otherwise
+    length_penalty_type: str = (
+        ""  # "": the model's default (its bundle's task.length_penalty_type, else gnmt)
+    )
+    repetition_penalty: float = (
+        1.0  # CTranslate2's: a seen token's logit x penalty if < 0, / penalty otherwise
+    )
     no_repeat_ngram_size: int = 0  # 0 = off
     min_new_tokens: int = 0  # CTranslate2's min_decoding_length, counted after the target prefix
     max_new_tokens: int = 0  # 0 = the model's default
@@ -70,24 +78,42 @@ class DecodingOptions:
     @property
     def acts_on_logits(self) -> bool:
         """Anything beyond argmax / plain beam search: the step loop then runs the logits pass for these rows."""
-        return (self.repetition_penalty != 1 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0
-                or self.disable_unk or self.sampling or (self.return_scores and self.beam_size == 1))
+        return (
+            self.repetition_penalty != 1
+            or self.no_repeat_ngram_size > 0
+            or self.min_new_tokens > 0
+            or self.disable_unk
+            or self.sampling
+            or (self.return_scores and self.beam_size == 1)
+        )
 
     def replace(self, **changes) -> DecodingOptions:
         return dataclasses.replace(self, **changes)
 
-    def resolved(self, default_beam: int, max_new_tokens: int, default_penalty: str = "gnmt",
-                 default_alpha: float | None = None, default_no_repeat: int = 0) -> DecodingOptions:
+    def resolved(
+        self,
+        default_beam: int,
+        max_new_tokens: int,
+        default_penalty: str = "gnmt",
+        default_alpha: float | None = None,
+        default_no_repeat: int = 0,
+    ) -> DecodingOptions:
         """The options a core decodes with: beam_size 0 becomes the model's default (1 when sampling, at least
         num_hypotheses otherwise), max_new_tokens 0 the model's budget, length_penalty_type "" the model's rule;
         an imported model's own alpha (with its rule) and n-gram ban apply where the request names none."""
         beam = self.beam_size or (1 if self.sampling else max(default_beam, self.num_hypotheses))
         kind = self.length_penalty_type or default_penalty
-        alpha = default_alpha if self.length_penalty is None and kind == default_penalty else self.length_penalty
+        alpha = (
+            default_alpha if self.length_penalty is None and kind == default_penalty else self.length_penalty
+        )
         no_repeat = self.no_repeat_ngram_size or default_no_repeat
-        if (beam == self.beam_size and (self.max_new_tokens or max_new_tokens) == self.max_new_tokens
-                and kind == self.length_penalty_type and alpha == self.length_penalty
-                and no_repeat == self.no_repeat_ngram_size):
+        if (
+            beam == self.beam_size
+            and (self.max_new_tokens or max_new_tokens) == self.max_new_tokens
+            and kind == self.length_penalty_type
+            and alpha == self.length_penalty
+            and no_repeat == self.no_repeat_ngram_size
+        ):
             return self
         return _resolved(self, beam, self.max_new_tokens or max_new_tokens, kind, alpha, no_repeat)
 
@@ -97,16 +123,26 @@ class DecodingOptions:
         return tuple(self.__dict__.values())
 
     @staticmethod
-    @functools.lru_cache(maxsize=1024)  # requests mostly repeat a few option sets; sampled ones differ by seed
+    @functools.lru_cache(
+        maxsize=1024
+    )  # requests mostly repeat a few option sets; sampled ones differ by seed
     def from_tuple(values: tuple) -> DecodingOptions:
         return DecodingOptions(*values)
 
 
-@functools.lru_cache(maxsize=256)  # requests mostly repeat a few option sets: dataclasses.replace costs ~20 us
-def _resolved(o: DecodingOptions, beam: int, max_new_tokens: int, kind: str, alpha: float | None,
-              no_repeat: int) -> DecodingOptions:
-    return o.replace(beam_size=beam, max_new_tokens=max_new_tokens, length_penalty_type=kind, length_penalty=alpha,
-                     no_repeat_ngram_size=no_repeat)
+@functools.lru_cache(
+    maxsize=256
+)  # requests mostly repeat a few option sets: dataclasses.replace costs ~20 us
+def _resolved(
+    o: DecodingOptions, beam: int, max_new_tokens: int, kind: str, alpha: float | None, no_repeat: int
+) -> DecodingOptions:
+    return o.replace(
+        beam_size=beam,
+        max_new_tokens=max_new_tokens,
+        length_penalty_type=kind,
+        length_penalty=alpha,
+        no_repeat_ngram_size=no_repeat,
+    )
 
 
 def length_penalty(kind: str, alpha: float, length: int) -> float:
@@ -129,13 +165,24 @@ class Range:
     note: str = ""
 
 
-def ranges(max_beam: int, max_new_tokens: int, vocab_size: int, max_prefix_tokens: int, default_beam: int = 1,
-           default_penalty: str = "gnmt") -> list[Range]:
+def ranges(
+    max_beam: int,
+    max_new_tokens: int,
+    vocab_size: int,
+    max_prefix_tokens: int,
+    default_beam: int = 1,
+    default_penalty: str = "gnmt",
+) -> list[Range]:
     return [
         Range("beam_size", 0, max_beam, default_beam, "0 = the model's default; 1 = greedy or sampling"),
         Range("num_hypotheses", 1, max_beam, 1, "n-best; at most beam_size"),
-        Range("length_penalty", 0, MAX_LENGTH_PENALTY, DEFAULT_LENGTH_PENALTY[default_penalty],
-              f"alpha; default 0.6 (gnmt) or 1.0 (ctranslate2); this model's rule: {default_penalty}"),
+        Range(
+            "length_penalty",
+            0,
+            MAX_LENGTH_PENALTY,
+            DEFAULT_LENGTH_PENALTY[default_penalty],
+            f"alpha; default 0.6 (gnmt) or 1.0 (ctranslate2); this model's rule: {default_penalty}",
+        ),
         Range("repetition_penalty", 0, MAX_REPETITION_PENALTY, 1, "> 0; 1 = off"),
         Range("no_repeat_ngram_size", 0, max_new_tokens, 0, "0 = off"),
         Range("min_new_tokens", 0, max_new_tokens, 0, "at most max_new_tokens"),
@@ -151,19 +198,30 @@ def ranges(max_beam: int, max_new_tokens: int, vocab_size: int, max_prefix_token
 def check(o: DecodingOptions, max_beam: int, max_new_tokens: int, vocab_size: int) -> None:
     """Raise ValueError naming the option and its limit for any out-of-range value (beam_size 0, the model's
     default, passes: ``DecodingOptions.resolved`` replaces it)."""
+
     def bad(name: str, value, limit: str) -> None:
         raise ValueError(f"{name}={value!r} is out of range: {limit}")
 
     if not 0 <= o.beam_size <= max_beam:
         bad("beam_size", o.beam_size, f"0 (the model's default) to {max_beam}")
     if not 1 <= o.num_hypotheses <= (o.beam_size or max_beam):  # beam 0 widens to num_hypotheses (resolved)
-        bad("num_hypotheses", o.num_hypotheses, f"1 to beam_size ({o.beam_size})" if o.beam_size else f"1 to {max_beam}")
+        bad(
+            "num_hypotheses",
+            o.num_hypotheses,
+            f"1 to beam_size ({o.beam_size})" if o.beam_size else f"1 to {max_beam}",
+        )
     if o.length_penalty_type and o.length_penalty_type not in LENGTH_PENALTY_TYPES:  # "": the model's default
-        raise ValueError(f"length_penalty_type={o.length_penalty_type!r} is not one of {', '.join(LENGTH_PENALTY_TYPES)}")
+        raise ValueError(
+            f"length_penalty_type={o.length_penalty_type!r} is not one of {', '.join(LENGTH_PENALTY_TYPES)}"
+        )
     if o.length_penalty is not None and not 0 <= o.length_penalty <= MAX_LENGTH_PENALTY:
         bad("length_penalty", o.length_penalty, f"0 to {MAX_LENGTH_PENALTY:g}")
     if not 0 < o.repetition_penalty <= MAX_REPETITION_PENALTY:
-        bad("repetition_penalty", o.repetition_penalty, f"above 0, at most {MAX_REPETITION_PENALTY:g} (1 = off)")
+        bad(
+            "repetition_penalty",
+            o.repetition_penalty,
+            f"above 0, at most {MAX_REPETITION_PENALTY:g} (1 = off)",
+        )
     if not 0 <= o.no_repeat_ngram_size <= max_new_tokens:
         bad("no_repeat_ngram_size", o.no_repeat_ngram_size, f"0 (off) to {max_new_tokens}")
     if not 0 <= o.max_new_tokens <= max_new_tokens:
@@ -180,8 +238,12 @@ def check(o: DecodingOptions, max_beam: int, max_new_tokens: int, vocab_size: in
     if o.seed is not None and not 0 <= o.seed <= MAX_SEED:
         bad("seed", o.seed, f"0 to {MAX_SEED}")
     if o.distinct_hypotheses and o.sampling:
-        raise ValueError("distinct_hypotheses works with beam search; a sampled request draws each output on its own "
-                         "(send sampling_topk=1, or no sampling options)")
+        raise ValueError(
+            "distinct_hypotheses works with beam search; a sampled request draws each output on its own "
+            "(send sampling_topk=1, or no sampling options)"
+        )
     if o.sampling and o.beam_size > 1:
-        raise ValueError(f"sampling (sampling_topk={o.sampling_topk}, sampling_temperature={o.sampling_temperature:g}) "
-                         f"needs beam_size=1, not {o.beam_size}: sampled n-best lists are not supported")
+        raise ValueError(
+            f"sampling (sampling_topk={o.sampling_topk}, sampling_temperature={o.sampling_temperature:g}) "
+            f"needs beam_size=1, not {o.beam_size}: sampled n-best lists are not supported"
+        )

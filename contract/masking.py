@@ -31,7 +31,9 @@ _STOPS = "。．.！!？?：:"
 
 # Kept as they are in the model's input: the short placeholders the default model saw thousands of times and
 # copies (measured: masking them too lowers chrF); every other span is masked.
-_AS_IS = re.compile(r"%[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[a-zA-Z@]|%%|%L?[1-9][0-9]?|\{[0-9]?\}")
+_AS_IS = re.compile(
+    r"%[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[a-zA-Z@]|%%|%L?[1-9][0-9]?|\{[0-9]?\}"
+)
 
 
 def as_is(span: Span) -> bool:
@@ -51,7 +53,9 @@ class Masked:
     pairs: tuple[tuple[int, int], ...] = ()  # (open, close) tags, as indexes into spans
     numbers: bool = True
     found: tuple[Span, ...] = ()  # every span of the source, those kept around the text included
-    as_sent: bool = False  # read as sent, not protected (a request turned it off, a target prefix): output as is
+    as_sent: bool = (
+        False  # read as sent, not protected (a request turned it off, a target prefix): output as is
+    )
 
     @property
     def changed(self) -> bool:
@@ -102,7 +106,12 @@ def mask(text: str, numbers: bool = True, keep=as_is) -> Masked:
     first, last = 0, len(spans)
     pairs = _pairs(spans)
     # A tag pair around everything: kept as it is around the translation.
-    while first < last and spans[first].start == lo and pairs.get(first) == last - 1 and spans[last - 1].end == hi:
+    while (
+        first < last
+        and spans[first].start == lo
+        and pairs.get(first) == last - 1
+        and spans[last - 1].end == hi
+    ):
         lo, hi = spans[first].end, spans[last - 1].start
         lo, hi = lo + len(text[lo:hi]) - len(text[lo:hi].lstrip()), lo + len(text[lo:hi].rstrip())
         first, last = first + 1, last - 1
@@ -111,16 +120,17 @@ def mask(text: str, numbers: bool = True, keep=as_is) -> Masked:
     marks = _marks(inner, keep)
     pieces, pos = [], lo
     for s, mark in zip(inner, marks):
-        pieces += [text[pos:s.start], mark]
+        pieces += [text[pos : s.start], mark]
         pos = s.end
     pieces.append(text[pos:hi])
     if not _WORD.search("".join(pieces[0::2])):
         return Masked(text, "", tuple(inner), marks, head, tail, numbers=numbers, found=found)
-    leading = tuple(not _WORD.search(text[lo:s.start]) for s in inner)
-    follows = tuple(i > 0 and not text[inner[i - 1].end:s.start].strip() for i, s in enumerate(inner))
+    leading = tuple(not _WORD.search(text[lo : s.start]) for s in inner)
+    follows = tuple(i > 0 and not text[inner[i - 1].end : s.start].strip() for i, s in enumerate(inner))
     inner_pairs = tuple((o - first, c - first) for o, c in pairs.items() if first <= o and c < last)
-    return Masked(text, "".join(pieces), tuple(inner), marks, head, tail, leading, follows, inner_pairs, numbers,
-                  found)
+    return Masked(
+        text, "".join(pieces), tuple(inner), marks, head, tail, leading, follows, inner_pairs, numbers, found
+    )
 
 
 def _parts(m: Masked, output: str) -> list[str | int]:
@@ -135,12 +145,14 @@ def _parts(m: Masked, output: str) -> list[str | int]:
         slots = free.get(s.text)
         if not slots and s.kind == "number":
             continue
-        parts.append(output[pos:s.start])
+        parts.append(output[pos : s.start])
         if slots:
             parts.append(slots.pop(0))
         pos = s.end
     parts.append(output[pos:])
-    if not _BRACES.search(re.sub(r"\{[0-9]+\}", "", m.text)):  # a brace left over from a placeholder the model broke
+    if not _BRACES.search(
+        re.sub(r"\{[0-9]+\}", "", m.text)
+    ):  # a brace left over from a placeholder the model broke
         parts = [_BRACES.sub("", p) if isinstance(p, str) else p for p in parts]
     return parts
 
@@ -177,7 +189,7 @@ def drop_made_up(output: str) -> str:
     """An output whose source has no span, without the spans the model made up (a ``%s``, a tag; numbers stay)."""
     spans = find_spans(output, numbers=False)
     for s in reversed(spans):
-        output = output[:s.start] + output[s.end:]
+        output = output[: s.start] + output[s.end :]
     return re.sub(" {2,}", " ", output).strip() if spans else output
 
 

@@ -70,7 +70,9 @@ def encoder_io(n_decoder_layers: int) -> GraphIO:
     for i in range(n_decoder_layers):
         outputs[cross_key(i)] = bhsd
         outputs[cross_value(i)] = bhsd
-    return GraphIO(inputs={SRC_IDS: {0: "batch", 1: "src_len"}, SRC_MASK: {0: "batch", 1: "src_len"}}, outputs=outputs)
+    return GraphIO(
+        inputs={SRC_IDS: {0: "batch", 1: "src_len"}, SRC_MASK: {0: "batch", 1: "src_len"}}, outputs=outputs
+    )
 
 
 def decoder_io(n_decoder_layers: int) -> GraphIO:

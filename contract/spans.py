@@ -32,15 +32,27 @@ _ENTITY = r"&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});"
 _TEMPLATE = r"\{\{.*?\}\}|\{%.*?%\}|\$\{[^{}]*\}"
 # printf: Python's %(name)s, positional %1$s, the C conversions with flags, width, precision and length (no space
 # flag: "50% done" is prose, not "% d"), %% and Qt's %1 / %L1.
-_PRINTF = (r"%%|%\([A-Za-z_][A-Za-z0-9_.]*\)[-+0#]*[0-9]*(?:\.[0-9]+)?[diouxXeEfFgGcrsa]"
-           r"|%[0-9]+\$[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsSpn@]"
-           r"|%[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsSpn@]"
-           r"|%L?[1-9][0-9]?")
-_NUMBER = r"(?<![A-Za-z0-9_.,])(?<![A-Za-z]-)[0-9]+(?:[.,:][0-9]+)*(?![A-Za-z0-9_])"  # ASCII words: "3つ" has a 3
+_PRINTF = (
+    r"%%|%\([A-Za-z_][A-Za-z0-9_.]*\)[-+0#]*[0-9]*(?:\.[0-9]+)?[diouxXeEfFgGcrsa]"
+    r"|%[0-9]+\$[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsSpn@]"
+    r"|%[-+0#]*[0-9]*(?:\.[0-9]+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsSpn@]"
+    r"|%L?[1-9][0-9]?"
+)
+_NUMBER = (
+    r"(?<![A-Za-z0-9_.,])(?<![A-Za-z]-)[0-9]+(?:[.,:][0-9]+)*(?![A-Za-z0-9_])"  # ASCII words: "3つ" has a 3
+)
 _BRACE_START = r"\{"
 
-_RULES = (("url", _URL), ("email", _EMAIL), ("tag", _TAG), ("entity", _ENTITY), ("template", _TEMPLATE),
-          ("brace", _BRACE_START), ("printf", _PRINTF), ("number", _NUMBER))
+_RULES = (
+    ("url", _URL),
+    ("email", _EMAIL),
+    ("tag", _TAG),
+    ("entity", _ENTITY),
+    ("template", _TEMPLATE),
+    ("brace", _BRACE_START),
+    ("printf", _PRINTF),
+    ("number", _NUMBER),
+)
 _ANY = re.compile("|".join(f"(?P<{kind}>{rx})" for kind, rx in _RULES), re.S)
 _NO_NUMBER = re.compile("|".join(f"(?P<{kind}>{rx})" for kind, rx in _RULES if kind != "number"), re.S)
 # What a brace span may start with: nothing ({}), an argument index or name, then a format spec or ICU's ", type".
@@ -131,7 +143,9 @@ class Check:
         return not (self.missing or self.extra or self.missing_numbers)
 
 
-def check(source: str, output: str, numbers: bool = True, source_spans: tuple[Span, ...] | None = None) -> Check:
+def check(
+    source: str, output: str, numbers: bool = True, source_spans: tuple[Span, ...] | None = None
+) -> Check:
     """Whether ``output`` keeps exactly the spans of ``source`` (numbers: each of the source's digits at least as
     often: a translation may add a digit of its own, as Japanese counters do). ``source_spans``: the source's,
     where they are known already."""
@@ -141,4 +155,6 @@ def check(source: str, output: str, numbers: bool = True, source_spans: tuple[Sp
     got = Counter(s.text for s in out if s.kind != "number")
     want_n = Counter(s.text for s in src if s.kind == "number")
     got_n = Counter(s.text for s in out if s.kind == "number")
-    return Check(tuple((want - got).elements()), tuple((got - want).elements()), tuple((want_n - got_n).elements()))
+    return Check(
+        tuple((want - got).elements()), tuple((got - want).elements()), tuple((want_n - got_n).elements())
+    )

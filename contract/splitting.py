@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from contract.spans import Span
 
-_BLOCK = ("address|article|aside|blockquote|br|dd|details|div|dl|dt|figcaption|figure|footer|form|h[1-6]|header|hr|"
-          "li|main|nav|ol|p|pre|section|summary|table|tbody|td|tfoot|th|thead|tr|ul")
+_BLOCK = (
+    "address|article|aside|blockquote|br|dd|details|div|dl|dt|figcaption|figure|footer|form|h[1-6]|header|hr|"
+    "li|main|nav|ol|p|pre|section|summary|table|tbody|td|tfoot|th|thead|tr|ul"
+)
 # Each level: what separates two pieces (kept as it is, between their translations).
 _LEVELS = (
     re.compile(rf"\s*</?(?:{_BLOCK})\b[^<>]*>\s*", re.I),
@@ -60,7 +62,7 @@ def split(text: str, fits: Callable[[str], bool], spans: list[Span] = ()) -> Pie
     coarsest cuts that make every piece fit; no cut inside one of ``spans``."""
     inside = bytearray(len(text) + 1)  # 1 where a cut would fall inside a span
     for s in spans:
-        inside[s.start + 1:s.end] = b"\x01" * (s.end - s.start - 1)
+        inside[s.start + 1 : s.end] = b"\x01" * (s.end - s.start - 1)
     bounds: list[tuple[int, int]] = []
     pos = 0
     for brk in re.finditer(r"[\r\n]+", text):
@@ -93,7 +95,7 @@ def _fit(text: str, a: int, b: int, level: int, fits, inside) -> list[tuple[int,
     out: list[tuple[int, int]] = []
     cur = units[0]
     for u in units[1:]:
-        if fits(text[cur[0]:u[1]]):
+        if fits(text[cur[0] : u[1]]):
             cur = (cur[0], u[1])
         else:
             out += _fit(text, *cur, level + 1, fits, inside)

@@ -28,19 +28,37 @@ class TextCodec:
     """``tokenizer`` reads sources; ``target_tokenizer`` (default: the same) reads target prefixes and writes outputs:
     models imported from other trainers may have one vocabulary, or one segmentation, per side."""
 
-    def __init__(self, tokenizer: Tokenizer, task: TaskConfig, special: SpecialIds, target_tokenizer: Tokenizer | None = None):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        task: TaskConfig,
+        special: SpecialIds,
+        target_tokenizer: Tokenizer | None = None,
+    ):
         self.tokenizer, self.task, self.special = tokenizer, task, special
         self.target_tokenizer = target_tokenizer or tokenizer
         specials = {special.pad, special.bos, special.eos, special.unk}
         # The most characters one token covers (the Metaspace marker standing for one space). A text
         # longer than max_chars(n) cannot fit in n tokens, so servers refuse it before tokenizing.
-        self.longest_token_chars = max((len(piece) for piece, i in tokenizer.get_vocab(with_added_tokens=False).items()
-                                        if i not in specials), default=1)
+        self.longest_token_chars = max(
+            (
+                len(piece)
+                for piece, i in tokenizer.get_vocab(with_added_tokens=False).items()
+                if i not in specials
+            ),
+            default=1,
+        )
 
     @classmethod
-    def from_file(cls, path: Path, task: TaskConfig, special: SpecialIds, target_path: Path | None = None) -> TextCodec:
+    def from_file(
+        cls, path: Path, task: TaskConfig, special: SpecialIds, target_path: Path | None = None
+    ) -> TextCodec:
         """``target_path``: the target side's tokenizer, where there is one (read only if the file exists)."""
-        target = Tokenizer.from_file(str(target_path)) if target_path is not None and Path(target_path).is_file() else None
+        target = (
+            Tokenizer.from_file(str(target_path))
+            if target_path is not None and Path(target_path).is_file()
+            else None
+        )
         return cls(Tokenizer.from_file(str(path)), task, special, target)
 
     @property

@@ -21,20 +21,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.step_loop import StepLoop, Sequence, StepOutput
 from engine.runner import EngineOptions, Runner
 from engine.search import Hypothesis, TextHypothesis
+from engine.step_loop import Sequence, StepLoop, StepOutput
 from engine.translator import Result, TranslationResult, Translator
 
 
-def load(bundle_dir: str | Path, *, threads: int = 1, device: str = "auto", io_binding: str = "auto") -> Translator:
+def load(
+    bundle_dir: str | Path, *, threads: int = 1, device: str = "auto", io_binding: str = "auto"
+) -> Translator:
     """Load a bundle (``models/<name>/<version>/``), verified against its config.json hashes.
 
     ``threads``: ONNX Runtime intra-op threads (1 was fastest per core at these sizes; run several
     engines for parallelism). ``device``: ``auto`` (CUDA when it can load, else CPU), ``cpu`` or ``cuda``.
     """
-    return Translator(Path(bundle_dir), EngineOptions(device=device, intra_op_threads=threads, io_binding=io_binding))
+    return Translator(
+        Path(bundle_dir), EngineOptions(device=device, intra_op_threads=threads, io_binding=io_binding)
+    )
 
 
-__all__ = ["EngineOptions", "StepLoop", "Hypothesis", "Result", "Runner", "Sequence", "StepOutput", "TextHypothesis",
-           "TranslationResult", "Translator", "load"]
+__all__ = [
+    "EngineOptions",
+    "StepLoop",
+    "Hypothesis",
+    "Result",
+    "Runner",
+    "Sequence",
+    "StepOutput",
+    "TextHypothesis",
+    "TranslationResult",
+    "Translator",
+    "load",
+]

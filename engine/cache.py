@@ -70,7 +70,9 @@ class DecodeBatch:
         # Device-resident copies (IOBinding): when dev_past is set it is the cache and ``past`` is stale.
         self.dev_past: list | None = None
         self.dev_cross: list | None = None  # mirrors ``cross``; dropped whenever cross changes
-        self.host_syncs = getattr(self, "host_syncs", 0)  # device -> host round trips so far (kept across resets)
+        self.host_syncs = getattr(
+            self, "host_syncs", 0
+        )  # device -> host round trips so far (kept across resets)
 
     def _host(self) -> None:
         """Bring a device-resident cache back into numpy before a row operation."""
@@ -94,8 +96,13 @@ class DecodeBatch:
     def past_len(self) -> int:
         return self.past_mask.shape[1]
 
-    def add(self, cross: list[np.ndarray], src_mask: np.ndarray, tokens: np.ndarray,
-            first_kv: list[np.ndarray] | None = None) -> None:
+    def add(
+        self,
+        cross: list[np.ndarray],
+        src_mask: np.ndarray,
+        tokens: np.ndarray,
+        first_kv: list[np.ndarray] | None = None,
+    ) -> None:
         """Append rows (their encoder's cross K/V and source mask) fed ``tokens`` (one each). Without ``first_kv``
         they start at position 0; with it (per layer (b_new, H, 1, Dh): a beam's first step, run before it joined,
         ``StepLoop.add``) they hold that position's K/V in the last cache column and go on at position 1."""
@@ -106,8 +113,11 @@ class DecodeBatch:
             self.dev_past = None
             self.cross, self.src_mask = list(cross), src_mask
             p = 0 if first_kv is None else 1
-            self.past = ([np.zeros((b_new, *self.shape_hd[:1], 0, self.shape_hd[1]), self.dtype)] * (2 * self.n_layers)
-                         if first_kv is None else [np.ascontiguousarray(a, self.dtype) for a in first_kv])
+            self.past = (
+                [np.zeros((b_new, *self.shape_hd[:1], 0, self.shape_hd[1]), self.dtype)] * (2 * self.n_layers)
+                if first_kv is None
+                else [np.ascontiguousarray(a, self.dtype) for a in first_kv]
+            )
             self.past_mask = np.ones((b_new, p), np.int64)
             self.tokens = tokens
             self.positions = np.full((b_new, 1), p, np.int64)
@@ -118,7 +128,9 @@ class DecodeBatch:
             raise ValueError("rows with their first step done join an idle batch only")
         self._host()
         s = max(self.src_mask.shape[1], src_mask.shape[1])
-        self.cross = [np.concatenate([pad_axis(old, 2, s), pad_axis(new, 2, s)]) for old, new in zip(self.cross, cross)]
+        self.cross = [
+            np.concatenate([pad_axis(old, 2, s), pad_axis(new, 2, s)]) for old, new in zip(self.cross, cross)
+        ]
         self.src_mask = np.concatenate([pad_axis(self.src_mask, 1, s), pad_axis(src_mask, 1, s)])
         p = self.past_len
         hole = np.zeros((b_new, *self.shape_hd[:1], p, self.shape_hd[1]), self.dtype)
@@ -201,7 +213,9 @@ class DecodeBatch:
         self.tokens = next_tokens.reshape(-1, 1).astype(np.int64)
         self.positions = self.positions + 1
         self.steps += 1
-        if self.free:  # released rows wait at position 0 attending to nothing but their own token (finite, ignored)
+        if (
+            self.free
+        ):  # released rows wait at position 0 attending to nothing but their own token (finite, ignored)
             self.past_mask[self.free] = 0
             self.positions[self.free] = 0
 

@@ -87,7 +87,9 @@ class RowOptions:
         ``history`` (B, L) their tokens, right-aligned, -1 before a row's first (needed for penalties/n-grams)."""
         x = logits[self.rows]  # (R, V), a copy
         pos = positions[self.rows]
-        if self.rep_at.size:  # CTranslate2: a token already generated gets logit * p if negative, / p otherwise
+        if (
+            self.rep_at.size
+        ):  # CTranslate2: a token already generated gets logit * p if negative, / p otherwise
             h = history[self.rows[self.rep_at]]
             seen = np.zeros((len(h), x.shape[1] + 1), bool)  # the extra column takes the -1 padding
             seen[np.arange(len(h))[:, None], h] = True
@@ -106,8 +108,12 @@ class RowOptions:
         if h.shape[1] < n:
             return
         win = sliding_window_view(h, n, axis=1)  # (r, L-n+1, n): every n-gram of the history
-        suffix = h[:, h.shape[1] - n + 1:]  # (r, n-1): what the next token would extend
-        hit = (win[:, :, : n - 1] == suffix[:, None, :]).all(-1) & (win[:, :, -1] >= 0) & (suffix >= 0).all(-1)[:, None]
+        suffix = h[:, h.shape[1] - n + 1 :]  # (r, n-1): what the next token would extend
+        hit = (
+            (win[:, :, : n - 1] == suffix[:, None, :]).all(-1)
+            & (win[:, :, -1] >= 0)
+            & (suffix >= 0).all(-1)[:, None]
+        )
         r, w = np.nonzero(hit)
         x[at[r], win[r, w, -1]] = NO
 
@@ -123,7 +129,9 @@ class RowOptions:
         tok[forced] = self.prefix[forced, p[forced]]
         logp = np.zeros(len(tok))
         if self.scored.size:
-            z = xs[self.scored]  # float32, as the beams' log-softmax (engine/topk.py) and CTranslate2: float64 cost 2x the time
+            z = xs[
+                self.scored
+            ]  # float32, as the beams' log-softmax (engine/topk.py) and CTranslate2: float64 cost 2x the time
             m = z.max(-1, keepdims=True)
             lse = (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))[:, 0]
             logp[self.scored] = z[np.arange(len(z)), tok[self.scored]].astype(np.float64) - lse
@@ -173,4 +181,3 @@ class RowOptions:
         u = np.array([self.rngs[i].random() for i in rows]) * cdf[:, -1]
         choice = np.minimum((cdf <= u[:, None]).sum(-1), cdf.shape[1] - 1)
         return cand[np.arange(len(rows)), choice]
-

@@ -42,7 +42,12 @@ class Runner:
         self.folder = Path(folder)
         self.config: BundleConfig = bundle.read_bundle(self.folder, verify_hashes=options.verify_hashes)
         m = self.config.model
-        self.n_layers, self.n_heads, self.d_head, self.special = m.n_decoder_layers, m.n_heads, m.d_head, m.special
+        self.n_layers, self.n_heads, self.d_head, self.special = (
+            m.n_decoder_layers,
+            m.n_heads,
+            m.d_head,
+            m.special,
+        )
         so = ort.SessionOptions()
         so.intra_op_num_threads = options.intra_op_threads
         so.inter_op_num_threads = 1
@@ -55,36 +60,58 @@ class Runner:
         self.provider = self.decoder.get_providers()[0]
         log_provider_once(options.device, self.provider)
         if options.device == "cuda" and self.provider != "CUDAExecutionProvider":
-            raise BundleError(f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)")
+            raise BundleError(
+                f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)"
+            )
         self.device_type = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        self.io_binding = options.io_binding == "on" or (options.io_binding == "auto" and self.device_type == "cuda")
-        log.info("loaded %s v%s from %s on %s%s", self.config.name, self.config.version, self.folder, self.provider,
-                 " (KV cache in device memory via IOBinding)" if self.io_binding else "")
+        self.io_binding = options.io_binding == "on" or (
+            options.io_binding == "auto" and self.device_type == "cuda"
+        )
+        log.info(
+            "loaded %s v%s from %s on %s%s",
+            self.config.name,
+            self.config.version,
+            self.folder,
+            self.provider,
+            " (KV cache in device memory via IOBinding)" if self.io_binding else "",
+        )
         self._threads = options.intra_op_threads
         self._top: TopLogprobs | None = None  # built when the first beam runs
         # Tokens the model never generates (task.suppressed_ids): out of greedy's argmax, and out of the beams'
         # candidates after their log-softmax (engine.topk).
         self.suppressed = np.array(self.config.task.suppressed_ids, np.int64)
         self._past_names = [n for i in range(self.n_layers) for n in (names.past_key(i), names.past_value(i))]
-        self._cross_names = [n for i in range(self.n_layers) for n in (names.cross_key(i), names.cross_value(i))]
-        self._present_names = [n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))]
+        self._cross_names = [
+            n for i in range(self.n_layers) for n in (names.cross_key(i), names.cross_value(i))
+        ]
+        self._present_names = [
+            n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))
+        ]
 
-    def _session(self, file: str, so: ort.SessionOptions, providers: list[str], io: names.GraphIO) -> ort.InferenceSession:
+    def _session(
+        self, file: str, so: ort.SessionOptions, providers: list[str], io: names.GraphIO
+    ) -> ort.InferenceSession:
         path = self.folder / file
         try:
-            sess = ort.InferenceSession(str(path), so, providers=providers, disabled_optimizers=disabled_optimizers(providers))
+            sess = ort.InferenceSession(
+                str(path), so, providers=providers, disabled_optimizers=disabled_optimizers(providers)
+            )
         except Exception as e:  # ORT raises its own exception types for unreadable models
             raise BundleError(f"{path}: ONNX Runtime cannot load it ({str(e).splitlines()[0][:300]})") from e
         got_in, got_out = [i.name for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]
         if got_in != list(io.inputs) or got_out != list(io.outputs):
-            raise BundleError(f"{path}: tensor names {got_in} -> {got_out} differ from config.json "
-                              f"{list(io.inputs)} -> {list(io.outputs)}")
+            raise BundleError(
+                f"{path}: tensor names {got_in} -> {got_out} differ from config.json "
+                f"{list(io.inputs)} -> {list(io.outputs)}"
+            )
         return sess
 
     def top_logprobs(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's n best tokens by log-probability (float64), best first: ``engine.topk``."""
         if self._top is None:
-            self._top = TopLogprobs(self._threads, self.config.model.tgt_vocab_size, self.config.task.suppressed_ids)
+            self._top = TopLogprobs(
+                self._threads, self.config.model.tgt_vocab_size, self.config.task.suppressed_ids
+            )
         return self._top(logits, n)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
@@ -104,7 +131,9 @@ class Runner:
             s = int(lengths[rows[0]])
             part = self._encode(src_ids[rows, :s], src_mask[rows, :s])
             if out is None:
-                out = [np.zeros((len(lengths), p.shape[1], src_ids.shape[1], p.shape[3]), p.dtype) for p in part]
+                out = [
+                    np.zeros((len(lengths), p.shape[1], src_ids.shape[1], p.shape[3]), p.dtype) for p in part
+                ]
             for o, p in zip(out, part):
                 o[rows, :, :s] = p
         return out
@@ -114,15 +143,28 @@ class Runner:
 
     def to_device(self, arrays: list[np.ndarray]) -> list[ort.OrtValue]:
         """Copy host arrays into the decoder's device memory (once per batch change, not per step)."""
-        return [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device_type, 0) for a in arrays]
+        return [
+            ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device_type, 0) for a in arrays
+        ]
 
-    def decode_bound(self, tgt_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, past: list[ort.OrtValue],
-                     cross: list[ort.OrtValue], src_mask: np.ndarray) -> tuple[np.ndarray, list[ort.OrtValue]]:
+    def decode_bound(
+        self,
+        tgt_ids: np.ndarray,
+        positions: np.ndarray,
+        past_mask: np.ndarray,
+        past: list[ort.OrtValue],
+        cross: list[ort.OrtValue],
+        src_mask: np.ndarray,
+    ) -> tuple[np.ndarray, list[ort.OrtValue]]:
         """``decode`` with the cache in device memory: past and cross K/V are OrtValues bound as they are, the present
         K/V stay on the device for the next step, and only ids, masks and the logits cross to or from the host."""
         binding = self.decoder.io_binding()
-        for name, a in ((names.TGT_IDS, tgt_ids), (names.POSITIONS, positions), (names.PAST_MASK, past_mask),
-                        (names.SRC_MASK, src_mask)):
+        for name, a in (
+            (names.TGT_IDS, tgt_ids),
+            (names.POSITIONS, positions),
+            (names.PAST_MASK, past_mask),
+            (names.SRC_MASK, src_mask),
+        ):
             binding.bind_cpu_input(name, np.ascontiguousarray(a))
         for name, v in zip(self._past_names, past):
             binding.bind_ortvalue_input(name, v)
@@ -135,10 +177,22 @@ class Runner:
         logits, *present = binding.get_outputs()
         return logits.numpy(), present
 
-    def decode(self, tgt_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, past: list[np.ndarray],
-               cross: list[np.ndarray], src_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    def decode(
+        self,
+        tgt_ids: np.ndarray,
+        positions: np.ndarray,
+        past_mask: np.ndarray,
+        past: list[np.ndarray],
+        cross: list[np.ndarray],
+        src_mask: np.ndarray,
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One decoder step -> logits (B, T, V) and present K/V, flat like ``past``."""
-        feed = {names.TGT_IDS: tgt_ids, names.POSITIONS: positions, names.PAST_MASK: past_mask, names.SRC_MASK: src_mask}
+        feed = {
+            names.TGT_IDS: tgt_ids,
+            names.POSITIONS: positions,
+            names.PAST_MASK: past_mask,
+            names.SRC_MASK: src_mask,
+        }
         feed.update(zip(self._past_names, past))
         feed.update(zip(self._cross_names, cross))
         logits, *present = self.decoder.run(None, feed)

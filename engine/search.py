@@ -33,7 +33,9 @@ def top_sorted(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     n = min(n, v)
     idx = np.argpartition(x, v - n, axis=-1)[:, v - n :] if n < v else np.broadcast_to(np.arange(v), x.shape)
     val = np.take_along_axis(x, idx, axis=-1)
-    if n < v:  # argpartition keeps any of the values tied at the n-th: where a tie straddles it, take the lowest ids
+    if (
+        n < v
+    ):  # argpartition keeps any of the values tied at the n-th: where a tie straddles it, take the lowest ids
         thr = val.min(axis=-1, keepdims=True)
         for r in np.flatnonzero((x == thr).sum(-1) > (val == thr).sum(-1)):
             idx[r] = np.argsort(-x[r], kind="stable")[:n]
@@ -82,7 +84,9 @@ class Greedy:
         return self.tokens[:-1] if self.tokens and self.tokens[-1] == self.eos else self.tokens
 
     def hypotheses(self) -> list[Hypothesis]:
-        return [Hypothesis(self.result(), self.logp / length_penalty(self.kind, self.alpha, len(self.tokens)))]
+        return [
+            Hypothesis(self.result(), self.logp / length_penalty(self.kind, self.alpha, len(self.tokens)))
+        ]
 
 
 class Beam:
@@ -93,8 +97,16 @@ class Beam:
     ``width`` ended hypotheses (with alpha 0: once the best beam has ended and n_best have), and at the last
     step every live beam counts as a hypothesis too."""
 
-    def __init__(self, eos: int, budget: int, width: int, alpha: float = 0.6, kind: str = "gnmt", n_best: int = 1,
-                 prefix: list[int] | tuple = ()):
+    def __init__(
+        self,
+        eos: int,
+        budget: int,
+        width: int,
+        alpha: float = 0.6,
+        kind: str = "gnmt",
+        n_best: int = 1,
+        prefix: list[int] | tuple = (),
+    ):
         self.eos, self.budget, self.width, self.alpha, self.kind = eos, budget, width, alpha, kind
         self.n_best, self.prefix = n_best, list(prefix)
         self.scores = np.full(width, -np.inf)
@@ -160,7 +172,12 @@ class Beam:
                         self._end(score, self.hyps[parent], len(self.hyps[parent]) + 1)
                         self.top_ended |= rank == 0
             else:
-                parents.append(parent), tokens.append(tok), scores.append(score), hyps.append(self.hyps[parent] + [tok])
+                (
+                    parents.append(parent),
+                    tokens.append(tok),
+                    scores.append(score),
+                    hyps.append(self.hyps[parent] + [tok]),
+                )
                 if rank < k:
                     ranked.append((score, hyps[-1]))
             if len(parents) + empty == k:
@@ -171,8 +188,17 @@ class Beam:
         self._stop(ranked, last)
         return np.array(tokens), np.array(parents)
 
-    def _commit(self, parents: list[int], tokens: list[int], alive: list[bool], scores: np.ndarray, ranked: list[bool],
-                ends: list[tuple[float, int]], top_ended: bool, best_live: float) -> None:
+    def _commit(
+        self,
+        parents: list[int],
+        tokens: list[int],
+        alive: list[bool],
+        scores: np.ndarray,
+        ranked: list[bool],
+        ends: list[tuple[float, int]],
+        top_ended: bool,
+        best_live: float,
+    ) -> None:
         """A regular step chosen by ``advance_beams``: the k rows (parent, token, alive, score; ``ranked``: among the
         k best candidates) and the ends among the k best (raw score, parent), best first."""
         self.step += 1
@@ -183,10 +209,16 @@ class Beam:
         self.hyps = [old[p] + [t] if a else [] for p, t, a in zip(parents, tokens, alive)]
         self.scores = scores
         last = self.step >= self.budget
-        ranked_live = [(s, h) for s, h, a, r in zip(scores.tolist(), self.hyps, alive, ranked) if a and r] if last else []
+        ranked_live = (
+            [(s, h) for s, h, a, r in zip(scores.tolist(), self.hyps, alive, ranked) if a and r]
+            if last
+            else []
+        )
         self._stop(ranked_live, last, best_live)
 
-    def _stop(self, ranked: list[tuple[float, list[int]]], last: bool, best_live: float | None = None) -> None:
+    def _stop(
+        self, ranked: list[tuple[float, list[int]]], last: bool, best_live: float | None = None
+    ) -> None:
         """The stopping rule of ``kind`` after a step; ``ranked``: its live candidates among the k best (only read
         at the last step)."""
         k = self.width
@@ -203,7 +235,9 @@ class Beam:
                 self.done = best_live / self.lp(self.step) <= kth
             self.done = self.done or last or not math.isfinite(best_live)
         elif self.kind == "ctranslate2":
-            if self.alpha == 0:  # nothing normalizes length: once the best beam has ended, nothing can beat it
+            if (
+                self.alpha == 0
+            ):  # nothing normalizes length: once the best beam has ended, nothing can beat it
                 enough = self.top_ended and len(self.finished) >= self.n_best
             else:
                 enough = len(self.finished) >= k
@@ -266,7 +300,13 @@ def advance_beams(beams: list[Beam], logp: np.ndarray, toks: np.ndarray) -> tupl
     end_by: list[list[tuple[float, int]]] = [[] for _ in range(g)]
     for b, r in zip(*(x.tolist() for x in np.nonzero(ends))):
         end_by[b].append((float(c[b, r]), int(p[b, r])))
-    ps, ts, al, rk, top = new_p.tolist(), new_t.tolist(), alive.tolist(), (at < k).tolist(), ends[:, 0].tolist()
+    ps, ts, al, rk, top = (
+        new_p.tolist(),
+        new_t.tolist(),
+        alive.tolist(),
+        (at < k).tolist(),
+        ends[:, 0].tolist(),
+    )
     best = new_c.max(axis=1).tolist()
     for i, beam in enumerate(beams):
         beam._commit(ps[i], ts[i], al[i], new_c[i], rk[i], end_by[i], top[i], best[i])

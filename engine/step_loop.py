@@ -51,8 +51,10 @@ class Sequence:
         if self.options is None:
             self.options = DecodingOptions(beam_size=self.beam)
         if self.options.beam_size < 1:
-            raise ValueError("Sequence options need a resolved beam_size (0 means the model's default): "
-                             "pass options.resolved(engine.config.task.beam_size, budget)")
+            raise ValueError(
+                "Sequence options need a resolved beam_size (0 means the model's default): "
+                "pass options.resolved(engine.config.task.beam_size, budget)"
+            )
         if not self.options.length_penalty_type:  # unresolved: the rule of a model that names none
             self.options = self.options.replace(length_penalty_type="gnmt")
         self.beam = self.options.beam_size
@@ -105,8 +107,12 @@ class StepLoop:
         self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
         self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
         self.n_pass = 0  # sequences whose rows go through the logits pass; 0: plain argmax, as ever
-        self.row_options: RowOptions | None = None  # their options as vectors; None: rebuild before the next step
-        self.early: list[Sequence] = []  # finished while joining (at their first step): the next step reports them
+        self.row_options: RowOptions | None = (
+            None  # their options as vectors; None: rebuild before the next step
+        )
+        self.early: list[
+            Sequence
+        ] = []  # finished while joining (at their first step): the next step reports them
 
     def __len__(self) -> int:
         return len(self.seqs) + len(self.early)
@@ -131,7 +137,9 @@ class StepLoop:
         ids, mask = pad_batch([s.src_ids for s in todo], self.engine.special.pad)
         cross = self.engine.encode(ids, mask)
         for i, s in enumerate(todo):
-            n = len(s.src_ids)  # its own length: the batch's padding would widen the running batch for nothing
+            n = len(
+                s.src_ids
+            )  # its own length: the batch's padding would widen the running batch for nothing
             s.encoded = ([c[i, :, :n] for c in cross], mask[i, :n])
 
     def add(self, seqs: list[Sequence]) -> None:
@@ -145,18 +153,43 @@ class StepLoop:
         for s in seqs:
             if s.search is None:
                 o = s.options
-                s.search = (Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha) if s.beam == 1 else
-                            Beam(sp.eos, self.budget(s), s.beam, o.alpha, o.length_penalty_type, o.num_hypotheses, s.prefix))
+                s.search = (
+                    Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha)
+                    if s.beam == 1
+                    else Beam(
+                        sp.eos,
+                        self.budget(s),
+                        s.beam,
+                        o.alpha,
+                        o.length_penalty_type,
+                        o.num_hypotheses,
+                        s.prefix,
+                    )
+                )
         # Only into an idle batch, where this call takes the place of the batch's first step: into a running one it
         # is one more decoder call on a few rows, which cost what the rows saved (docs/BENCHMARKS.md#beam-int8-notes).
-        apart = [] if self.seqs else [s for s in seqs if s.n_rows > 1 and not s.needs_pass and isinstance(s.search, Beam)
-                                      and s.search.step == 0 and not s.prefix]
+        apart = (
+            []
+            if self.seqs
+            else [
+                s
+                for s in seqs
+                if s.n_rows > 1
+                and not s.needs_pass
+                and isinstance(s.search, Beam)
+                and s.search.step == 0
+                and not s.prefix
+            ]
+        )
         first = self._first_steps(apart)
         for s in seqs:
             if s.search.done:  # ended at its first step (a budget of one token, or every beam ended)
                 self._finish(s)
         seqs = [s for s in seqs if not s.search.done]
-        appended: dict[bool, list[Sequence]] = {True: [], False: []}  # first-step-done rows make the idle batch
+        appended: dict[bool, list[Sequence]] = {
+            True: [],
+            False: [],
+        }  # first-step-done rows make the idle batch
         for s in seqs:
             if s.needs_pass:
                 self.n_pass += 1
@@ -177,10 +210,16 @@ class StepLoop:
                 continue
             width = max(s.encoded[1].shape[0] for s in group)
             rows = [s for s in group for _ in range(s.n_rows)]
-            cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in rows]) for k in range(len(b.cross))]
+            cross = [
+                np.stack([pad_axis(s.encoded[0][k], 1, width) for s in rows]) for k in range(len(b.cross))
+            ]
             mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in rows])
             tokens = np.concatenate([first[id(s)][0] if started else [sp.bos] * s.n_rows for s in group])
-            kv = [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))] if started else None
+            kv = (
+                [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))]
+                if started
+                else None
+            )
             start = len(b)
             b.add(cross, mask, tokens, kv)
             for s in group:
@@ -203,13 +242,21 @@ class StepLoop:
         mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in seqs])
         n = len(seqs)
         past = [np.zeros((n, e.n_heads, 0, e.d_head), np.float32)] * (2 * e.n_layers)
-        logits, present = e.decode(np.full((n, 1), e.special.bos, np.int64), np.zeros((n, 1), np.int64),
-                                   np.zeros((n, 0), np.int64), past, cross, mask)
+        logits, present = e.decode(
+            np.full((n, 1), e.special.bos, np.int64),
+            np.zeros((n, 1), np.int64),
+            np.zeros((n, 0), np.int64),
+            past,
+            cross,
+            mask,
+        )
         top_lp, top_tok = e.top_logprobs(logits[:, -1], 2 * max(s.n_rows for s in seqs))
         out = {}
         for i, s in enumerate(seqs):
             k = s.n_rows  # the step's candidates as the k-row step would rank them: rows 1.. are at -inf
-            tokens, _ = s.search.advance_top(np.repeat(top_lp[i : i + 1], k, 0), np.repeat(top_tok[i : i + 1], k, 0))
+            tokens, _ = s.search.advance_top(
+                np.repeat(top_lp[i : i + 1], k, 0), np.repeat(top_tok[i : i + 1], k, 0)
+            )
             out[id(s)] = (tokens, [np.asarray(p[i]) for p in present])
         return out
 
@@ -230,12 +277,18 @@ class StepLoop:
         b.trim()
         if self.engine.io_binding:  # the cache stays in device memory from step to step
             past, cross = b.device_kv(self.engine.to_device)
-            logits, present = self.engine.decode_bound(b.tokens, b.positions, b.past_mask, past, cross, b.src_mask)
+            logits, present = self.engine.decode_bound(
+                b.tokens, b.positions, b.past_mask, past, cross, b.src_mask
+            )
         else:
-            logits, present = self.engine.decode(b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask)
+            logits, present = self.engine.decode(
+                b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask
+            )
         logits = logits[:, -1]  # (B, V)
         sup = self.engine.suppressed
-        if sup.size:  # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
+        if (
+            sup.size
+        ):  # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
             kept = logits[:, sup].copy()
             logits[:, sup] = -np.inf
         picks = None
@@ -264,9 +317,14 @@ class StepLoop:
             if sup.size:
                 logits[:, sup] = kept
             rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
-            beam_logits = logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
+            beam_logits = (
+                logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
+            )
             top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))
-            at, groups = 0, {}  # regular steps by width (0: prefix steps), each group ranked together when large
+            at, groups = (
+                0,
+                {},
+            )  # regular steps by width (0: prefix steps), each group ranked together when large
             for s in beams:
                 groups.setdefault(s.n_rows if s.search.regular else 0, []).append((s, at))
                 at += s.n_rows
@@ -274,12 +332,16 @@ class StepLoop:
                 if k and len(group) >= VECTOR_MIN_BEAMS:
                     src = np.concatenate([np.arange(a, a + k) for _, a in group])
                     dst = np.concatenate([np.arange(s.row, s.row + k) for s, _ in group])
-                    next_tokens[dst], par = advance_beams([s.search for s, _ in group], top_lp[src], top_tok[src])
+                    next_tokens[dst], par = advance_beams(
+                        [s.search for s, _ in group], top_lp[src], top_tok[src]
+                    )
                     parents[dst] = np.repeat([s.row for s, _ in group], k) + par
                     continue
                 for s, a in group:  # a few beams, or prefix steps: each on its own
                     n = s.n_rows
-                    next_tokens[s.row : s.row + n], par = s.search.advance_top(top_lp[a : a + n], top_tok[a : a + n])
+                    next_tokens[s.row : s.row + n], par = s.search.advance_top(
+                        top_lp[a : a + n], top_tok[a : a + n]
+                    )
                     parents[s.row : s.row + n] = s.row + par
         b.advance(present, next_tokens)
         if beams:

@@ -29,14 +29,29 @@ def _graph(vocab_size: int = 0, suppressed: tuple[int, ...] = ()) -> bytes:
         mask[list(suppressed)] = -np.inf
         init.append(helper.make_tensor("suppressed", TensorProto.FLOAT, [vocab_size], mask.tolist()))
         nodes.append(helper.make_node("Add", ["logp", "suppressed"], ["allowed"]))
-    nodes.append(helper.make_node("TopK", ["allowed" if suppressed else "logp", "k"], ["values", "indices"], axis=-1,
-                                  largest=1, sorted=1))
+    nodes.append(
+        helper.make_node(
+            "TopK",
+            ["allowed" if suppressed else "logp", "k"],
+            ["values", "indices"],
+            axis=-1,
+            largest=1,
+            sorted=1,
+        )
+    )
     graph = helper.make_graph(
-        nodes, "top_logprobs",
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["rows", "vocab"]),
-         helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
-        [helper.make_tensor_value_info("values", TensorProto.FLOAT, ["rows", "n"]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, ["rows", "n"])], initializer=init)
+        nodes,
+        "top_logprobs",
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["rows", "vocab"]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, ["rows", "n"]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, ["rows", "n"]),
+        ],
+        initializer=init,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
     return model.SerializeToString()
@@ -52,7 +67,9 @@ class TopLogprobs:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
-        self.session = ort.InferenceSession(_graph(vocab_size, suppressed), so, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            _graph(vocab_size, suppressed), so, providers=["CPUExecutionProvider"]
+        )
 
     def __call__(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         x = np.ascontiguousarray(logits, dtype=np.float32)

@@ -17,9 +17,9 @@ from pathlib import Path
 from contract import bundle
 from contract.decoding import DecodingOptions, check
 from contract.text import TextCodec
-from engine.step_loop import Sequence, run
 from engine.runner import EngineOptions, Runner
 from engine.search import TextHypothesis
+from engine.step_loop import Sequence, run
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,9 @@ class Result:
     tokens: list[int]  # generated ids, EOS excluded
     input_tokens: int  # source ids, EOS included
     score: float = 0.0
-    hypotheses: list[TextHypothesis] = field(default_factory=list)  # best first; hypotheses[0] is text/tokens/score
+    hypotheses: list[TextHypothesis] = field(
+        default_factory=list
+    )  # best first; hypotheses[0] is text/tokens/score
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,23 @@ class Translator:
         self.runner = Runner(Path(folder), options)
         self.folder, self.config = self.runner.folder, self.runner.config
         m = self.config.model
-        self.codec = TextCodec.from_file(self.folder / bundle.TOKENIZER_FILE, self.config.task, m.special,
-                                         self.folder / bundle.TARGET_TOKENIZER_FILE)
+        self.codec = TextCodec.from_file(
+            self.folder / bundle.TOKENIZER_FILE,
+            self.config.task,
+            m.special,
+            self.folder / bundle.TARGET_TOKENIZER_FILE,
+        )
 
-    def generate(self, texts: list[str], *, target_prefixes: list[str | None] | None = None, max_batch_size: int = 64,
-                 source_languages: list[str | None] | None = None, target_languages: list[str | None] | None = None,
-                 **options) -> list[Result]:
+    def generate(
+        self,
+        texts: list[str],
+        *,
+        target_prefixes: list[str | None] | None = None,
+        max_batch_size: int = 64,
+        source_languages: list[str | None] | None = None,
+        target_languages: list[str | None] | None = None,
+        **options,
+    ) -> list[Result]:
         """Texts in, one ``Result`` (``.text``, ``.tokens``, ``.input_tokens``, ``.score``, ``.hypotheses``) each, in
         order. ``options``: the fields of ``contract.decoding.DecodingOptions`` by name (``beam_size=4``,
         ``num_hypotheses=4``, ``sampling_topk=10``, ...; 0 or None: the model's default); ``target_prefixes``: one text
@@ -63,23 +76,39 @@ class Translator:
         bundle; a forced language token is not part of the result. Rows are decoded together, at most ``max_batch_size``
         at a time (a beam counts its width), and refilled as they finish."""
         if target_prefixes is not None and len(target_prefixes) != len(texts):
-            raise ValueError(f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text")
+            raise ValueError(
+                f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text"
+            )
         sources = [self.codec.source_ids(t) for t in texts]
         prefixes = [self.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
         forced = [[] for _ in texts]
         langs = self.config.languages
         if langs is not None:
-            for i, (sl, tl) in enumerate(zip(source_languages or [None] * len(texts), target_languages or [None] * len(texts))):
-                sources[i], forced[i] = langs.apply(sources[i], sl or self.config.source_language,
-                                                    tl or self.config.target_language)
+            for i, (sl, tl) in enumerate(
+                zip(source_languages or [None] * len(texts), target_languages or [None] * len(texts))
+            ):
+                sources[i], forced[i] = langs.apply(
+                    sources[i], sl or self.config.source_language, tl or self.config.target_language
+                )
         elif source_languages or target_languages:
             raise ValueError(f"{self.folder}: the model has no languages to choose from")
-        seqs = self._decode(sources, [f + p for f, p in zip(forced, prefixes)], max_batch_size, options,
-                            [len(f) for f in forced])
+        seqs = self._decode(
+            sources,
+            [f + p for f, p in zip(forced, prefixes)],
+            max_batch_size,
+            options,
+            [len(f) for f in forced],
+        )
         out = []
         for s, src, f in zip(seqs, sources, forced):
-            hyps = [TextHypothesis(self.codec.decode(h.tokens[len(f):]), h.tokens[len(f):],
-                                   h.score if s.options.return_scores else 0.0) for h in s.hypotheses]
+            hyps = [
+                TextHypothesis(
+                    self.codec.decode(h.tokens[len(f) :]),
+                    h.tokens[len(f) :],
+                    h.score if s.options.return_scores else 0.0,
+                )
+                for h in s.hypotheses
+            ]
             best = hyps[0]
             out.append(Result(best.text, best.tokens, len(src), best.score, hyps))
         return out
@@ -88,8 +117,14 @@ class Translator:
         """A text as ``translate_batch`` takes it: the model's source tokens (preprocessed, EOS included)."""
         return [self.codec.tokenizer.id_to_token(i) for i in self.codec.source_ids(text)]
 
-    def translate_batch(self, source: list[list[str]], target_prefix: list[list[str] | None] | None = None, *,
-                        max_batch_size: int = 64, **options) -> list[TranslationResult]:
+    def translate_batch(
+        self,
+        source: list[list[str]],
+        target_prefix: list[list[str] | None] | None = None,
+        *,
+        max_batch_size: int = 64,
+        **options,
+    ) -> list[TranslationResult]:
         """CTranslate2's call: the model's source tokens (preprocessed as the model reads them, e.g. reversed for a
         reversed-input task; EOS appended when missing), optional target prefix tokens; the same options as
         ``generate``. Returns token strings, EOS excluded."""
@@ -99,30 +134,53 @@ class Translator:
         def ids(tokens: list[str], vocab=tok) -> list[int]:
             out = [vocab.token_to_id(t) for t in tokens]
             if None in out:
-                raise ValueError(f"tokens not in the vocabulary: {[t for t, i in zip(tokens, out) if i is None][:10]}")
+                raise ValueError(
+                    f"tokens not in the vocabulary: {[t for t, i in zip(tokens, out) if i is None][:10]}"
+                )
             return out
 
         if target_prefix is not None and len(target_prefix) != len(source):
-            raise ValueError(f"{len(target_prefix)} target prefixes for {len(source)} sources; give one (or None) each")
-        sources = [(lambda x: x if x[-1:] == [eos] else x + [eos])(ids(s, self.codec.tokenizer)) for s in source]
+            raise ValueError(
+                f"{len(target_prefix)} target prefixes for {len(source)} sources; give one (or None) each"
+            )
+        sources = [
+            (lambda x: x if x[-1:] == [eos] else x + [eos])(ids(s, self.codec.tokenizer)) for s in source
+        ]
         prefixes = [ids(p) if p else [] for p in (target_prefix or [None] * len(source))]
         seqs = self._decode(sources, prefixes, max_batch_size, options)
-        return [TranslationResult([[tok.id_to_token(i) for i in h.tokens] for h in s.hypotheses],
-                                  [h.score for h in s.hypotheses] if s.options.return_scores else [])
-                for s in seqs]
+        return [
+            TranslationResult(
+                [[tok.id_to_token(i) for i in h.tokens] for h in s.hypotheses],
+                [h.score for h in s.hypotheses] if s.options.return_scores else [],
+            )
+            for s in seqs
+        ]
 
-    def _decode(self, sources: list[list[int]], prefixes: list[list[int]], max_batch_size: int,
-                options: dict, forced: list[int] | None = None) -> list[Sequence]:
+    def _decode(
+        self,
+        sources: list[list[int]],
+        prefixes: list[list[int]],
+        max_batch_size: int,
+        options: dict,
+        forced: list[int] | None = None,
+    ) -> list[Sequence]:
         """``forced``: per row, how many of its prefix tokens are a forced language token; those count among the new
         tokens, as generate() counts its forced BOS within max_length."""
         task, m = self.config.task, self.config.model
         if options.get("max_new_tokens") is None:  # None, as 0: the model's default
             options.pop("max_new_tokens", None)
-        o = DecodingOptions(**options).resolved(min(task.beam_size, max_batch_size), task.max_new_tokens,
-                                                task.length_penalty_type, task.length_penalty, task.no_repeat_ngram_size)
+        o = DecodingOptions(**options).resolved(
+            min(task.beam_size, max_batch_size),
+            task.max_new_tokens,
+            task.length_penalty_type,
+            task.length_penalty,
+            task.no_repeat_ngram_size,
+        )
         check(o, max_beam=max_batch_size, max_new_tokens=m.max_len - 1, vocab_size=m.tgt_vocab_size)
-        seqs = [Sequence(src, max(1, o.max_new_tokens - f), options=o, prefix=p)
-                for src, p, f in zip(sources, prefixes, forced or [0] * len(sources))]
+        seqs = [
+            Sequence(src, max(1, o.max_new_tokens - f), options=o, prefix=p)
+            for src, p, f in zip(sources, prefixes, forced or [0] * len(sources))
+        ]
         # Shortest sources first, as CTranslate2's translate_batch sorts: rows of similar length share encoder batches
         # and cross-attention widths, and tend to finish together (docs/BENCHMARKS.md#design-choices). Every row decodes as it would alone, so the order changes no output; results keep input order.
         run(self.runner, sorted(seqs, key=lambda s: len(s.src_ids)), max_batch_size)

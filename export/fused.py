@@ -28,20 +28,41 @@ def _register_schema() -> None:
     if onnx.defs.has("MultiHeadAttention", DOMAIN):
         return
     opt = OpSchema.FormalParameterOption.Optional
-    inputs = [OpSchema.FormalParameter(n, "T", param_option=OpSchema.FormalParameterOption.Single if n in ("query",) else opt)
-              for n in ("query", "key", "value", "bias")]
+    inputs = [
+        OpSchema.FormalParameter(
+            n, "T", param_option=OpSchema.FormalParameterOption.Single if n in ("query",) else opt
+        )
+        for n in ("query", "key", "value", "bias")
+    ]
     inputs.append(OpSchema.FormalParameter("key_padding_mask", "M", param_option=opt))
-    inputs += [OpSchema.FormalParameter(n, "T", param_option=opt) for n in ("attention_bias", "past_key", "past_value")]
-    onnx.defs.register_schema(OpSchema(
-        "MultiHeadAttention", DOMAIN, 1, "ONNX Runtime contrib operator (onnxruntime/docs/ContribOperators.md)",
-        inputs=inputs,
-        outputs=[OpSchema.FormalParameter("output", "T")],  # present_key / present_value: not used here
-        type_constraints=[("T", ["tensor(float)", "tensor(float16)"], "float tensors"), ("M", ["tensor(int32)"], "mask")],
-        attributes=[OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "heads", required=True),
-                    OpSchema.Attribute("scale", OpSchema.AttrType.FLOAT, "default 1/sqrt(head size)", required=False),
-                    OpSchema.Attribute("mask_filter_value", OpSchema.AttrType.FLOAT, "masked score", required=False),
-                    OpSchema.Attribute("unidirectional", OpSchema.AttrType.INT, "causal", required=False)],
-    ))
+    inputs += [
+        OpSchema.FormalParameter(n, "T", param_option=opt)
+        for n in ("attention_bias", "past_key", "past_value")
+    ]
+    onnx.defs.register_schema(
+        OpSchema(
+            "MultiHeadAttention",
+            DOMAIN,
+            1,
+            "ONNX Runtime contrib operator (onnxruntime/docs/ContribOperators.md)",
+            inputs=inputs,
+            outputs=[OpSchema.FormalParameter("output", "T")],  # present_key / present_value: not used here
+            type_constraints=[
+                ("T", ["tensor(float)", "tensor(float16)"], "float tensors"),
+                ("M", ["tensor(int32)"], "mask"),
+            ],
+            attributes=[
+                OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "heads", required=True),
+                OpSchema.Attribute(
+                    "scale", OpSchema.AttrType.FLOAT, "default 1/sqrt(head size)", required=False
+                ),
+                OpSchema.Attribute(
+                    "mask_filter_value", OpSchema.AttrType.FLOAT, "masked score", required=False
+                ),
+                OpSchema.Attribute("unidirectional", OpSchema.AttrType.INT, "causal", required=False),
+            ],
+        )
+    )
 
 
 _register_schema()
@@ -53,8 +74,13 @@ def multi_head_attention(q, k, v, bias, n_heads: int):
     from onnxscript import opset18 as op
 
     # attention_bias must be (B or 1, 1, T, L): the model's masks broadcast over the queries, so expand.
-    full = op.Concat(op.Shape(q, start=0, end=1), op.Constant(value_ints=[1]), op.Shape(q, start=1, end=2),
-                     op.Shape(k, start=2, end=3), axis=0)
+    full = op.Concat(
+        op.Shape(q, start=0, end=1),
+        op.Constant(value_ints=[1]),
+        op.Shape(q, start=1, end=2),
+        op.Shape(k, start=2, end=3),
+        axis=0,
+    )
     # Inputs by position: query, key, value, bias (of a packed QKV projection: none), key_padding_mask
     # (none: the mask is in attention_bias), attention_bias.
     return MULTI_HEAD_ATTENTION(q, k, v, None, None, op.Expand(bias, full), num_heads=n_heads)
@@ -72,8 +98,12 @@ def written_out_attention(q, k, v, bias, n_heads: int):
 
     d_k = int(q.shape[-1]) // n_heads  # d_model is static in the exported graphs
     # Reshape's 0 copies a dimension (B, T) from the input, so no Shape/Concat is needed for them.
-    qh = op.Transpose(op.Reshape(q, const([0, 0, n_heads, d_k], np.int64)), perm=[0, 2, 1, 3])  # (B, H, T, Dh)
-    scores = op.Mul(op.MatMul(qh, op.Transpose(k, perm=[0, 1, 3, 2])), const(d_k**-0.5, np.float32))  # (B, H, T, L)
+    qh = op.Transpose(
+        op.Reshape(q, const([0, 0, n_heads, d_k], np.int64)), perm=[0, 2, 1, 3]
+    )  # (B, H, T, Dh)
+    scores = op.Mul(
+        op.MatMul(qh, op.Transpose(k, perm=[0, 1, 3, 2])), const(d_k**-0.5, np.float32)
+    )  # (B, H, T, L)
     attn = op.Softmax(op.Add(scores, bias), axis=-1)
     merged = op.Transpose(op.MatMul(attn, v), perm=[0, 2, 1, 3])  # (B, T, H, Dh)
     return op.Reshape(merged, const([0, 0, n_heads * d_k], np.int64))  # (B, T, d_model)

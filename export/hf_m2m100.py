@@ -27,10 +27,18 @@ ConfigError = hf_marian.ConfigError
 def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
     """config.json (an M2M100Config) -> ModelConfig; ConfigError naming the field it cannot take."""
     if cfg.get("d_model", 0) % 2 or cfg.get("d_model", 0) < 4:
-        raise ConfigError(f"field 'd_model' is {cfg.get('d_model')!r}; fairseq's sinusoids need an even size of 4 or more")
+        raise ConfigError(
+            f"field 'd_model' is {cfg.get('d_model')!r}; fairseq's sinusoids need an even size of 4 or more"
+        )
     c = hf_marian.model_config({"share_encoder_decoder_embeddings": True, **cfg}, unk)
-    return dataclasses.replace(c, positions="sinusoid_fairseq", position_offset=c.special.pad + 1, norm="pre",
-                               final_norm=True, output_bias=False)
+    return dataclasses.replace(
+        c,
+        positions="sinusoid_fairseq",
+        position_offset=c.special.pad + 1,
+        norm="pre",
+        final_norm=True,
+        output_bias=False,
+    )
 
 
 def weight_names(c: ModelConfig) -> dict[str, list[str]]:
@@ -58,18 +66,24 @@ def tokenizer(folder: Path, tok_cfg: dict[str, Any], vocab_size: int, refuse) ->
 
     if (folder / "tokenizer.json").is_file():
         if tok_cfg.get("legacy_behaviour"):
-            refuse(f"{folder / 'tokenizer_config.json'}: field 'legacy_behaviour' is true (source X </s> src_lang); "
-                   "only the prefix layout (src_lang X </s>) is supported")
+            refuse(
+                f"{folder / 'tokenizer_config.json'}: field 'legacy_behaviour' is true (source X </s> src_lang); "
+                "only the prefix layout (src_lang X </s>) is supported"
+            )
         try:
             tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as e:  # tokenizers' own parse errors
             refuse(f"{folder / 'tokenizer.json'}: cannot be read ({type(e).__name__}: {e})")
-        langs = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if NLLB_CODE.fullmatch(t.content)}
+        langs = {
+            t.content: i for i, t in tok.get_added_tokens_decoder().items() if NLLB_CODE.fullmatch(t.content)
+        }
         where = folder / "tokenizer.json"
     else:
         for f in ("vocab.json", SPM_FILE):
             if not (folder / f).is_file():
-                refuse(f"{folder / f}: missing; an M2M100 tokenizer needs vocab.json and {SPM_FILE} (or NLLB's tokenizer.json)")
+                refuse(
+                    f"{folder / f}: missing; an M2M100 tokenizer needs vocab.json and {SPM_FILE} (or NLLB's tokenizer.json)"
+                )
         vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
         where = folder / "tokenizer_config.json"
         # M2M100Tokenizer appends the language tokens of its named list right after vocab.json (then made-up words
@@ -78,7 +92,9 @@ def tokenizer(folder: Path, tok_cfg: dict[str, Any], vocab_size: int, refuse) ->
 
         listed = tok_cfg.get("language_codes", "m2m100")
         if listed not in FAIRSEQ_LANGUAGE_CODES:
-            refuse(f"{where}: field 'language_codes' is {listed!r}; known: {', '.join(FAIRSEQ_LANGUAGE_CODES)}")
+            refuse(
+                f"{where}: field 'language_codes' is {listed!r}; known: {', '.join(FAIRSEQ_LANGUAGE_CODES)}"
+            )
         langs = {f"__{code}__": len(vocab) + i for i, code in enumerate(FAIRSEQ_LANGUAGE_CODES[listed])}
         specials = {t: vocab[t] for t in ("<s>", "<pad>", "</s>", "<unk>") if t in vocab} | langs
         if "<unk>" not in specials:
@@ -88,7 +104,9 @@ def tokenizer(folder: Path, tok_cfg: dict[str, Any], vocab_size: int, refuse) ->
         except TokenizerError as e:
             refuse(str(e))
     if not langs:
-        refuse(f"{where}: no language tokens (__xx__ or xxx_Xxxx added tokens); a multilingual model needs them")
+        refuse(
+            f"{where}: no language tokens (__xx__ or xxx_Xxxx added tokens); a multilingual model needs them"
+        )
     if (top := tok.get_vocab_size(with_added_tokens=True)) > vocab_size:
         refuse(f"{where}: ids up to {top - 1}, but config.json field 'vocab_size' is {vocab_size}")
     return tok, Languages.of_tokens(langs, target="forced_bos", source="prefix")

@@ -15,7 +15,12 @@ from contract.config import ModelConfig
 from contract.tokens import SpecialIds
 
 MODEL_TYPE = "marian"
-ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}  # transformers' name -> ours
+ACTIVATIONS = {
+    "swish": "swish",
+    "silu": "swish",
+    "gelu": "gelu",
+    "relu": "relu",
+}  # transformers' name -> ours
 
 
 class ConfigError(ValueError):
@@ -24,6 +29,7 @@ class ConfigError(ValueError):
 
 def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
     """config.json (a MarianConfig) -> ModelConfig; ConfigError naming the field it cannot take."""
+
     def need(name: str) -> Any:
         if name not in cfg:
             raise ConfigError(f"field {name!r} is missing")
@@ -32,54 +38,100 @@ def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
     act = cfg.get("activation_function", "gelu")
     if act not in ACTIVATIONS:
         raise ConfigError(f"field 'activation_function' is {act!r}; supported: {', '.join(ACTIVATIONS)}")
-    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+    for a, b in (
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
         if need(a) != need(b):
-            raise ConfigError(f"fields {a!r} ({cfg[a]}) and {b!r} ({cfg[b]}) differ; one value for both stacks is supported")
+            raise ConfigError(
+                f"fields {a!r} ({cfg[a]}) and {b!r} ({cfg[b]}) differ; one value for both stacks is supported"
+            )
     shared = cfg.get("share_encoder_decoder_embeddings", True)
     vocab = int(need("vocab_size"))
     tgt_vocab = vocab if shared else int(cfg.get("decoder_vocab_size") or vocab)
     pad = int(need("pad_token_id"))
     try:
         return ModelConfig(
-            src_vocab_size=vocab, tgt_vocab_size=tgt_vocab, d_model=int(need("d_model")),
-            n_heads=int(cfg["encoder_attention_heads"]), n_encoder_layers=int(need("encoder_layers")),
-            n_decoder_layers=int(need("decoder_layers")), d_ff=int(cfg["encoder_ffn_dim"]), dropout=0.0,
-            max_len=int(need("max_position_embeddings")), share_embeddings=bool(shared),
+            src_vocab_size=vocab,
+            tgt_vocab_size=tgt_vocab,
+            d_model=int(need("d_model")),
+            n_heads=int(cfg["encoder_attention_heads"]),
+            n_encoder_layers=int(need("encoder_layers")),
+            n_decoder_layers=int(need("decoder_layers")),
+            d_ff=int(cfg["encoder_ffn_dim"]),
+            dropout=0.0,
+            max_len=int(need("max_position_embeddings")),
+            share_embeddings=bool(shared),
             tie_output=bool(cfg.get("tie_word_embeddings", True)),
-            special=SpecialIds(pad=pad, bos=int(cfg.get("decoder_start_token_id", pad)), eos=int(need("eos_token_id")),
-                               unk=unk),
-            activation=ACTIVATIONS[act], scale_embedding=bool(cfg.get("scale_embedding", False)),
-            positions="sinusoid_half", output_bias=True)
-    except (TypeError, ValueError) as e:  # sizes that do not fit together (d_model not divisible by the heads, ...)
+            special=SpecialIds(
+                pad=pad,
+                bos=int(cfg.get("decoder_start_token_id", pad)),
+                eos=int(need("eos_token_id")),
+                unk=unk,
+            ),
+            activation=ACTIVATIONS[act],
+            scale_embedding=bool(cfg.get("scale_embedding", False)),
+            positions="sinusoid_half",
+            output_bias=True,
+        )
+    except (
+        TypeError,
+        ValueError,
+    ) as e:  # sizes that do not fit together (d_model not divisible by the heads, ...)
         raise ConfigError(str(e)) from None
 
 
 # Per layer: our name -> Marian's (under model.encoder.layers.{i}. / model.decoder.layers.{i}.).
 _ATTN = {"w_q": "q_proj", "w_k": "k_proj", "w_v": "v_proj", "w_o": "out_proj"}
-_ENCODER = {**{f"self_attn.{a}": f"self_attn.{b}" for a, b in _ATTN.items()},
-            "norm1": "self_attn_layer_norm", "ffn.w_1": "fc1", "ffn.w_2": "fc2", "norm2": "final_layer_norm"}
-_DECODER = {**{f"self_attn.{a}": f"self_attn.{b}" for a, b in _ATTN.items()},
-            **{f"cross_attn.{a}": f"encoder_attn.{b}" for a, b in _ATTN.items()},
-            "norm1": "self_attn_layer_norm", "norm2": "encoder_attn_layer_norm", "ffn.w_1": "fc1", "ffn.w_2": "fc2",
-            "norm3": "final_layer_norm"}
+_ENCODER = {
+    **{f"self_attn.{a}": f"self_attn.{b}" for a, b in _ATTN.items()},
+    "norm1": "self_attn_layer_norm",
+    "ffn.w_1": "fc1",
+    "ffn.w_2": "fc2",
+    "norm2": "final_layer_norm",
+}
+_DECODER = {
+    **{f"self_attn.{a}": f"self_attn.{b}" for a, b in _ATTN.items()},
+    **{f"cross_attn.{a}": f"encoder_attn.{b}" for a, b in _ATTN.items()},
+    "norm1": "self_attn_layer_norm",
+    "norm2": "encoder_attn_layer_norm",
+    "ffn.w_1": "fc1",
+    "ffn.w_2": "fc2",
+    "norm3": "final_layer_norm",
+}
 # Which config.json field sizes a tensor, to name it when a shape disagrees.
-FIELD_OF = {"embed": "vocab_size / d_model", "fc1": "encoder_ffn_dim / decoder_ffn_dim", "fc2": "encoder_ffn_dim / decoder_ffn_dim",
-            "proj": "d_model", "layer_norm": "d_model", "final_logits_bias": "vocab_size"}
+FIELD_OF = {
+    "embed": "vocab_size / d_model",
+    "fc1": "encoder_ffn_dim / decoder_ffn_dim",
+    "fc2": "encoder_ffn_dim / decoder_ffn_dim",
+    "proj": "d_model",
+    "layer_norm": "d_model",
+    "final_logits_bias": "vocab_size",
+}
 
 
 def weight_names(c: ModelConfig) -> dict[str, list[str]]:
     """Each of our tensors -> the Marian names it may be stored under (tied tables have several; the first present wins)."""
     names: dict[str, list[str]] = {}
     if c.share_embeddings:
-        names["src_embed.weight"] = ["model.shared.weight", "model.encoder.embed_tokens.weight",
-                                     "model.decoder.embed_tokens.weight", "lm_head.weight"]
+        names["src_embed.weight"] = [
+            "model.shared.weight",
+            "model.encoder.embed_tokens.weight",
+            "model.decoder.embed_tokens.weight",
+            "lm_head.weight",
+        ]
     else:
         names["src_embed.weight"] = ["model.encoder.embed_tokens.weight"]
-        names["tgt_embed.weight"] = ["model.decoder.embed_tokens.weight"] + (["lm_head.weight"] if c.tie_output else [])
+        names["tgt_embed.weight"] = ["model.decoder.embed_tokens.weight"] + (
+            ["lm_head.weight"] if c.tie_output else []
+        )
     if not c.tie_output:
         names["output_projection.weight"] = ["lm_head.weight"]
     names["output_projection.bias"] = ["final_logits_bias"]
-    for stack, layers, table in (("encoder", c.n_encoder_layers, _ENCODER), ("decoder", c.n_decoder_layers, _DECODER)):
+    for stack, layers, table in (
+        ("encoder", c.n_encoder_layers, _ENCODER),
+        ("decoder", c.n_decoder_layers, _DECODER),
+    ):
         for i in range(layers):
             for ours, theirs in table.items():
                 for p in ("weight", "bias"):

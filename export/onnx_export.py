@@ -62,19 +62,33 @@ def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
 
 
 def _dims(io: names.GraphIO) -> dict[str, dict[int, Dim]]:
-    axis = {a: Dim(a, min=0 if a == "past_len" else 1, max=4096) for a in ("batch", "src_len", "past_len", "tgt_len")}
+    axis = {
+        a: Dim(a, min=0 if a == "past_len" else 1, max=4096)
+        for a in ("batch", "src_len", "past_len", "tgt_len")
+    }
     return {name: {k: axis[v] for k, v in axes.items()} for name, axes in io.inputs.items()}
 
 
-def _export(module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int, fused: bool) -> None:
+def _export(
+    module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int, fused: bool
+) -> None:
     """n_named: how many leading forward() parameters are named; the rest arrive as *rest."""
     module.eval()
     dims = [d for d in _dims(io).values()]
     shapes = [*dims[:n_named], tuple(dims[n_named:])] if n_named < len(dims) else dims
     torch.onnx.export(
-        module, args, str(path), dynamo=True, opset_version=OPSET, external_data=False,
-        input_names=list(io.inputs), output_names=list(io.outputs),
-        dynamic_shapes=shapes, optimize=True, verbose=False, custom_translation_table=translation_table(fused),
+        module,
+        args,
+        str(path),
+        dynamo=True,
+        opset_version=OPSET,
+        external_data=False,
+        input_names=list(io.inputs),
+        output_names=list(io.outputs),
+        dynamic_shapes=shapes,
+        optimize=True,
+        verbose=False,
+        custom_translation_table=translation_table(fused),
     )
     onnx.checker.check_model(str(path), full_check=True)
 
@@ -97,8 +111,22 @@ def export(opts: ExportOptions) -> Path:
         out = Path(tmp)
         enc_args, dec_args = _example_inputs(model)
         with torch.no_grad():
-            _export(EncoderGraph(model), enc_args, names.encoder_io(c.n_decoder_layers), out / bundle.ENCODER_FILE, 2, opts.fused)
-            _export(DecoderGraph(model), dec_args, names.decoder_io(c.n_decoder_layers), out / bundle.DECODER_FILE, 3, opts.fused)
+            _export(
+                EncoderGraph(model),
+                enc_args,
+                names.encoder_io(c.n_decoder_layers),
+                out / bundle.ENCODER_FILE,
+                2,
+                opts.fused,
+            )
+            _export(
+                DecoderGraph(model),
+                dec_args,
+                names.decoder_io(c.n_decoder_layers),
+                out / bundle.DECODER_FILE,
+                3,
+                opts.fused,
+            )
         if quantization != "none":
             from export.quantize import quantize
 
@@ -108,17 +136,27 @@ def export(opts: ExportOptions) -> Path:
         if target_tokenizer:
             shutil.copy(opts.checkpoint / checkpoint.TARGET_TOKENIZER, out / bundle.TARGET_TOKENIZER_FILE)
         payload = bundle.PAYLOAD_FILES + ((bundle.TARGET_TOKENIZER_FILE,) if target_tokenizer else ())
-        task = ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size)
+        task = (
+            ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size)
+        )
         if opts.length_penalty_type is not None:
             task = dataclasses.replace(task, length_penalty_type=opts.length_penalty_type)
         cfg = BundleConfig(
-            name=opts.name, version=version, model=c, opset=OPSET,
+            name=opts.name,
+            version=version,
+            model=c,
+            opset=OPSET,
             task=task,
             files={f: bundle.sha256_file(out / f) for f in payload},
-            source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint), quantization=quantization,
-            source_language=opts.source_language, target_language=opts.target_language, origin=opts.origin,
+            source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint),
+            quantization=quantization,
+            source_language=opts.source_language,
+            target_language=opts.target_language,
+            origin=opts.origin,
             languages=opts.languages,
-            format_version=bundle.format_for(c, task, opts.fused, target_tokenizer, opts.languages is not None),
+            format_version=bundle.format_for(
+                c, task, opts.fused, target_tokenizer, opts.languages is not None
+            ),
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.

@@ -34,7 +34,9 @@ VARIANTS = ("int8-dynamic", "int8-nbits")
 INT8 = "int8-dynamic"  # what `--quantize int8` means: the faster within the accuracy bar in docs/BENCHMARKS.md#int8-variants
 FP16 = "fp16"
 CHOICES = ("none", "int8", *VARIANTS, FP16)
-NBITS_BLOCK = 32  # weights per scale: 32 keeps the 8-bit error well below the float32 export tolerance's scale
+NBITS_BLOCK = (
+    32  # weights per scale: 32 keeps the 8-bit error well below the float32 export tolerance's scale
+)
 
 
 def resolve(name: str) -> str:
@@ -108,9 +110,14 @@ def convert_bundle(src: Path, dst: Path, variant: str) -> BundleConfig:
     for f in (*bundle.PAYLOAD_FILES,):
         shutil.copy(src / f, dst / f)
     quantize(dst, variant)
-    out = BundleConfig(**{**cfg.__dict__, "files": {f: bundle.sha256_file(dst / f) for f in bundle.PAYLOAD_FILES},
-                          "quantization": variant,
-                          "validation": {"converted_from": str(src), "source_files": cfg.files}})
+    out = BundleConfig(
+        **{
+            **cfg.__dict__,
+            "files": {f: bundle.sha256_file(dst / f) for f in bundle.PAYLOAD_FILES},
+            "quantization": variant,
+            "validation": {"converted_from": str(src), "source_files": cfg.files},
+        }
+    )
     out.write(dst)
     return out
 
@@ -143,9 +150,14 @@ def _quantize(folder: Path, variant: str) -> None:
             # MatMul only: Gather (embeddings) and attention internals stay float for accuracy.
             quantize_dynamic(src, tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
         else:
-            from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+            from onnxruntime.quantization.matmul_nbits_quantizer import (
+                DefaultWeightOnlyQuantConfig,
+                MatMulNBitsQuantizer,
+            )
 
-            cfg = DefaultWeightOnlyQuantConfig(block_size=NBITS_BLOCK, is_symmetric=True, accuracy_level=4, bits=8)
+            cfg = DefaultWeightOnlyQuantConfig(
+                block_size=NBITS_BLOCK, is_symmetric=True, accuracy_level=4, bits=8
+            )
             q = MatMulNBitsQuantizer(model, algo_config=cfg)
             q.process()
             q.model.save_model_to_file(str(tmp), use_external_data_format=False)

@@ -26,7 +26,9 @@ from tokenizers.models import Unigram
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # SentencePiece's piece types
 UNIGRAM = 1  # trainer_spec.model_type
-NEVER = "\u0000unmatched:"  # prefix of ids this side never produces (no text holds U+0000 after normalization)
+NEVER = (
+    "\u0000unmatched:"  # prefix of ids this side never produces (no text holds U+0000 after normalization)
+)
 
 
 FOREIGN = -1e9  # the score of the other side's pieces on the target side
@@ -48,8 +50,10 @@ def read_spm(path: Path):
     if not proto.pieces:
         raise TokenizerError(f"{path}: a SentencePiece model with no pieces")
     if proto.trainer_spec.model_type != UNIGRAM:
-        raise TokenizerError(f"{path}: trainer_spec.model_type {proto.trainer_spec.model_type}; only unigram models "
-                             "(model_type 1, Marian's) are supported")
+        raise TokenizerError(
+            f"{path}: trainer_spec.model_type {proto.trainer_spec.model_type}; only unigram models "
+            "(model_type 1, Marian's) are supported"
+        )
     if proto.trainer_spec.byte_fallback:
         raise TokenizerError(f"{path}: trainer_spec.byte_fallback is on; byte fallback is not supported")
     return proto
@@ -86,16 +90,21 @@ def convert(spm_path: Path, vocab: dict[str, int], specials: dict[str, int], dec
     if steps:
         tok.normalizer = normalizers.Sequence(steps)
     scheme = "always" if ns.add_dummy_prefix else "never"
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme,
-                                                 split=proto.trainer_spec.split_by_whitespace)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme=scheme, split=proto.trainer_spec.split_by_whitespace
+    )
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
-    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in sorted(specials, key=specials.get)])
+    tok.add_special_tokens(
+        [AddedToken(t, normalized=False, special=True) for t in sorted(specials, key=specials.get)]
+    )
     codes = sorted((p for p in vocab if _is_language_code(p)), key=vocab.get)
     if codes:
         tok.add_tokens([AddedToken(c, normalized=False, special=False) for c in codes])
     for t, i in list(specials.items()) + [(c, vocab[c]) for c in codes]:
         if tok.token_to_id(t) != i:
-            raise TokenizerError(f"{spm_path}: token {t!r} would get id {tok.token_to_id(t)}, not {i} as in the vocabulary")
+            raise TokenizerError(
+                f"{spm_path}: token {t!r} would get id {tok.token_to_id(t)}, not {i} as in the vocabulary"
+            )
     return tok
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine import EngineOptions, StepLoop, Runner, Sequence
+from engine import EngineOptions, Runner, Sequence, StepLoop
 from training.decoding import greedy
 from training.model import Transformer
 
@@ -24,7 +24,9 @@ def _max_diff(torch_out: list[torch.Tensor], ort_out: list[np.ndarray]) -> float
 
 
 @torch.no_grad()
-def validate_bundle(model: Transformer, folder: Path, atol: float | None = 1e-4, seed: int = 0, n_greedy: int = 16) -> dict:
+def validate_bundle(
+    model: Transformer, folder: Path, atol: float | None = 1e-4, seed: int = 0, n_greedy: int = 16
+) -> dict:
     """atol=None (quantized graphs) reports the differences without failing on them."""
     model.eval()
     c = model.config
@@ -42,7 +44,9 @@ def validate_bundle(model: Transformer, folder: Path, atol: float | None = 1e-4,
     cross_o = engine.encode(src.numpy(), src_mask.numpy())
     # Padded positions' K/V never reach an output (masked), so compare real positions only.
     keep = src_mask.bool()[:, None, :, None].expand_as(cross_t[0])
-    report["encoder_max_abs_diff"] = max(float((t - torch.from_numpy(o)).abs()[keep].max()) for t, o in zip(cross_t, cross_o))
+    report["encoder_max_abs_diff"] = max(
+        float((t - torch.from_numpy(o)).abs()[keep].max()) for t, o in zip(cross_t, cross_o)
+    )
 
     # Decoder: ragged cache with holes, two new tokens; then the empty first-step cache.
     cases = {}
@@ -52,20 +56,42 @@ def validate_bundle(model: Transformer, folder: Path, atol: float | None = 1e-4,
         tgt = torch.randint(4, c.tgt_vocab_size, (b, t), generator=g)
         positions = torch.randint(0, c.max_len - t, (b, 1), generator=g) + torch.arange(t)
         cross = [torch.from_numpy(x) for x in cross_o]
-        logits_t, present_t = model.decode_step(tgt, positions, list(zip(past[::2], past[1::2])), past_mask,
-                                                list(zip(cross[::2], cross[1::2])), src_mask)
-        logits_o, present_o = engine.decode(tgt.numpy(), positions.numpy(), past_mask.numpy(), [x.numpy() for x in past],
-                                            cross_o, src_mask.numpy())
-        cases[name] = {"logits_max_abs_diff": _max_diff([logits_t], [logits_o]),
-                       "present_max_abs_diff": _max_diff([x for kv in present_t for x in kv], present_o)}
+        logits_t, present_t = model.decode_step(
+            tgt,
+            positions,
+            list(zip(past[::2], past[1::2])),
+            past_mask,
+            list(zip(cross[::2], cross[1::2])),
+            src_mask,
+        )
+        logits_o, present_o = engine.decode(
+            tgt.numpy(),
+            positions.numpy(),
+            past_mask.numpy(),
+            [x.numpy() for x in past],
+            cross_o,
+            src_mask.numpy(),
+        )
+        cases[name] = {
+            "logits_max_abs_diff": _max_diff([logits_t], [logits_o]),
+            "present_max_abs_diff": _max_diff([x for kv in present_t for x in kv], present_o),
+        }
     report["decoder"] = cases
 
     # Greedy tokens: PyTorch vs the engine's step loop, on random sources of ragged lengths.
     # Real tokens only: <pad> (the last id of imported vocabularies) inside a source would read as padding.
-    srcs = [[t if t != c.special.pad else 4 for t in torch.randint(4, c.src_vocab_size, (int(n),), generator=g).tolist()]
-            + [c.special.eos] for n in torch.randint(1, min(12, c.max_len - 2), (n_greedy,), generator=g)]
+    srcs = [
+        [
+            t if t != c.special.pad else 4
+            for t in torch.randint(4, c.src_vocab_size, (int(n),), generator=g).tolist()
+        ]
+        + [c.special.eos]
+        for n in torch.randint(1, min(12, c.max_len - 2), (n_greedy,), generator=g)
+    ]
     budget = min(20, c.max_len - 1)
-    ids = torch.full((len(srcs), max(map(len, srcs))), c.special.pad, dtype=torch.long)  # pad: not always id 0
+    ids = torch.full(
+        (len(srcs), max(map(len, srcs))), c.special.pad, dtype=torch.long
+    )  # pad: not always id 0
     for i, r in enumerate(srcs):
         ids[i, : len(r)] = torch.tensor(r)
     mask = (ids != c.special.pad).long()

@@ -32,7 +32,9 @@ class DecoderGraph(nn.Module):
         self.model = model
         self.n = model.config.n_decoder_layers
 
-    def forward(self, tgt_ids: Tensor, positions: Tensor, past_mask: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:
+    def forward(
+        self, tgt_ids: Tensor, positions: Tensor, past_mask: Tensor, *rest: Tensor
+    ) -> tuple[Tensor, ...]:
         n = self.n
         past = [(rest[2 * i], rest[2 * i + 1]) for i in range(n)]
         cross = [(rest[2 * n + 2 * i], rest[2 * n + 2 * i + 1]) for i in range(n)]

@@ -59,7 +59,10 @@ def run_cli(args) -> int:
     except ImportError:
         print("s2s check-po: needs polib (pip install polib, or make install)", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as e:  # polib raises OSError / ValueError for an unreadable or malformed catalog
+    except (
+        OSError,
+        ValueError,
+    ) as e:  # polib raises OSError / ValueError for an unreadable or malformed catalog
         print(f"s2s check-po: {args.file}: {e}", file=sys.stderr)
         return 2
     numbers = not args.no_keep_numbers
@@ -73,10 +76,15 @@ def run_cli(args) -> int:
 
         from s2s.seq2seq_client import Seq2SeqClient
 
-        kw = {k: False for k, off in (("protect_spans", args.no_protect_spans), ("keep_numbers", args.no_keep_numbers))
-              if off}
+        kw = {
+            k: False
+            for k, off in (("protect_spans", args.no_protect_spans), ("keep_numbers", args.no_keep_numbers))
+            if off
+        }
         try:
-            with Seq2SeqClient(args.server, token=args.token, tls_ca=args.tls_ca, timeout=args.timeout) as client:
+            with Seq2SeqClient(
+                args.server, token=args.token, tls_ca=args.tls_ca, timeout=args.timeout
+            ) as client:
                 outputs = list(client.generate_many(args.model, [src for _, src, _ in rows], **kw))
         except grpc.RpcError as e:
             print(f"s2s check-po: {e.code().name}: {e.details()}", file=sys.stderr)

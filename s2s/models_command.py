@@ -9,10 +9,13 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("list", "load", "unload"),
-                   help="list: every model of the repository and its state; load: load (or reload: the latest or pinned "
-                        "version takes over once it answers) a model; unload: stop serving it (needs "
-                        "--model-control-mode explicit on the server)")
+    p.add_argument(
+        "action",
+        choices=("list", "load", "unload"),
+        help="list: every model of the repository and its state; load: load (or reload: the latest or pinned "
+        "version takes over once it answers) a model; unload: stop serving it (needs "
+        "--model-control-mode explicit on the server)",
+    )
     p.add_argument("name", nargs="?", help="model name (load, unload)")
     p.add_argument("--server", default="localhost:8001", help="HOST:PORT of the gRPC port")
     p.add_argument("--ready", action="store_true", help="list: only the versions ready to serve")
@@ -31,24 +34,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"s2s models {args.action}: name the model", file=sys.stderr)
         return 2
     if args.tls_ca:
-        channel = grpc.secure_channel(args.server, grpc.ssl_channel_credentials(Path(args.tls_ca).read_bytes()))
+        channel = grpc.secure_channel(
+            args.server, grpc.ssl_channel_credentials(Path(args.tls_ca).read_bytes())
+        )
     else:
         channel = grpc.insecure_channel(args.server)
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
     stub = pb_grpc.GRPCInferenceServiceStub(channel)
     try:
         if args.action == "list":
-            index = stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=args.ready), timeout=args.timeout,
-                                         metadata=metadata)
+            index = stub.RepositoryIndex(
+                pb.RepositoryIndexRequest(ready=args.ready), timeout=args.timeout, metadata=metadata
+            )
             for m in index.models:
                 print("\t".join((m.name, m.version or "-", m.state, m.reason)).rstrip())
         elif args.action == "load":
-            stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name=args.name), timeout=args.timeout,
-                                     metadata=metadata)
+            stub.RepositoryModelLoad(
+                pb.RepositoryModelLoadRequest(model_name=args.name), timeout=args.timeout, metadata=metadata
+            )
             print(f"{args.name}: loaded")
         else:
-            stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=args.name), timeout=args.timeout,
-                                       metadata=metadata)
+            stub.RepositoryModelUnload(
+                pb.RepositoryModelUnloadRequest(model_name=args.name), timeout=args.timeout, metadata=metadata
+            )
             print(f"{args.name}: unloaded")
     except grpc.RpcError as e:
         print(f"s2s models {args.action}: {e.code().name}: {e.details()}", file=sys.stderr)

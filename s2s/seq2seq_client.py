@@ -73,8 +73,15 @@ _ASK = object()  # limits() / default_beam(): call ListModels themselves
 class Seq2SeqClient:
     """Example: ``Seq2SeqClient("localhost:8001").generate("addition", ["12+30"])`` -> ["42"]."""
 
-    def __init__(self, target: str = "localhost:8001", *, token: str | None = None, tls_ca: Path | None = None,
-                 timeout: float | None = 60.0, channel: grpc.Channel | None = None):
+    def __init__(
+        self,
+        target: str = "localhost:8001",
+        *,
+        token: str | None = None,
+        tls_ca: Path | None = None,
+        timeout: float | None = 60.0,
+        channel: grpc.Channel | None = None,
+    ):
         if channel is None:
             if tls_ca is not None:
                 channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()))
@@ -94,26 +101,45 @@ class Seq2SeqClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def request(self, model: str, texts: list[str], max_new_tokens: int = 0, beam_size: int = 0, version: str = "",
-                target_prefixes: list[str] | None = None, **options) -> pb.GenerateRequest:
+    def request(
+        self,
+        model: str,
+        texts: list[str],
+        max_new_tokens: int = 0,
+        beam_size: int = 0,
+        version: str = "",
+        target_prefixes: list[str] | None = None,
+        **options,
+    ) -> pb.GenerateRequest:
         """``options``: any other GenerateOptions field by name (num_hypotheses=4, sampling_topk=10, seed=1, ...), and
         the request's TEXT_FLAGS (protect_spans=False, ...; absent = the server's default, on)."""
         text = {k: options.pop(k) for k in TEXT_FLAGS if k in options}
-        return pb.GenerateRequest(model=model, version=version, inputs=texts, target_prefixes=target_prefixes or [],
-                                  options=pb.GenerateOptions(max_new_tokens=max_new_tokens, beam_size=beam_size, **options),
-                                  **text)
+        return pb.GenerateRequest(
+            model=model,
+            version=version,
+            inputs=texts,
+            target_prefixes=target_prefixes or [],
+            options=pb.GenerateOptions(max_new_tokens=max_new_tokens, beam_size=beam_size, **options),
+            **text,
+        )
 
     def generate_full(self, model: str, texts: list[str], **kw) -> pb.GenerateResponse:
-        return self.stub.Generate(self.request(model, texts, **kw), timeout=self.timeout, metadata=self.metadata)
+        return self.stub.Generate(
+            self.request(model, texts, **kw), timeout=self.timeout, metadata=self.metadata
+        )
 
     def generate(self, model: str, texts: list[str], **kw) -> list[str]:
         return [o.text for o in self.generate_full(model, texts, **kw).outputs]
 
     def stream(self, model: str, texts: list[str], **kw) -> Iterator[pb.GenerateStreamResponse]:
-        return self.stub.GenerateStream(self.request(model, texts, **kw), timeout=self.timeout, metadata=self.metadata)
+        return self.stub.GenerateStream(
+            self.request(model, texts, **kw), timeout=self.timeout, metadata=self.metadata
+        )
 
     def models(self) -> list[pb.ModelInfo]:
-        return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata).models)
+        return list(
+            self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata).models
+        )
 
     def info(self, model: str) -> pb.ModelInfo | None:
         """What ListModels says about ``model``; None if it is not listed (or the server has no ListModels)."""
@@ -137,15 +163,25 @@ class Seq2SeqClient:
     def default_beam(self, model: str, info: pb.ModelInfo | None | object = _ASK) -> int:
         """The beam ``model`` decodes with when a request names none (beam_size 0); 1 if not advertised."""
         info = self.info(model) if info is _ASK else info
-        return next((int(r.default) for r in (info.option_limits if info else ()) if r.name == "beam_size"), 1) or 1
+        return (
+            next((int(r.default) for r in (info.option_limits if info else ()) if r.name == "beam_size"), 1)
+            or 1
+        )
 
     def max_inputs_per_request(self, model: str, beam_size: int = 1) -> int:
         """The most inputs one request for ``model`` may have: its max_inputs_per_request and, as each input
         takes ``beam_size`` rows, its max_rows_per_request / beam_size."""
         return _per_request(*self.limits(model), beam_size)
 
-    def generate_many(self, model: str, texts: Iterable[str], *, inputs_per_request: int = 0,
-                      concurrency: int = DEFAULT_CONCURRENCY, **kw) -> Iterator[str]:
+    def generate_many(
+        self,
+        model: str,
+        texts: Iterable[str],
+        *,
+        inputs_per_request: int = 0,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        **kw,
+    ) -> Iterator[str]:
         """One output per input of ``texts`` (any iterable, read lazily), in order, as the requests complete.
 
         Inputs go in requests of at most ``inputs_per_request`` (0 = the model's advertised limit; never
@@ -165,7 +201,9 @@ class Seq2SeqClient:
             raise ValueError(f"inputs_per_request and concurrency must be positive (got {n}, {concurrency})")
         if rows:
             concurrency = max(1, min(concurrency, rows // (n * beam)))
-        window: deque[tuple[int, pb.GenerateRequest, grpc.Future]] = deque()  # (first input's position, request, call)
+        window: deque[tuple[int, pb.GenerateRequest, grpc.Future]] = (
+            deque()
+        )  # (first input's position, request, call)
         sent = 0
         try:
             for chunk in _chunks(texts, n):
@@ -201,7 +239,7 @@ class Seq2SeqClient:
                     # The server refuses a whole request for one bad input: answer the inputs before it, then fail.
                     before = pb.GenerateRequest()
                     before.CopyFrom(request)
-                    del before.inputs[err.index - first:]
+                    del before.inputs[err.index - first :]
                     yield from self._outputs(first, before, self._send(before))
                 raise err from None
         for out in reply.outputs:
@@ -223,7 +261,9 @@ def _stdin_texts(stream: Iterable[str], lines: deque) -> Iterator[str]:
     lines.append((None, blanks))
 
 
-def _streamed(client: Seq2SeqClient, model: str, texts: Iterable[str], n: int, deltas: bool, **kw) -> Iterator[str]:
+def _streamed(
+    client: Seq2SeqClient, model: str, texts: Iterable[str], n: int, deltas: bool, **kw
+) -> Iterator[str]:
     """As ``generate_many``, with one GenerateStream request at a time; prints text deltas if ``deltas``."""
     first = 0
     for chunk in _chunks(texts, n):
@@ -231,7 +271,9 @@ def _streamed(client: Seq2SeqClient, model: str, texts: Iterable[str], n: int, d
         first += len(chunk)
 
 
-def _stream_chunk(client: Seq2SeqClient, model: str, chunk: list[str], first: int, deltas: bool, **kw) -> Iterator[str]:
+def _stream_chunk(
+    client: Seq2SeqClient, model: str, chunk: list[str], first: int, deltas: bool, **kw
+) -> Iterator[str]:
     done: dict[int, str] = {}
     nxt = 0
     try:
@@ -245,14 +287,26 @@ def _stream_chunk(client: Seq2SeqClient, model: str, chunk: list[str], first: in
                     nxt += 1
     except grpc.RpcError as e:
         err = GenerateManyError(e.code(), e.details(), first, len(chunk))
-        if err.index is not None and first + nxt < err.index:  # as generate_many: answer those before the bad input
-            yield from _stream_chunk(client, model, chunk[nxt:err.index - first], first + nxt, deltas, **kw)
+        if (
+            err.index is not None and first + nxt < err.index
+        ):  # as generate_many: answer those before the bad input
+            yield from _stream_chunk(client, model, chunk[nxt : err.index - first], first + nxt, deltas, **kw)
         raise err from None
 
 
 #: `s2s client` flags that map 1:1 onto GenerateOptions fields (unset = the server's default).
-DECODING_FLAGS = ("length_penalty", "length_penalty_type", "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens",
-                  "disable_unk", "sampling_topk", "sampling_topp", "sampling_temperature", "seed")
+DECODING_FLAGS = (
+    "length_penalty",
+    "length_penalty_type",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "min_new_tokens",
+    "disable_unk",
+    "sampling_topk",
+    "sampling_topp",
+    "sampling_temperature",
+    "seed",
+)
 
 
 def run_cli(args) -> int:
@@ -264,8 +318,10 @@ def run_cli(args) -> int:
         with Seq2SeqClient(args.server, token=args.token, tls_ca=args.tls_ca, timeout=args.timeout) as client:
             if args.list:
                 for m in client.models():
-                    print(f"{m.name}\tversion {m.version}\t{m.task}\t{m.provider}\tmax_input_tokens={m.max_input_tokens}"
-                          f"\tmax_new_tokens={m.max_new_tokens}\tmax_inputs_per_request={m.max_inputs_per_request}")
+                    print(
+                        f"{m.name}\tversion {m.version}\t{m.task}\t{m.provider}\tmax_input_tokens={m.max_input_tokens}"
+                        f"\tmax_new_tokens={m.max_new_tokens}\tmax_inputs_per_request={m.max_inputs_per_request}"
+                    )
                 return 0
             if not args.model:
                 print("s2s client: --model NAME is required (list them with --list)", file=sys.stderr)
@@ -283,12 +339,16 @@ def run_cli(args) -> int:
                 it = iter(texts)
                 head = list(itertools.islice(it, 2))
                 deltas = len(head) == 1  # one input in all: print its text as it is generated
-                limit = client.max_inputs_per_request(args.model, args.beam_size or client.default_beam(args.model))
+                limit = client.max_inputs_per_request(
+                    args.model, args.beam_size or client.default_beam(args.model)
+                )
                 n = min(n, limit) if n else limit
                 outputs = _streamed(client, args.model, itertools.chain(head, it), n, deltas, **kw)
             else:
                 deltas = False
-                outputs = client.generate_many(args.model, texts, inputs_per_request=n, concurrency=concurrency, **kw)
+                outputs = client.generate_many(
+                    args.model, texts, inputs_per_request=n, concurrency=concurrency, **kw
+                )
             for text in outputs:
                 if from_stdin:
                     print("\n" * lines.popleft()[1], end="")

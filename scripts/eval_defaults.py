@@ -32,34 +32,48 @@ def main() -> int:
     from training.evaluate import evaluate
 
     torch.set_num_threads(2)
-    rows = ["| model | test set | metric | PyTorch checkpoint | ONNX engine, greedy (served bundle) | copy-the-source baseline | epochs | training time |",
-            "|---|---|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| model | test set | metric | PyTorch checkpoint | ONNX engine, greedy (served bundle) | copy-the-source baseline | epochs | training time |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for name in ("addition", "translate-en-ja"):
         ck_dir = ROOT / "checkpoints" / name
         ckpt = checkpoint.load(ck_dir)
         pairs = tasks.read_tsv(ck_dir / "test.tsv")
-        if ckpt.task.name == "translation" and len(pairs) > N_TEST:  # the 2,000 of scripts/eval_en_ja.py: smallest sha256
+        if (
+            ckpt.task.name == "translation" and len(pairs) > N_TEST
+        ):  # the 2,000 of scripts/eval_en_ja.py: smallest sha256
             pairs = sorted(pairs, key=lambda p: hashlib.sha256(p[0].encode()).digest())[:N_TEST]
         srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
         translation = ckpt.task.name == "translation"
-        m = evaluate(ckpt.model, ckpt.codec, pairs, batch_size=256, translation=translation, bleu_tokenize="char")
+        m = evaluate(
+            ckpt.model, ckpt.codec, pairs, batch_size=256, translation=translation, bleu_tokenize="char"
+        )
         bundle = engine.load(ROOT / "models" / name / "1", device="cpu")
         hyps = [r.text for r in bundle.generate(srcs, beam_size=1, max_batch_size=64)]
         trained = json.loads((ck_dir / "metrics.json").read_text())
         epochs, minutes = trained.get("epoch"), (trained.get("time_s") or 0) / 60
         if translation:
-            for metric, fn in (("BLEU (char)", lambda h: sacrebleu.corpus_bleu(h, [refs], tokenize="char").score),
-                               ("chrF", lambda h: sacrebleu.corpus_chrf(h, [refs]).score)):
+            for metric, fn in (
+                ("BLEU (char)", lambda h, refs=refs: sacrebleu.corpus_bleu(h, [refs], tokenize="char").score),
+                ("chrF", lambda h, refs=refs: sacrebleu.corpus_chrf(h, [refs]).score),
+            ):
                 torch_score = m["bleu"] if metric.startswith("BLEU") else m["chrf"]
-                rows.append(f"| {name} | {len(pairs):,} held-out pairs | {metric} | {torch_score:.1f} | {fn(hyps):.1f} | {fn(srcs):.1f} "
-                            f"| {epochs} | {minutes:.0f} min |")
-            rows.append(f"| {name} | {len(pairs):,} held-out pairs | exact match | {m['seq_acc']:.1%} | "
-                        f"{sum(h == r for h, r in zip(hyps, refs)) / len(refs):.1%} | {sum(s == r for s, r in zip(srcs, refs)) / len(refs):.1%} "
-                        f"| {epochs} | {minutes:.0f} min |")
+                rows.append(
+                    f"| {name} | {len(pairs):,} held-out pairs | {metric} | {torch_score:.1f} | {fn(hyps):.1f} | {fn(srcs):.1f} "
+                    f"| {epochs} | {minutes:.0f} min |"
+                )
+            rows.append(
+                f"| {name} | {len(pairs):,} held-out pairs | exact match | {m['seq_acc']:.1%} | "
+                f"{sum(h == r for h, r in zip(hyps, refs)) / len(refs):.1%} | {sum(s == r for s, r in zip(srcs, refs)) / len(refs):.1%} "
+                f"| {epochs} | {minutes:.0f} min |"
+            )
         else:
             acc = sum(h == r for h, r in zip(hyps, refs)) / len(refs)
-            rows.append(f"| {name} | {len(pairs):,} held-out problems | exact match | {m['seq_acc']:.2%} | {acc:.2%} | – "
-                        f"| {epochs} | {minutes:.0f} min |")
+            rows.append(
+                f"| {name} | {len(pairs):,} held-out problems | exact match | {m['seq_acc']:.2%} | {acc:.2%} | – "
+                f"| {epochs} | {minutes:.0f} min |"
+            )
         print(rows[-1], flush=True)
     table = "\n".join(rows)
     write_section(ROOT / "docs" / "experiments.md", "default-models", table, title="# Experiments")

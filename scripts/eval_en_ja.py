@@ -48,22 +48,31 @@ def test_sets() -> dict[str, list[tuple[str, str]]]:
 
 
 def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
-    return {"chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
-            "bleu_char": round(sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score, 2),
-            "exact": round(sum(h == r for h, r in zip(hyps, refs)) / len(refs), 4)}
+    return {
+        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        "bleu_char": round(sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score, 2),
+        "exact": round(sum(h == r for h, r in zip(hyps, refs)) / len(refs), 4),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bundle", action="append", default=[], metavar="LABEL=DIR",
-                    help="a bundle to score under LABEL (default: served=models/translate-en-ja/1); repeatable")
+    ap.add_argument(
+        "--bundle",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="a bundle to score under LABEL (default: served=models/translate-en-ja/1); repeatable",
+    )
     ap.add_argument("--beams", default="1,4", help="beam sizes to decode with (1 = greedy)")
     args = ap.parse_args()
     import engine
 
     sets = test_sets()
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["copy the source"] = {name: {"1": scores([s for s, _ in pairs], [t for _, t in pairs])} for name, pairs in sets.items()}
+    results["copy the source"] = {
+        name: {"1": scores([s for s, _ in pairs], [t for _, t in pairs])} for name, pairs in sets.items()
+    }
     for spec in args.bundle or ["served=models/translate-en-ja/1"]:
         label, _, path = spec.partition("=")
         eng = engine.load(ROOT / path if not Path(path).is_absolute() else path, threads=1, device="cpu")
@@ -76,23 +85,32 @@ def main() -> int:
                 # beam 4 with the paper's alpha 0.6 whatever the bundle serves: the table's rows stay comparable
                 rule = {"length_penalty_type": "gnmt"} if beam > 1 else {}
                 hyps = [r.text for r in eng.generate(srcs, beam_size=beam, max_batch_size=64 * beam, **rule)]
-                entry.setdefault(name, {})[str(beam)] = {**scores(hyps, refs), "seconds": round(time.perf_counter() - t0, 1)}
+                entry.setdefault(name, {})[str(beam)] = {
+                    **scores(hyps, refs),
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
                 print(f"{label:>16} {name:>16} beam {beam}: {entry[name][str(beam)]}", flush=True)
     RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
-    rows = ["| model | decoding | hash split chrF | hash split BLEU (char) | unseen projects chrF | unseen projects BLEU (char) |",
-            "|---|---|---:|---:|---:|---:|"]
+    rows = [
+        "| model | decoding | hash split chrF | hash split BLEU (char) | unseen projects chrF | unseen projects BLEU (char) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for label, entry in results.items():
         for beam in ("1", "4"):
             if beam not in entry.get("hash split", {}):
                 continue
             h, u = entry["hash split"][beam], entry["unseen projects"][beam]
             decoding = "–" if label == "copy the source" else ("greedy" if beam == "1" else "beam 4, α 0.6")
-            rows.append(f"| {label} | {decoding} | {h['chrf']:.1f} | {h['bleu_char']:.1f} | {u['chrf']:.1f} | {u['bleu_char']:.1f} |")
+            rows.append(
+                f"| {label} | {decoding} | {h['chrf']:.1f} | {h['bleu_char']:.1f} | {u['chrf']:.1f} | {u['bleu_char']:.1f} |"
+            )
     n = {name: len(p) for name, p in sets.items()}
-    table = (f"Hash split: {n['hash split']:,} pairs of the corpus's test split; unseen projects: {n['unseen projects']:,} "
-             "pairs of `data/en-ja/heldout-projects.tsv`. Decoded by the ONNX engine; `python scripts/eval_en_ja.py`.\n\n"
-             + "\n".join(rows))
+    table = (
+        f"Hash split: {n['hash split']:,} pairs of the corpus's test split; unseen projects: {n['unseen projects']:,} "
+        "pairs of `data/en-ja/heldout-projects.tsv`. Decoded by the ONNX engine; `python scripts/eval_en_ja.py`.\n\n"
+        + "\n".join(rows)
+    )
     write_section(ROOT / "docs" / "experiments.md", "en-ja-eval", table, title="# Experiments")
     print(table)
     return 0

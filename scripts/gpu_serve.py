@@ -36,7 +36,10 @@ def _wait_serving(port: int, proc: subprocess.Popen, timeout: float) -> None:
             if proc.poll() is not None:
                 raise RuntimeError(f"s2s serve exited with {proc.returncode} before serving")
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                if (
+                    stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                ):
                     return
             except grpc.RpcError:
                 pass
@@ -48,14 +51,41 @@ def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
     import engine
     from s2s.seq2seq_client import Seq2SeqClient
 
-    inputs = {m: [line.split("\t")[0] for line in (args.checkpoints / m / "test.tsv").read_text(encoding="utf-8")
-                  .splitlines()[:200]] for m in models}
+    inputs = {
+        m: [
+            line.split("\t")[0]
+            for line in (args.checkpoints / m / "test.tsv").read_text(encoding="utf-8").splitlines()[:200]
+        ]
+        for m in models
+    }
     port, metrics = _free_port(), _free_port()
     log = open(args.out / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(args.model_repo),
-                             "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics),
-                             "--http-port", "0", "--device", args.device, "--instances", "1"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "s2s.cli",
+            "serve",
+            "--model-repo",
+            str(args.model_repo),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics),
+            "--http-port",
+            "0",
+            "--device",
+            args.device,
+            "--instances",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         _wait_serving(port, proc, 180)
         with Seq2SeqClient(f"127.0.0.1:{port}", timeout=60) as c:
@@ -75,7 +105,9 @@ def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
                     texts = [inputs[m][(i * 7 + j) % len(inputs[m])] for j in range(1 + i % 4)]
                     t0 = time.perf_counter()
                     try:
-                        got = c.generate(m, texts, protect_spans=False)  # the model's own text, as the engine in process writes it
+                        got = c.generate(
+                            m, texts, protect_spans=False
+                        )  # the model's own text, as the engine in process writes it
                     except Exception as e:  # grpc.RpcError mostly: counted, the load goes on
                         with lock:
                             errors.append(f"{type(e).__name__}: {str(e)[:200]}")
@@ -114,14 +146,30 @@ def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
     lat = sorted(latencies) or [float("nan")]
     provider = providers.get(ja, "?")
     expected = "CUDAExecutionProvider" if args.device == "cuda" else "CPUExecutionProvider"
-    out = {"seconds": wall, "callers": args.callers, "provider": provider, "providers": providers,
-           "answers": counts[0], "answers_per_s": counts[0] / wall, "sequences_per_s": counts[1] / wall,
-           "errors": len(errors), "first_errors": errors[:5], "p50_ms": 1000 * lat[len(lat) // 2],
-           "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], "same_as_engine": same / max(total, 1),
-           "distinct_inputs": total, "metrics_provider_label": f'provider="{expected}"' in metrics_text}
+    out = {
+        "seconds": wall,
+        "callers": args.callers,
+        "provider": provider,
+        "providers": providers,
+        "answers": counts[0],
+        "answers_per_s": counts[0] / wall,
+        "sequences_per_s": counts[1] / wall,
+        "errors": len(errors),
+        "first_errors": errors[:5],
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "same_as_engine": same / max(total, 1),
+        "distinct_inputs": total,
+        "metrics_provider_label": f'provider="{expected}"' in metrics_text,
+    }
     # On CUDA a row's kernels depend on its batch's shape, so a near-tie may flip a token against the engine alone.
-    out["passed"] = (not errors and counts[0] > 0 and all(p == expected for p in providers.values())
-                     and out["metrics_provider_label"] and out["same_as_engine"] >= (1.0 if args.device == "cpu" else 0.97))
+    out["passed"] = (
+        not errors
+        and counts[0] > 0
+        and all(p == expected for p in providers.values())
+        and out["metrics_provider_label"]
+        and out["same_as_engine"] >= (1.0 if args.device == "cpu" else 0.97)
+    )
     return out
 
 

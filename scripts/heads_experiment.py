@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common.markdown import write_section  # noqa: E402
+
 GRID = [(heads, rev) for heads in (1, 4) for rev in (False, True)]
 CONVERGED = 0.9  # "converged": first epoch whose validation exact match reaches this
 
@@ -28,11 +29,50 @@ def run_name(heads: int, rev: bool) -> str:
 
 
 def train(heads: int, rev: bool, epochs: int, out: Path) -> None:
-    cmd = [sys.executable, "-m", "s2s.cli", "train", "--task", "addition", "--digits", "3", "--n-train", "5000",
-           "--n-valid", "500", "--n-test", "500", "--d-model", "32", "--d-ff", "32", "--n-heads", str(heads),
-           "--n-layers", "2", "--max-len", "16", "--epochs", str(epochs), "--batch-size", "32", "--warmup", "400",
-           "--lr-factor", "0.5", "--dropout", "0.0", "--threads", "1", "--eval-max", "500", "--seed", "1234",
-           "--out", str(out / run_name(heads, rev))] + (["--reverse-source"] if rev else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "s2s.cli",
+        "train",
+        "--task",
+        "addition",
+        "--digits",
+        "3",
+        "--n-train",
+        "5000",
+        "--n-valid",
+        "500",
+        "--n-test",
+        "500",
+        "--d-model",
+        "32",
+        "--d-ff",
+        "32",
+        "--n-heads",
+        str(heads),
+        "--n-layers",
+        "2",
+        "--max-len",
+        "16",
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        "32",
+        "--warmup",
+        "400",
+        "--lr-factor",
+        "0.5",
+        "--dropout",
+        "0.0",
+        "--threads",
+        "1",
+        "--eval-max",
+        "500",
+        "--seed",
+        "1234",
+        "--out",
+        str(out / run_name(heads, rev)),
+    ] + (["--reverse-source"] if rev else [])
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
 
 
@@ -72,7 +112,9 @@ def main() -> int:
         axes[0].plot(ep, [r["valid_seq_acc"] for r in log], label=name)
         axes[1].plot(ep, [r["valid_token_acc"] for r in log], label=name)
         axes[2].plot(ep, [r["valid_loss"] for r in log], label=name)
-    for ax, title in zip(axes, ("validation sequence accuracy", "validation token accuracy", "validation loss")):
+    for ax, title in zip(
+        axes, ("validation sequence accuracy", "validation token accuracy", "validation loss")
+    ):
         ax.set_title(title)
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
@@ -81,10 +123,14 @@ def main() -> int:
     (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
     fig.savefig(ROOT / "docs" / "img" / "heads_experiment.png", dpi=110)
 
-    table = ["| heads | reversed input | test exact match | test token acc | epochs to 90% valid exact match | epochs run | train time (s) |",
-             "|---:|:---:|---:|---:|---:|---:|---:|"]
+    table = [
+        "| heads | reversed input | test exact match | test token acc | epochs to 90% valid exact match | epochs run | train time (s) |",
+        "|---:|:---:|---:|---:|---:|---:|---:|",
+    ]
     for heads, rev, seq, tok, conv, n, secs in rows:
-        table.append(f"| {heads} | {'yes' if rev else 'no'} | {seq:.1%} | {tok:.1%} | {conv if conv else 'not reached'} | {n} | {secs:.0f} |")
+        table.append(
+            f"| {heads} | {'yes' if rev else 'no'} | {seq:.1%} | {tok:.1%} | {conv if conv else 'not reached'} | {n} | {secs:.0f} |"
+        )
     text = "\n".join(table)
     print(text)
     write_section(ROOT / "docs" / "experiments.md", "heads-experiment", text, title="# Experiments")

@@ -60,24 +60,54 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="s2s-playground-"))
     port, mport, hport = free_port(), free_port(), free_port()
-    server = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(ROOT / "models"),
-                               "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(mport),
-                               "--http-port", str(hport)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "s2s.cli",
+            "serve",
+            "--model-repo",
+            str(ROOT / "models"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(mport),
+            "--http-port",
+            str(hport),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     driver = None
     try:
         base = f"http://127.0.0.1:{hport}"
         wait_ready(base + "/v2/health/ready", 60, server)
         options = webdriver.ChromeOptions()
         options.binary_location = chromium
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--no-first-run", "--hide-scrollbars", "--force-device-scale-factor=1",
-                    f"--user-data-dir={tmp / 'chrome'}", f"--window-size={width},{height}"):
+        for arg in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+            f"--user-data-dir={tmp / 'chrome'}",
+            f"--window-size={width},{height}",
+        ):
             options.add_argument(arg)
         driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
         # The window size includes the (headless) browser frame: fix the page's viewport itself.
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         driver.get(base + "/")
         wait = WebDriverWait(driver, 30)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option[value='translate-en-ja']"))
@@ -90,7 +120,9 @@ def main() -> int:
         box.clear()
         box.send_keys("\n".join(STRINGS))
         driver.find_element(By.ID, "run").click()
-        wait.until(lambda d: d.find_element(By.ID, "outputs").get_attribute("data-state") in ("done", "error"))
+        wait.until(
+            lambda d: d.find_element(By.ID, "outputs").get_attribute("data-state") in ("done", "error")
+        )
         if driver.find_element(By.ID, "error").is_displayed():
             raise SystemExit("the page shows an error: " + driver.find_element(By.ID, "error").text)
         driver.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")

@@ -41,20 +41,49 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="s2s-prom-"))
     port, mport, pport = free_port(), free_port(), free_port()
-    server = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(ROOT / "models"), "--host", "127.0.0.1",
-                               "--port", str(port), "--metrics-port", str(mport), "--http-port", "0"], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "s2s.cli",
+            "serve",
+            "--model-repo",
+            str(ROOT / "models"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(mport),
+            "--http-port",
+            "0",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     cfg = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     job = next(j for j in cfg["scrape_configs"] if j["job_name"] == "s2s")
     job["static_configs"][0]["targets"] = [f"127.0.0.1:{mport}"]
     cfg["scrape_configs"] = [job]
     cfg["rule_files"] = [str(ROOT / "deploy/prometheus/rules.yml")]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-    prom = subprocess.Popen(["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prom = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{pport}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(5)
-        texts = [line.split("\t")[0] for line in (ROOT / "checkpoints/translate-en-ja/test.tsv").read_text().splitlines()[:200]]
+        texts = [
+            line.split("\t")[0]
+            for line in (ROOT / "checkpoints/translate-en-ja/test.tsv").read_text().splitlines()[:200]
+        ]
         stop = time.monotonic() + args.seconds
 
         def worker(k: int) -> None:
@@ -73,14 +102,33 @@ def main() -> int:
             list(pool.map(worker, range(8)))
         time.sleep(16)  # one more rule evaluation
         expr = "model:s2s_request_duration_seconds:quantile_rate1m"
-        q = urllib.parse.urlencode({"g0.expr": expr, "g0.tab": "0", "g0.range_input": f"{max(2, args.seconds // 60 + 1)}m"})
+        q = urllib.parse.urlencode(
+            {"g0.expr": expr, "g0.tab": "0", "g0.range_input": f"{max(2, args.seconds // 60 + 1)}m"}
+        )
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        f"--user-data-dir={tmp / 'chrome'}", "--window-size=1400,900", "--virtual-time-budget=15000",
-                        f"--screenshot={args.out}", f"http://127.0.0.1:{pport}/graph?{q}"], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp / 'chrome'}",
+                "--window-size=1400,900",
+                "--virtual-time-budget=15000",
+                f"--screenshot={args.out}",
+                f"http://127.0.0.1:{pport}/graph?{q}",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
         print(args.out)
         return 0
     finally:

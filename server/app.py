@@ -22,17 +22,17 @@ from grpc_reflection.v1alpha import reflection
 from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
 from s2s import __version__
 from server.config import ServerConfig
-from server.transport.http_app import HttpServer, start_http
-from server.transport.grpc_interceptors import GuardInterceptor
-from server.telemetry.metrics import Metrics, MetricsServer
-from server.models.control import ModelControl
-from server.models.registry import ServedModels
-from server.telemetry.refusal_log import RefusalLog
-from server.telemetry.request_tracker import RequestTracker
 from server.doors.http_door import HttpDoor
 from server.doors.http_routes import http_routes
 from server.doors.seq2seq_grpc import Seq2SeqServicer
+from server.models.control import ModelControl
+from server.models.registry import ServedModels
+from server.telemetry.metrics import Metrics, MetricsServer
 from server.telemetry.model_telemetry import Telemetry
+from server.telemetry.refusal_log import RefusalLog
+from server.telemetry.request_tracker import RequestTracker
+from server.transport.grpc_interceptors import GuardInterceptor
+from server.transport.http_app import HttpServer, start_http
 
 log = logging.getLogger("s2s.server")
 
@@ -57,7 +57,9 @@ class Running:
         self.control.begin_close()  # loads and unloads get UNAVAILABLE from now on, polling stops
         for model in self.repo.all():
             model.stop()  # new requests now get UNAVAILABLE; queued and running ones go on
-        await self.control.close(self.config.grace_s)  # a change under way ends (a load is stopped before it serves)
+        await self.control.close(
+            self.config.grace_s
+        )  # a change under way ends (a load is stopped before it serves)
         for model in self.repo.all():
             model.stop()
         drains = [model.drain(self.config.grace_s) for model in self.repo.all()]  # the cores exit when done
@@ -93,7 +95,10 @@ class HealthBoard:
         self.named: set[str] = set()  # models given a status so far
 
     async def update(self) -> None:
-        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
         for name in list(self.repo.models):
             self.named.add(name)
             await self.servicer.set(name, serving if self.repo.get(name).ready else not_serving)
@@ -114,8 +119,11 @@ def _reflection(server: grpc.aio.Server, kserve: bool) -> list[str]:
     from grpc_reflection.v1alpha import reflection_pb2
 
     files = [seq2seq_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR]
-    names = [seq2seq_pb2.DESCRIPTOR.services_by_name["Seq2Seq"].full_name,
-             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+    names = [
+        seq2seq_pb2.DESCRIPTOR.services_by_name["Seq2Seq"].full_name,
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.SERVICE_NAME,
+    ]
     if kserve:
         from protos.inference import grpc_service_pb2
 
@@ -145,17 +153,29 @@ async def start(config: ServerConfig) -> Running:
         raise
 
 
-async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health.aio.HealthServicer,
-                 telemetry: Telemetry, repo: ServedModels) -> Running:
-    await repo.start(asyncio.get_running_loop(), metrics)  # every engine core loaded (BundleError names the file)
+async def _start(
+    config: ServerConfig,
+    metrics: Metrics,
+    health_servicer: health.aio.HealthServicer,
+    telemetry: Telemetry,
+    repo: ServedModels,
+) -> Running:
+    await repo.start(
+        asyncio.get_running_loop(), metrics
+    )  # every engine core loaded (BundleError names the file)
 
     refusals = RefusalLog()
-    tracker = RequestTracker(metrics, lambda: repo.models, refusals)  # every call of every door is counted here
-    server = grpc.aio.server(interceptors=[GuardInterceptor(config.auth_token, tracker)], options=[
-        ("grpc.max_receive_message_length", config.max_message_bytes),
-        ("grpc.max_send_message_length", config.max_message_bytes),
-        ("grpc.max_concurrent_streams", config.max_concurrent_streams),
-    ])
+    tracker = RequestTracker(
+        metrics, lambda: repo.models, refusals
+    )  # every call of every door is counted here
+    server = grpc.aio.server(
+        interceptors=[GuardInterceptor(config.auth_token, tracker)],
+        options=[
+            ("grpc.max_receive_message_length", config.max_message_bytes),
+            ("grpc.max_send_message_length", config.max_message_bytes),
+            ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+        ],
+    )
     seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, tracker), server)
     try:
         from server.kserve.grpc_binding import add_kserve
@@ -171,8 +191,11 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
     address = f"{config.host}:{config.port}"
     if config.tls_cert:
         ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
-        creds = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
-                                            root_certificates=ca, require_client_auth=ca is not None)
+        creds = grpc.ssl_server_credentials(
+            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+            root_certificates=ca,
+            require_client_auth=ca is not None,
+        )
         port = server.add_secure_port(address, creds)
     else:
         port = server.add_insecure_port(address)
@@ -190,10 +213,15 @@ async def _start(config: ServerConfig, metrics: Metrics, health_servicer: health
     telemetry.watch(board.changed)
     await board.update()
     control.start()
-    log.info("serving %s (model control: %s): gRPC on %s (%s), HTTP on %s, metrics on %s",
-             ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()) or "no model", config.model_control_mode,
-             address, "TLS" if config.tls_cert else "plaintext", f"{config.host}:{web.port}" if web else "off",
-             f"{metrics_host}:{config.metrics_port}" if config.metrics_port else "off")
+    log.info(
+        "serving %s (model control: %s): gRPC on %s (%s), HTTP on %s, metrics on %s",
+        ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()) or "no model",
+        config.model_control_mode,
+        address,
+        "TLS" if config.tls_cert else "plaintext",
+        f"{config.host}:{web.port}" if web else "off",
+        f"{metrics_host}:{config.metrics_port}" if config.metrics_port else "off",
+    )
     return Running(server, port, repo, health_servicer, metrics, http, config, control, web=web)
 
 

@@ -76,8 +76,12 @@ class ServerConfig:
     # opening slow connections cannot take the port from everyone. Behind a proxy every client has the
     # proxy's address: set it to http_max_connections there.
     http_max_connections_per_peer: int = 64
-    tls_handshake_timeout_s: float = 10.0  # HTTPS: a connection that has not finished its TLS handshake by then is closed
-    cors_allow_origin: str | None = None  # comma-separated origins (or *) whose browsers may call the HTTP API
+    tls_handshake_timeout_s: float = (
+        10.0  # HTTPS: a connection that has not finished its TLS handshake by then is closed
+    )
+    cors_allow_origin: str | None = (
+        None  # comma-separated origins (or *) whose browsers may call the HTTP API
+    )
     # An engine core with requests in flight that reports nothing for this long (a working core reports
     # every 50 ms) is marked down, its requests failed with UNAVAILABLE, and it is killed and restarted.
     core_stall_s: float = 10.0
@@ -93,52 +97,112 @@ class ServerConfig:
 # flag -> (field, type, help). Each flag's environment variable is S2S_<FLAG>, e.g. S2S_PORT.
 _FLAGS = {
     "model-repo": (Path, "model repository: models/<name>/<version>/ bundles written by `s2s export`"),
-    "models": (str, "comma-separated NAME[:VERSION][@CORES] to serve, e.g. translate-en-ja:1@2 (default: every "
-                    "model, latest version)"),
-    "model-repo-links": (str, "inside | any: inside (default) refuses a model or version folder that is a symlink "
-                              "resolving outside --model-repo; any follows links anywhere"),
-    "model-control-mode": (str, "none | explicit | poll: none serves what is in the repository at start (restart "
-                                "to change it); explicit: the repository API (KServe RepositoryModelLoad / "
-                                "POST /v2/repository/models/NAME/load, `s2s models`) loads and unloads; poll: the "
-                                "repository is rescanned and new or removed versions and models are applied"),
+    "models": (
+        str,
+        "comma-separated NAME[:VERSION][@CORES] to serve, e.g. translate-en-ja:1@2 (default: every "
+        "model, latest version)",
+    ),
+    "model-repo-links": (
+        str,
+        "inside | any: inside (default) refuses a model or version folder that is a symlink "
+        "resolving outside --model-repo; any follows links anywhere",
+    ),
+    "model-control-mode": (
+        str,
+        "none | explicit | poll: none serves what is in the repository at start (restart "
+        "to change it); explicit: the repository API (KServe RepositoryModelLoad / "
+        "POST /v2/repository/models/NAME/load, `s2s models`) loads and unloads; poll: the "
+        "repository is rescanned and new or removed versions and models are applied",
+    ),
     "repository-poll-secs": (float, "poll mode: seconds between repository scans"),
-    "load-model": (str, "explicit mode: a model to load at start, NAME[:VERSION][@CORES] (repeat the flag, or "
-                        "comma-separate; default: none)"),
-    "instances": (int, "engine cores (processes, each with its own decode loop) per model; 0 = the usable CPU "
-                       "cores less the front end's share (~0.4 CPU per busy core), at least 1 (one on CUDA): "
-                       "1 on 2 CPUs, 2 on 4, 5 on 8"),
+    "load-model": (
+        str,
+        "explicit mode: a model to load at start, NAME[:VERSION][@CORES] (repeat the flag, or "
+        "comma-separate; default: none)",
+    ),
+    "instances": (
+        int,
+        "engine cores (processes, each with its own decode loop) per model; 0 = the usable CPU "
+        "cores less the front end's share (~0.4 CPU per busy core), at least 1 (one on CUDA): "
+        "1 on 2 CPUs, 2 on 4, 5 on 8",
+    ),
     "host": (str, "address to bind"),
     "port": (int, "gRPC port (seq2seq.v1, KServe v2, health, reflection)"),
-    "http-port": (int, "HTTP port: KServe v2 REST, the LibreTranslate API, the playground page at / (0 = off)"),
+    "http-port": (
+        int,
+        "HTTP port: KServe v2 REST, the LibreTranslate API, the playground page at / (0 = off)",
+    ),
     "metrics-port": (int, "Prometheus /metrics port (0 = off)"),
     "metrics-host": (str, "address /metrics binds (default: --host; 127.0.0.1 keeps it private)"),
     "device": (str, "auto | cpu | cuda: auto uses CUDA when ONNX Runtime can load it"),
     "intra-op-threads": (int, "ONNX Runtime threads per session (1 is fastest on small CPUs; measured)"),
-    "io-binding": (str, ("auto | on | off: keep the KV cache in ONNX Runtime device memory between steps "
-                         "(auto: on CUDA, where numpy would copy it through the host every step)")),
-    "encoder-thread": (str, ("auto | on | off: a second thread per engine core encodes queued requests while it "
-                              "decodes (auto: on when a model has one engine core and at least 2 usable CPUs, or "
-                              "runs on CUDA)")),
-    "event-loop": (str, "auto | uvloop | asyncio: the front end's event loop (auto: uvloop when it is installed, "
-                        "as it is with the serve extra)"),
+    "io-binding": (
+        str,
+        (
+            "auto | on | off: keep the KV cache in ONNX Runtime device memory between steps "
+            "(auto: on CUDA, where numpy would copy it through the host every step)"
+        ),
+    ),
+    "encoder-thread": (
+        str,
+        (
+            "auto | on | off: a second thread per engine core encodes queued requests while it "
+            "decodes (auto: on when a model has one engine core and at least 2 usable CPUs, or "
+            "runs on CUDA)"
+        ),
+    ),
+    "event-loop": (
+        str,
+        "auto | uvloop | asyncio: the front end's event loop (auto: uvloop when it is installed, "
+        "as it is with the serve extra)",
+    ),
     "grace-s": (float, "on SIGTERM, seconds in-flight requests get to finish"),
-    "max-message-bytes": (int, "largest gRPC message accepted (bigger ones: RESOURCE_EXHAUSTED before any work)"),
-    "max-concurrent-streams": (int, "calls in flight at once per client connection (HTTP/2 streams; more wait)"),
-    "http-read-timeout-s": (float, "HTTP: seconds a client gets to send a request's headers, and then its body (an "
-                                   "idle keep-alive connection is closed after as long); 0 = no limit"),
-    "http-max-connections": (int, "HTTP: connections open at once; more are answered 503 and closed (0 = no limit)"),
-    "http-max-connections-per-peer": (int, "HTTP: connections one client address may hold at once; more are answered "
-                                           "503 and closed (0 = no limit of its own; behind a proxy, raise it to "
-                                           "--http-max-connections)"),
-    "tls-handshake-timeout-s": (float, "HTTPS: seconds a connection gets to finish its TLS handshake; then it is closed"),
-    "cors-allow-origin": (str, "HTTP: comma-separated origins (or *) allowed to call the REST and LibreTranslate "
-                               "APIs from a browser (CORS; preflight answered); default off"),
-    "core-stall-s": (float, "an engine core with requests in flight that reports nothing for this long is marked "
-                            "down, its requests get UNAVAILABLE, and it is killed and restarted"),
-    "stream-max-pending": (int, "ModelStreamInfer: requests of one stream read but not yet answered; beyond, "
-                                "the server stops reading it"),
-    "stream-max-pending-bytes": (int, "ModelStreamInfer: bytes of those requests and answers; beyond, the "
-                                      "server stops reading it"),
+    "max-message-bytes": (
+        int,
+        "largest gRPC message accepted (bigger ones: RESOURCE_EXHAUSTED before any work)",
+    ),
+    "max-concurrent-streams": (
+        int,
+        "calls in flight at once per client connection (HTTP/2 streams; more wait)",
+    ),
+    "http-read-timeout-s": (
+        float,
+        "HTTP: seconds a client gets to send a request's headers, and then its body (an "
+        "idle keep-alive connection is closed after as long); 0 = no limit",
+    ),
+    "http-max-connections": (
+        int,
+        "HTTP: connections open at once; more are answered 503 and closed (0 = no limit)",
+    ),
+    "http-max-connections-per-peer": (
+        int,
+        "HTTP: connections one client address may hold at once; more are answered "
+        "503 and closed (0 = no limit of its own; behind a proxy, raise it to "
+        "--http-max-connections)",
+    ),
+    "tls-handshake-timeout-s": (
+        float,
+        "HTTPS: seconds a connection gets to finish its TLS handshake; then it is closed",
+    ),
+    "cors-allow-origin": (
+        str,
+        "HTTP: comma-separated origins (or *) allowed to call the REST and LibreTranslate "
+        "APIs from a browser (CORS; preflight answered); default off",
+    ),
+    "core-stall-s": (
+        float,
+        "an engine core with requests in flight that reports nothing for this long is marked "
+        "down, its requests get UNAVAILABLE, and it is killed and restarted",
+    ),
+    "stream-max-pending": (
+        int,
+        "ModelStreamInfer: requests of one stream read but not yet answered; beyond, "
+        "the server stops reading it",
+    ),
+    "stream-max-pending-bytes": (
+        int,
+        "ModelStreamInfer: bytes of those requests and answers; beyond, the server stops reading it",
+    ),
     "tls-cert": (Path, "PEM certificate chain: serve TLS"),
     "tls-key": (Path, "PEM private key for --tls-cert"),
     "tls-client-ca": (Path, "PEM CA bundle: require client certificates (mTLS)"),
@@ -157,19 +221,38 @@ _FLAGS = {
 # outside (a negative timeout made every request 408, a negative cap refused every connection) stops the start
 # with a message naming the flag and the range.
 _RANGES: dict[str, tuple[float, float, bool]] = {
-    "port": (0, 65535, True), "http_port": (0, 65535, True), "metrics_port": (0, 65535, True),
-    "repository_poll_secs": (0, 1e6, False), "instances": (0, 1024, True), "intra_op_threads": (1, 1024, True),
-    "grace_s": (0, 1e6, True), "max_message_bytes": (1, 2**31 - 1, True), "max_concurrent_streams": (1, 2**31 - 1, True),
-    "http_read_timeout_s": (0, 1e6, True), "http_max_connections": (0, 1_000_000, True),
-    "http_max_connections_per_peer": (0, 1_000_000, True), "tls_handshake_timeout_s": (0, 1e6, False),
-    "core_stall_s": (0, 1e6, True), "stream_max_pending": (1, 1_000_000, True),
-    "stream_max_pending_bytes": (1, 2**40, True), "max_batch_size": (1, 1_000_000, True),
-    "max_queue_size": (1, 100_000_000, True), "max_queue_delay_ms": (0, 1e6, True),
-    "max_inputs_per_request": (1, 1_000_000, True), "max_beam_size": (1, 1024, True),
+    "port": (0, 65535, True),
+    "http_port": (0, 65535, True),
+    "metrics_port": (0, 65535, True),
+    "repository_poll_secs": (0, 1e6, False),
+    "instances": (0, 1024, True),
+    "intra_op_threads": (1, 1024, True),
+    "grace_s": (0, 1e6, True),
+    "max_message_bytes": (1, 2**31 - 1, True),
+    "max_concurrent_streams": (1, 2**31 - 1, True),
+    "http_read_timeout_s": (0, 1e6, True),
+    "http_max_connections": (0, 1_000_000, True),
+    "http_max_connections_per_peer": (0, 1_000_000, True),
+    "tls_handshake_timeout_s": (0, 1e6, False),
+    "core_stall_s": (0, 1e6, True),
+    "stream_max_pending": (1, 1_000_000, True),
+    "stream_max_pending_bytes": (1, 2**40, True),
+    "max_batch_size": (1, 1_000_000, True),
+    "max_queue_size": (1, 100_000_000, True),
+    "max_queue_delay_ms": (0, 1e6, True),
+    "max_inputs_per_request": (1, 1_000_000, True),
+    "max_beam_size": (1, 1024, True),
 }
-_MEANING = {"port": "0 picks a free port", "http_port": "0 = off", "metrics_port": "0 = off", "instances": "0 = auto",
-            "http_read_timeout_s": "0 = no limit", "http_max_connections": "0 = no limit",
-            "http_max_connections_per_peer": "0 = no limit of its own", "core_stall_s": "0 = no watchdog"}
+_MEANING = {
+    "port": "0 picks a free port",
+    "http_port": "0 = off",
+    "metrics_port": "0 = off",
+    "instances": "0 = auto",
+    "http_read_timeout_s": "0 = no limit",
+    "http_max_connections": "0 = no limit",
+    "http_max_connections_per_peer": "0 = no limit of its own",
+    "core_stall_s": "0 = no watchdog",
+}
 
 
 def _check_ranges(values: dict[str, object]) -> None:
@@ -179,9 +262,18 @@ def _check_ranges(values: dict[str, object]) -> None:
         if key not in values:
             continue
         v = values[key]
-        inside = isinstance(v, (int, float)) and not math.isnan(v) and (v >= low if low_ok else v > low) and v <= high
+        inside = (
+            isinstance(v, (int, float))
+            and not math.isnan(v)
+            and (v >= low if low_ok else v > low)
+            and v <= high
+        )
         if not inside:
-            lows = f"{low:g} to {high:g}" if low_ok else ("positive" if low == 0 else f"above {low:g}") + f", at most {high:g}"
+            lows = (
+                f"{low:g} to {high:g}"
+                if low_ok
+                else ("positive" if low == 0 else f"above {low:g}") + f", at most {high:g}"
+            )
             note = f" ({_MEANING[key]})" if key in _MEANING else ""
             raise SystemExit(f"--{key.replace('_', '-')} must be {lows}{note}, not {v!r}")
 
@@ -197,8 +289,13 @@ def _names(raw) -> tuple[str, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, (typ, help_) in _FLAGS.items():
         more = {"action": "append"} if flag in _REPEATABLE else {}
-        p.add_argument(f"--{flag}", type=typ, default=None, help=f"{help_} [env S2S_{flag.upper().replace('-', '_')}]",
-                       **more)
+        p.add_argument(
+            f"--{flag}",
+            type=typ,
+            default=None,
+            help=f"{help_} [env S2S_{flag.upper().replace('-', '_')}]",
+            **more,
+        )
 
 
 def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> ServerConfig:
@@ -211,13 +308,17 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
             try:
                 raw = typ(e)
             except ValueError:
-                raise SystemExit(f"S2S_{attr.upper()} (--{flag}) must be a {typ.__name__}, not {e[:40]!r}") from None
+                raise SystemExit(
+                    f"S2S_{attr.upper()} (--{flag}) must be a {typ.__name__}, not {e[:40]!r}"
+                ) from None
         if raw is not None:
             values[attr] = raw
     _check_ranges(values)
     sched_fields = {f.name for f in fields(SchedulerConfig)}
     sched = {k: v for k, v in values.items() if k in sched_fields}
-    stream = {f.name: values[f"stream_{f.name}"] for f in fields(StreamConfig) if f"stream_{f.name}" in values}
+    stream = {
+        f.name: values[f"stream_{f.name}"] for f in fields(StreamConfig) if f"stream_{f.name}" in values
+    }
     if "batching" in values:
         if values["batching"] not in ("continuous", "request", "none"):
             raise SystemExit(f"--batching must be continuous, request or none, not {values['batching']!r}")
@@ -230,11 +331,15 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
     if mode not in CONTROL_MODES:
         raise SystemExit(f"--model-control-mode must be none, explicit or poll, not {mode!r}")
     if top.get("load_model") and mode != "explicit":
-        raise SystemExit("--load-model needs --model-control-mode explicit (the other modes load what the repository "
-                         "holds, or --models)")
+        raise SystemExit(
+            "--load-model needs --model-control-mode explicit (the other modes load what the repository "
+            "holds, or --models)"
+        )
     if mode == "explicit" and top.get("models"):
-        raise SystemExit("--models selects what the none and poll modes serve; in explicit mode name the models to "
-                         "load at start with --load-model")
+        raise SystemExit(
+            "--models selects what the none and poll modes serve; in explicit mode name the models to "
+            "load at start with --load-model"
+        )
     if top.get("model_repo_links", "inside") not in ("inside", "any"):
         raise SystemExit(f"--model-repo-links must be inside or any, not {top['model_repo_links']!r}")
     if top.get("event_loop", "auto") not in ("auto", "uvloop", "asyncio"):

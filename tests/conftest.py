@@ -33,12 +33,16 @@ def english(n: int) -> list[str]:
     return [r.split("\t")[0] for r in rows[:n]]
 
 
-def decode(t, texts: list[str], max_new_tokens: int | None = None, beam: int = 1, batch_size: int = 64) -> list[str]:
+def decode(
+    t, texts: list[str], max_new_tokens: int | None = None, beam: int = 1, batch_size: int = 64
+) -> list[str]:
     """Texts decoded by the engine's step loop (``engine.step_loop.run``) with a plain beam or greedy search and
     no decoding options: the engine below its ``generate`` API."""
     from engine.step_loop import Sequence, run
 
-    seqs = [Sequence(t.codec.source_ids(s), max_new_tokens or t.config.task.max_new_tokens, beam) for s in texts]
+    seqs = [
+        Sequence(t.codec.source_ids(s), max_new_tokens or t.config.task.max_new_tokens, beam) for s in texts
+    ]
     run(t.runner, seqs, batch_size)
     return [t.codec.decode(s.result) for s in seqs]
 
@@ -84,9 +88,28 @@ def self_signed(tmp: Path) -> tuple[Path, Path]:
     import subprocess
 
     key, cert = tmp / "key.pem", tmp / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -119,8 +142,15 @@ def server_config(**overrides):
     from server.config import SchedulerConfig, ServerConfig
 
     sched = overrides.pop("scheduler", SchedulerConfig())
-    base = ServerConfig(model_repo=MODEL_REPO, host="127.0.0.1", port=0, metrics_port=free_port(), http_port=free_port(),
-                        grace_s=5.0, scheduler=sched)
+    base = ServerConfig(
+        model_repo=MODEL_REPO,
+        host="127.0.0.1",
+        port=0,
+        metrics_port=free_port(),
+        http_port=free_port(),
+        grace_s=5.0,
+        scheduler=sched,
+    )
     return dataclasses.replace(base, **overrides)
 
 
@@ -173,7 +203,8 @@ def no_server_traceback():
     yield
     new = _TRACEBACKS.records[start:]
     assert not new, "server logged a traceback:\n" + "\n".join(
-        f"{r.name}: {r.getMessage()}\n{logging.Formatter().formatException(r.exc_info)}" for r in new)
+        f"{r.name}: {r.getMessage()}\n{logging.Formatter().formatException(r.exc_info)}" for r in new
+    )
 
 
 def shell_examples(markdown: str, where: str) -> list[tuple[str, str]]:
@@ -186,7 +217,7 @@ def shell_examples(markdown: str, where: str) -> list[tuple[str, str]]:
         command: list[str] = []
         for line in block.splitlines():
             if line.startswith("# -> "):
-                out.append(("\n".join(command), line[len("# -> "):]))
+                out.append(("\n".join(command), line[len("# -> ") :]))
                 command = []
             elif line.strip():
                 command.append(line)
@@ -202,16 +233,37 @@ class Served:
         self.log_path = tmp / "server.log"
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
-             "--port", str(self.port), "--metrics-port", str(self.metrics_port), "--http-port", str(self.http_port), *args],
-            stdout=self.log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "s2s.cli",
+                "serve",
+                "--model-repo",
+                str(MODEL_REPO),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--http-port",
+                str(self.http_port),
+                *args,
+            ],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         self.address = f"127.0.0.1:{self.port}"
         with grpc.insecure_channel(self.address) as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             end = time.monotonic() + 60
             while True:
                 try:
-                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    if (
+                        stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                        == health_pb2.HealthCheckResponse.SERVING
+                    ):
                         break
                 except grpc.RpcError:
                     pass

@@ -42,7 +42,7 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
     data = rows(n_lines, seed)
     work = folder / "spm"
     work.mkdir(exist_ok=True)
-    texts = [t for _, _, t in data] + [answer(t, l) for _, l, t in data]
+    texts = [t for _, _, t in data] + [answer(t, lang) for _, lang, t in data]
     mm.train_spm(texts, work / "sentencepiece.bpe.model", 150)
     import sentencepiece as spm
 
@@ -53,11 +53,26 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
             vocab.setdefault(sp.id_to_piece(i), len(vocab))
     (work / "vocab.json").write_text(json.dumps(vocab))
     tok = M2M100Tokenizer(vocab_file=str(work / "vocab.json"), spm_file=str(work / "sentencepiece.bpe.model"))
-    cfg = M2M100Config(vocab_size=len(vocab) + 100 + 8,  # the pieces, the languages, 8 made-up words
-                       d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                       decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
-                       dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0,
-                       decoder_layerdrop=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    cfg = M2M100Config(
+        vocab_size=len(vocab) + 100 + 8,  # the pieces, the languages, 8 made-up words
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
     model = M2M100ForConditionalGeneration(cfg)
     src, labels = [], []
     for s, t, text in data:
@@ -81,8 +96,9 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
         for name, p in model.named_parameters():
             if "layer_norm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
-    model.generation_config = GenerationConfig(decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, bos_token_id=0,
-                                               num_beams=4, max_length=48)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, bos_token_id=0, num_beams=4, max_length=48
+    )
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return model, tok, data

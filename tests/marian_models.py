@@ -13,10 +13,21 @@ import json
 import random
 from pathlib import Path
 
-WORDS = ("the cat dog sees a big small red house tree runs jumps over under green blue sky water fire "
-         "quick slow bird fish eats drinks old new").split()
+WORDS = (
+    "the cat dog sees a big small red house tree runs jumps over under green blue sky water fire "
+    "quick slow bird fish eats drinks old new"
+).split()
 JAPANESE = ["猫", "犬", "家", "木", "空", "水", "赤い", "大きい", "見る", "食べる"]
-ODD = ["ＡＢＣ", "１２３", "ｶﾀｶﾅ", "ﬁne", "café", "①", "Ⅻ", "\u3000"]  # full-width, half-width kana, ligature, NFKC cases
+ODD = [
+    "ＡＢＣ",
+    "１２３",
+    "ｶﾀｶﾅ",
+    "ﬁne",
+    "café",
+    "①",
+    "Ⅻ",
+    "\u3000",
+]  # full-width, half-width kana, ligature, NFKC cases
 
 
 def lines(n: int, seed: int, japanese: bool = False) -> list[str]:
@@ -40,9 +51,20 @@ def train_spm(texts: list[str], path: Path, vocab_size: int) -> None:
     import sentencepiece as spm
 
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
-                                   model_type="unigram", character_coverage=1.0, unk_id=1, eos_id=0, bos_id=-1,
-                                   pad_id=-1, hard_vocab_limit=False, minloglevel=2, num_threads=1)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        unk_id=1,
+        eos_id=0,
+        bos_id=-1,
+        pad_id=-1,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        num_threads=1,
+    )
     path.write_bytes(model.getvalue())
 
 
@@ -62,8 +84,17 @@ def vocab_of(*spm_paths: Path, codes: tuple[str, ...] = ()) -> dict[str, int]:
     return vocab
 
 
-def make(folder: Path, *, separate_vocabs: bool = False, codes: tuple[str, ...] = (), activation: str = "swish",
-         steps: int = 300, seed: int = 0, n_lines: int = 400, langs: tuple[str, str] | None = None):
+def make(
+    folder: Path,
+    *,
+    separate_vocabs: bool = False,
+    codes: tuple[str, ...] = (),
+    activation: str = "swish",
+    steps: int = 300,
+    seed: int = 0,
+    n_lines: int = 400,
+    langs: tuple[str, str] | None = None,
+):
     """A trained tiny Marian checkpoint in ``folder``; returns (model, tokenizer, source lines)."""
     import torch
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
@@ -88,23 +119,49 @@ def make(folder: Path, *, separate_vocabs: bool = False, codes: tuple[str, ...] 
         (work / "target_vocab.json").write_text(json.dumps(vocab_of(work / "target.spm")))
         files["target_vocab_file"] = str(work / "target_vocab.json")
     else:
-        (work / "vocab.json").write_text(json.dumps(vocab_of(work / "source.spm", work / "target.spm", codes=codes)))
-    tok = MarianTokenizer(source_spm=str(work / "source.spm"), target_spm=str(work / "target.spm"),
-                          vocab=str(work / "vocab.json"), separate_vocabs=separate_vocabs,
-                          source_lang=langs and langs[0], target_lang=langs and langs[1], **files)
+        (work / "vocab.json").write_text(
+            json.dumps(vocab_of(work / "source.spm", work / "target.spm", codes=codes))
+        )
+    tok = MarianTokenizer(
+        source_spm=str(work / "source.spm"),
+        target_spm=str(work / "target.spm"),
+        vocab=str(work / "vocab.json"),
+        separate_vocabs=separate_vocabs,
+        source_lang=langs and langs[0],
+        target_lang=langs and langs[1],
+        **files,
+    )
     src_v = len(tok.encoder)
     tgt_v = len(tok.target_encoder) if separate_vocabs else src_v
     pad = tok.pad_token_id
-    cfg = MarianConfig(vocab_size=src_v, decoder_vocab_size=tgt_v, d_model=16, encoder_layers=2, decoder_layers=2,
-                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=16, decoder_ffn_dim=16,
-                       max_position_embeddings=64, activation_function=activation, scale_embedding=True,
-                       pad_token_id=pad, decoder_start_token_id=(tgt_v - 1 if separate_vocabs else pad), eos_token_id=0,
-                       forced_eos_token_id=None, share_encoder_decoder_embeddings=not separate_vocabs,
-                       dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    cfg = MarianConfig(
+        vocab_size=src_v,
+        decoder_vocab_size=tgt_v,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        max_position_embeddings=64,
+        activation_function=activation,
+        scale_embedding=True,
+        pad_token_id=pad,
+        decoder_start_token_id=(tgt_v - 1 if separate_vocabs else pad),
+        eos_token_id=0,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=not separate_vocabs,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
     model = MarianMTModel(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     g = torch.Generator().manual_seed(seed)
-    data = tok(src, text_target=tgt, return_tensors="pt", padding=True)  # tokenized once: MarianTokenizer is slow
+    data = tok(
+        src, text_target=tgt, return_tensors="pt", padding=True
+    )  # tokenized once: MarianTokenizer is slow
     data["labels"][data["labels"] == pad] = -100
     model.train()
     for _ in range(steps):
@@ -120,8 +177,14 @@ def make(folder: Path, *, separate_vocabs: bool = False, codes: tuple[str, ...] 
                 p.add_(torch.randn_like(p) * 0.1)
         model.final_logits_bias.add_(torch.randn_like(model.final_logits_bias) * 0.2)
     model.generation_config = GenerationConfig(
-        decoder_start_token_id=cfg.decoder_start_token_id, eos_token_id=0, pad_token_id=pad, bos_token_id=0,
-        bad_words_ids=[[pad]], num_beams=4, max_length=48)
+        decoder_start_token_id=cfg.decoder_start_token_id,
+        eos_token_id=0,
+        pad_token_id=pad,
+        bos_token_id=0,
+        bad_words_ids=[[pad]],
+        num_beams=4,
+        max_length=48,
+    )
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return model, tok, src

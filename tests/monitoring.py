@@ -11,7 +11,6 @@ import json
 import re
 
 import yaml
-
 from conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -71,9 +70,26 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
 _SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)?\s*\{([^}]*)\}")
 _MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
-_TOKEN = re.compile(r"0[xX][0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|[A-Za-z_:][A-Za-z0-9_:]*")
-_KEYWORDS = {"and", "or", "unless", "bool", "by", "without", "on", "ignoring", "group_left", "group_right",
-             "offset", "inf", "nan", "start", "end"}
+_TOKEN = re.compile(
+    r"0[xX][0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|[A-Za-z_:][A-Za-z0-9_:]*"
+)
+_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "offset",
+    "inf",
+    "nan",
+    "start",
+    "end",
+}
 
 
 def promql_parts(expr: str) -> tuple[set[str], list[tuple[str, set[str]]], set[str]]:
@@ -87,16 +103,16 @@ def promql_parts(expr: str) -> tuple[set[str], list[tuple[str, set[str]]], set[s
     for name, block in _SELECTOR.findall(text):
         selectors.append((name, set(_MATCHER.findall(block))))
     text = _SELECTOR.sub(lambda m: f" {m.group(1) or ''} ", text)
-    text = re.sub(r"\[[^\]]*\]", " ", text)            # ranges and subqueries, [$__rate_interval]
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subqueries, [$__rate_interval]
     text = re.sub(r"\boffset\s+-?\S+", " ", text)
     text = re.sub(r"@\s*\S+", " ", text)
-    text = re.sub(r"\$\{?\w+\}?", " ", text)            # Grafana variables outside strings
+    text = re.sub(r"\$\{?\w+\}?", " ", text)  # Grafana variables outside strings
     names = set()
     for m in _TOKEN.finditer(text):
         tok = m.group(0)
         if tok[0].isdigit() or tok[0] == "." or tok.lower() in _KEYWORDS:
             continue
-        if re.match(r"\s*\(", text[m.end():]):       # a function or an aggregation
+        if re.match(r"\s*\(", text[m.end() :]):  # a function or an aggregation
             continue
         names.add(tok)
     for name, _ in selectors:
@@ -106,6 +122,7 @@ def promql_parts(expr: str) -> tuple[set[str], list[tuple[str, set[str]]], set[s
 
 # --------------------------------------------------------------------------------------------------
 # Recording rules and dashboard expressions
+
 
 def load_rules() -> list[dict]:
     doc = yaml.safe_load((PROM_DIR / "rules.yml").read_text())

@@ -13,8 +13,13 @@ from conftest import MODEL_REPO, ROOT
 
 @pytest.mark.skipif(not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model")
 def test_quick_run(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bench.quality.protected_spans", "--quick", "--results", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.quality.protected_spans", "--quick", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "protected-spans.json").read_text(encoding="utf-8"))
     served = next(b for b in results["blocks"] if b.get("table") == "served")["rows"]

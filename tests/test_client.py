@@ -12,8 +12,8 @@ import urllib.request
 
 import grpc
 import pytest
-
 from conftest import ROOT, ServerThread, server_config
+
 from s2s.seq2seq_client import GenerateManyError, Seq2SeqClient
 from server.config import SchedulerConfig
 
@@ -33,7 +33,7 @@ def texts(n: int, seed: int = 0) -> list[str]:
 def direct(server, inputs: list[str], size: int = LIMIT) -> list[str]:
     """What plain Generate requests (of ``size`` inputs, one at a time) answer for ``inputs``."""
     with Seq2SeqClient(server.address) as c:
-        return [out for i in range(0, len(inputs), size) for out in c.generate(ADD, inputs[i:i + size])]
+        return [out for i in range(0, len(inputs), size) for out in c.generate(ADD, inputs[i : i + size])]
 
 
 def cli(server, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
@@ -43,7 +43,11 @@ def cli(server, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
 
 def metric(server, name: str, **labels) -> float:
     """Sum of a metric's samples whose labels include ``labels``, scraped from the server's /metrics."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=5).read().decode()
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
     total = 0.0
     for line in text.splitlines():
         if line.startswith((name + "{", name + " ")):
@@ -59,7 +63,9 @@ def ok_generates(server) -> float:
 
 def wide_steps(server) -> float:
     """Decoder steps of the addition model with more than 8 rows so far."""
-    return metric(server, "s2s_batch_size_count", model=ADD) - metric(server, "s2s_batch_size_bucket", model=ADD, le="8.0")
+    return metric(server, "s2s_batch_size_count", model=ADD) - metric(
+        server, "s2s_batch_size_bucket", model=ADD, le="8.0"
+    )
 
 
 def test_cli_answers_1200_stdin_lines_in_order(server):
@@ -80,7 +86,9 @@ def test_cli_small_requests_are_in_flight_together(server):
     expected = direct(server, inputs)
     before = ok_generates(server)
     steps_before = wide_steps(server)
-    p = cli(server, "--inputs-per-request", "7", "--concurrency", "4", stdin="\n".join(inputs))  # no final newline
+    p = cli(
+        server, "--inputs-per-request", "7", "--concurrency", "4", stdin="\n".join(inputs)
+    )  # no final newline
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == expected
     assert ok_generates(server) - before == math.ceil(300 / 7)
@@ -91,12 +99,13 @@ def test_cli_small_requests_are_in_flight_together(server):
 @pytest.mark.parametrize("mode", [[], ["--stream"]], ids=["unary", "stream"])
 def test_cli_bad_line_is_named_and_earlier_outputs_are_printed(server, mode):
     lines = texts(100, seed=2)
-    lines[9] = ""       # line 10: blank, answered by a blank line
+    lines[9] = ""  # line 10: blank, answered by a blank line
     lines[59] = "12+ab"  # line 60: 'a' and 'b' are not in the addition vocabulary; mid-request (lines 57-63)
     p = cli(server, "--inputs-per-request", "7", *mode, stdin="\n".join(lines) + "\n")
     assert p.returncode == 1
     assert p.stderr.strip().splitlines() == [
-        "s2s client: line 60: INVALID_ARGUMENT: input has characters outside the model's vocabulary: 'a', 'b'"]
+        "s2s client: line 60: INVALID_ARGUMENT: input has characters outside the model's vocabulary: 'a', 'b'"
+    ]
     out = p.stdout.splitlines()
     assert len(out) == 59 and out[9] == ""
     assert out[:9] + out[10:] == direct(server, lines[:9] + lines[10:59])
@@ -178,28 +187,44 @@ def test_generate_many_errors_and_limits(server):
         with pytest.raises(GenerateManyError) as e:
             for out in c.generate_many(ADD, bad, inputs_per_request=10, concurrency=2):
                 got.append(out)
-        assert got == direct(server, inputs[:25])  # the inputs before the bad one, including those of its request
-        assert (e.value.code(), e.value.index, e.value.first, e.value.count) == (grpc.StatusCode.INVALID_ARGUMENT, 25, 20, 10)
+        assert got == direct(
+            server, inputs[:25]
+        )  # the inputs before the bad one, including those of its request
+        assert (e.value.code(), e.value.index, e.value.first, e.value.count) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            25,
+            20,
+            10,
+        )
         assert e.value.details().startswith("input 5: ") and isinstance(e.value, grpc.RpcError)
 
         assert c.max_inputs_per_request("nope") == 64  # not listed: the default
         with pytest.raises(GenerateManyError) as e:
             list(c.generate_many("nope", ["1+1"]))
-        assert (e.value.code(), e.value.index, e.value.first, e.value.count) == (grpc.StatusCode.NOT_FOUND, None, 0, 1)
+        assert (e.value.code(), e.value.index, e.value.first, e.value.count) == (
+            grpc.StatusCode.NOT_FOUND,
+            None,
+            0,
+            1,
+        )
         with pytest.raises(ValueError):
             list(c.generate_many(ADD, inputs, concurrency=0))
 
 
 def test_cli_wide_beams_fit_the_row_limit(model_repo):
     """A row limit (the queue's 256 rows) below 64 inputs x 8 beams: the CLI sends fewer inputs a request."""
-    server = ServerThread(server_config(scheduler=SchedulerConfig(max_queue_size=256), models=(ADD,), instances=1))
+    server = ServerThread(
+        server_config(scheduler=SchedulerConfig(max_queue_size=256), models=(ADD,), instances=1)
+    )
     try:
         inputs = texts(100, seed=6)
         with Seq2SeqClient(server.address) as c:
             info = next(m for m in c.models() if m.name == ADD)
             assert info.max_rows_per_request < LIMIT * 8  # 64 inputs of 8 beams would be refused
             assert c.max_inputs_per_request(ADD, beam_size=8) == info.max_rows_per_request // 8
-            expected = [out for i in range(0, 100, 16) for out in c.generate(ADD, inputs[i:i + 16], beam_size=8)]
+            expected = [
+                out for i in range(0, 100, 16) for out in c.generate(ADD, inputs[i : i + 16], beam_size=8)
+            ]
         p = cli(server, "--beam-size", "8", stdin="\n".join(inputs))
         assert p.returncode == 0, p.stderr
         assert p.stdout.splitlines() == expected
@@ -209,7 +234,11 @@ def test_cli_wide_beams_fit_the_row_limit(model_repo):
 
 def test_generate_many_backs_off_while_the_queue_is_full(model_repo):
     """Two bulk clients against a queue of 8 rows decoded one at a time: refusals are resent, not errors."""
-    srv = ServerThread(server_config(scheduler=SchedulerConfig(max_queue_size=8, max_batch_size=1), models=(ADD,), instances=1))
+    srv = ServerThread(
+        server_config(
+            scheduler=SchedulerConfig(max_queue_size=8, max_batch_size=1), models=(ADD,), instances=1
+        )
+    )
     try:
         inputs = texts(40, seed=7)
         results: dict[int, list[str]] = {}
@@ -234,11 +263,24 @@ def test_generate_many_backs_off_while_the_queue_is_full(model_repo):
 def test_cli_decoding_option_flags_reach_the_server(server):
     inputs = texts(40, seed=5)
     # top-k 1 is greedy whatever the seed and temperature
-    p = cli(server, "--sampling-topk", "1", "--sampling-temperature", "0.7", "--seed", "3", stdin="\n".join(inputs) + "\n")
+    p = cli(
+        server,
+        "--sampling-topk",
+        "1",
+        "--sampling-temperature",
+        "0.7",
+        "--seed",
+        "3",
+        stdin="\n".join(inputs) + "\n",
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == direct(server, inputs)
-    seeded = [cli(server, "--sampling-topk", "0", "--sampling-temperature", "2", "--seed", "11", *inputs[:8]).stdout
-              for _ in range(2)]
-    assert seeded[0] == seeded[1] and seeded[0].splitlines() != direct(server, inputs[:8])  # sampled, reproducibly
+    seeded = [
+        cli(server, "--sampling-topk", "0", "--sampling-temperature", "2", "--seed", "11", *inputs[:8]).stdout
+        for _ in range(2)
+    ]
+    assert seeded[0] == seeded[1] and seeded[0].splitlines() != direct(
+        server, inputs[:8]
+    )  # sampled, reproducibly
     p = cli(server, "--sampling-topp", "1.5", "1+1")
     assert p.returncode == 1 and "sampling_topp" in p.stderr

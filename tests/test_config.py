@@ -20,11 +20,21 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> ServerConfig:
 def test_defaults_are_tritons_ports_and_the_measured_cpu_settings():
     c = parse([])
     assert (c.port, c.metrics_port, c.model_repo) == (8001, 8002, Path("models"))
-    assert (c.intra_op_threads, c.io_binding, c.scheduler.mode, c.scheduler.max_batch_size) == (1, "auto", "continuous", 64)
+    assert (c.intra_op_threads, c.io_binding, c.scheduler.mode, c.scheduler.max_batch_size) == (
+        1,
+        "auto",
+        "continuous",
+        64,
+    )
 
 
 def test_flags_win_over_environment_which_wins_over_defaults():
-    env = {"S2S_PORT": "9001", "S2S_MAX_BATCH_SIZE": "32", "S2S_IO_BINDING": "off", "S2S_MODELS": "addition, translate-en-ja:1"}
+    env = {
+        "S2S_PORT": "9001",
+        "S2S_MAX_BATCH_SIZE": "32",
+        "S2S_IO_BINDING": "off",
+        "S2S_MODELS": "addition, translate-en-ja:1",
+    }
     c = parse(["--port", "9100"], env)
     assert c.port == 9100  # flag
     assert c.scheduler.max_batch_size == 32 and c.io_binding == "off"  # environment
@@ -34,22 +44,37 @@ def test_flags_win_over_environment_which_wins_over_defaults():
 def test_model_control_flags():
     """Triton's flags: --load-model repeats (or takes a comma-separated list, as its variable must)."""
     c = parse(["--model-control-mode", "explicit", "--load-model", "addition", "--load-model", "a:2@1, b"])
-    assert (c.model_control_mode, c.load_model, c.repository_poll_secs) == ("explicit", ("addition", "a:2@1", "b"), 15.0)
+    assert (c.model_control_mode, c.load_model, c.repository_poll_secs) == (
+        "explicit",
+        ("addition", "a:2@1", "b"),
+        15.0,
+    )
     c = parse([], {"S2S_MODEL_CONTROL_MODE": "explicit", "S2S_LOAD_MODEL": "addition,translate-en-ja"})
     assert c.load_model == ("addition", "translate-en-ja")
-    assert parse(["--model-control-mode", "poll", "--repository-poll-secs", "2.5"]).repository_poll_secs == 2.5
+    assert (
+        parse(["--model-control-mode", "poll", "--repository-poll-secs", "2.5"]).repository_poll_secs == 2.5
+    )
     assert parse([]).model_control_mode == "none"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--batching", "dynamic"], "--batching must be continuous, request or none"),
-    (["--io-binding", "yes"], "--io-binding must be auto, on or off"),
-    (["--tls-cert", "server.pem"], "--tls-cert and --tls-key go together"),
-    (["--model-control-mode", "auto"], "--model-control-mode must be none, explicit or poll"),
-    (["--load-model", "addition"], "--load-model needs --model-control-mode explicit"),
-    (["--model-control-mode", "explicit", "--models", "addition"], "in explicit mode name the models to load at start"),
-    (["--model-control-mode", "poll", "--repository-poll-secs", "0"], "--repository-poll-secs must be positive"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--batching", "dynamic"], "--batching must be continuous, request or none"),
+        (["--io-binding", "yes"], "--io-binding must be auto, on or off"),
+        (["--tls-cert", "server.pem"], "--tls-cert and --tls-key go together"),
+        (["--model-control-mode", "auto"], "--model-control-mode must be none, explicit or poll"),
+        (["--load-model", "addition"], "--load-model needs --model-control-mode explicit"),
+        (
+            ["--model-control-mode", "explicit", "--models", "addition"],
+            "in explicit mode name the models to load at start",
+        ),
+        (
+            ["--model-control-mode", "poll", "--repository-poll-secs", "0"],
+            "--repository-poll-secs must be positive",
+        ),
+    ],
+)
 def test_bad_values_are_refused_naming_the_choices(argv, message):
     with pytest.raises(SystemExit) as e:
         parse(argv)

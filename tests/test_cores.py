@@ -13,18 +13,14 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import MODEL_REPO, ROOT, ServerThread, alive, english, free_port, server_config, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import MODEL_REPO, ROOT, ServerThread, alive, english, free_port, server_config, wait_for
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from s2s.seq2seq_client import Seq2SeqClient
 
 ADD, JA = "addition", "translate-en-ja"
-
-
-
-
 
 
 def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_repo):
@@ -37,9 +33,17 @@ def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_r
             async with grpc.aio.insecure_channel(srv.address) as ch:
                 stub = pb_grpc.Seq2SeqStub(ch)
                 opts = pb.GenerateOptions(max_new_tokens=60, beam_size=4)
-                calls = [asyncio.ensure_future(stub.Generate(pb.GenerateRequest(model=JA, inputs=texts[i:i + 4], options=opts),
-                                                             timeout=120)) for i in range(0, 40, 4)]
-                while sum(len(core.inflight) for core in model.cores) < len(calls) or not all(c.inflight for c in model.cores):
+                calls = [
+                    asyncio.ensure_future(
+                        stub.Generate(
+                            pb.GenerateRequest(model=JA, inputs=texts[i : i + 4], options=opts), timeout=120
+                        )
+                    )
+                    for i in range(0, 40, 4)
+                ]
+                while sum(len(core.inflight) for core in model.cores) < len(calls) or not all(
+                    c.inflight for c in model.cores
+                ):
                     await asyncio.sleep(0.01)
                 victim = model.cores[0]
                 on_victim = len(victim.inflight)
@@ -52,7 +56,9 @@ def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_r
         failed = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
         ok = [r for r in results if not isinstance(r, Exception)]
         assert len(failed) == on_victim and len(ok) == len(results) - on_victim, (on_victim, results)
-        assert all(e.code() == grpc.StatusCode.UNAVAILABLE and "engine core stopped" in e.details() for e in failed)
+        assert all(
+            e.code() == grpc.StatusCode.UNAVAILABLE and "engine core stopped" in e.details() for e in failed
+        )
         assert all(len(r.outputs) == 4 and all(o.text for o in r.outputs) for r in ok)
         # The model serves again once the core is back.
         assert wait_for(lambda: all(c.state.up for c in model.cores))
@@ -82,7 +88,13 @@ def test_health_is_not_serving_while_a_model_has_no_core(model_repo):
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE
             assert wait_for(lambda: status(ADD) == health_pb2.HealthCheckResponse.SERVING, 20)
             assert status("") == health_pb2.HealthCheckResponse.SERVING
-            assert pb_grpc.Seq2SeqStub(ch).Generate(pb.GenerateRequest(model=ADD, inputs=["1+1"]), timeout=10).outputs[0].text == "2"
+            assert (
+                pb_grpc.Seq2SeqStub(ch)
+                .Generate(pb.GenerateRequest(model=ADD, inputs=["1+1"]), timeout=10)
+                .outputs[0]
+                .text
+                == "2"
+            )
             assert model.cores[0].state.pid != pid
     finally:
         srv.stop()
@@ -98,14 +110,36 @@ def _children(pid: int) -> set[int]:
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_no_core_outlives_the_server_however_it_stops(how):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
-                             "--port", str(port), "--metrics-port", "0", "--http-port", "0", "--instances", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "s2s.cli",
+            "serve",
+            "--model-repo",
+            str(MODEL_REPO),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics-port",
+            "0",
+            "--http-port",
+            "0",
+            "--instances",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             assert wait_for(lambda: _serving(stub), 60)
-        cores = {p for p in _children(proc.pid) if "server.core.process" in Path(f"/proc/{p}/cmdline").read_text()}
+        cores = {
+            p for p in _children(proc.pid) if "server.core.process" in Path(f"/proc/{p}/cmdline").read_text()
+        }
         assert len(cores) == 4  # 2 models x 2 cores
         proc.send_signal(getattr(signal, how))
         proc.wait(30)
@@ -118,7 +152,10 @@ def test_no_core_outlives_the_server_however_it_stops(how):
 
 def _serving(stub) -> bool:
     try:
-        return stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING
+        return (
+            stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
     except grpc.RpcError:
         return False
 

@@ -241,10 +241,14 @@ def test_sample_rows_exact(catalogs):
 
 
 def test_all_catalogs_rows_exact_and_per_source_stats(catalogs):
-    result = build.build_rows([
-        ("pos", catalogs["sample"]), ("pos", catalogs["other"]), ("pos", catalogs["third"]),
-        ("lo", catalogs["lo_mo"]),
-    ])
+    result = build.build_rows(
+        [
+            ("pos", catalogs["sample"]),
+            ("pos", catalogs["other"]),
+            ("pos", catalogs["third"]),
+            ("lo", catalogs["lo_mo"]),
+        ]
+    )
     assert result.rows == EXPECTED_ALL
     assert result.stats["lo"].rejected == {"untranslated": 1, "identifier": 1}
     assert result.stats["lo"].final == 7
@@ -287,8 +291,18 @@ def test_placeholders(text, expected):
 
 @pytest.mark.parametrize(
     "text, only",
-    [("%s", True), ("{0}: {1}", True), ("%(name)s", True), ("$1", True), ("「%(name)s」", True),
-     ("Page %1", False), ("%s 件", False), ("Éwé", False), ("of $1", False), ("/ $1", True)],
+    [
+        ("%s", True),
+        ("{0}: {1}", True),
+        ("%(name)s", True),
+        ("$1", True),
+        ("「%(name)s」", True),
+        ("Page %1", False),
+        ("%s 件", False),
+        ("Éwé", False),
+        ("of $1", False),
+        ("/ $1", True),
+    ],
 )
 def test_is_placeholder_only(text, only):
     assert cleaning.is_placeholder_only(text) is only
@@ -305,9 +319,19 @@ def test_is_placeholder_only(text, only):
         ("Wit_h password", "パスワードを使用(_H)", True, ("With password", "パスワードを使用")),
         ("PDF_/A version:", "PDF_/A バージョン:", True, ("PDF/A version:", "PDF/A バージョン:")),
         ("Automatic _underline_", "自動_下線_", True, ("Automatic _underline_", "自動_下線_")),
-        ("%FILE_NAME saved", "%FILE_NAME を保存しました", True, ("%FILE_NAME saved", "%FILE_NAME を保存しました")),
+        (
+            "%FILE_NAME saved",
+            "%FILE_NAME を保存しました",
+            True,
+            ("%FILE_NAME saved", "%FILE_NAME を保存しました"),
+        ),
         ("~/.config", "~/.config", False, ("~/.config", "~/.config")),
-        ("Save %(file_name)s", "%(file_name)s を保存(_N)", False, ("Save %(file_name)s", "%(file_name)s を保存")),
+        (
+            "Save %(file_name)s",
+            "%(file_name)s を保存(_N)",
+            False,
+            ("Save %(file_name)s", "%(file_name)s を保存"),
+        ),
         ("Save & Close", "保存して閉じる", False, ("Save & Close", "保存して閉じる")),
     ],
 )
@@ -317,9 +341,20 @@ def test_strip_accelerators(en, ja, tilde, expected):
 
 @pytest.mark.parametrize(
     "text, markup",
-    [("<b>x</b>", True), ("a &lt; b", True), ("a\nb", True), ("a\tb", True), ("see http://x.org", True),
-     ("www.example.com", True), ("mail me@example.org", True), ("Save & Close", False), ("a < b", False),
-     ("Use `code`", True), ("[1:Wiki] page", True), ("50% done", False)],
+    [
+        ("<b>x</b>", True),
+        ("a &lt; b", True),
+        ("a\nb", True),
+        ("a\tb", True),
+        ("see http://x.org", True),
+        ("www.example.com", True),
+        ("mail me@example.org", True),
+        ("Save & Close", False),
+        ("a < b", False),
+        ("Use `code`", True),
+        ("[1:Wiki] page", True),
+        ("50% done", False),
+    ],
 )
 def test_has_markup(text, markup):
     assert cleaning.has_markup(text) is markup
@@ -327,11 +362,23 @@ def test_has_markup(text, markup):
 
 def test_small_rules():
     assert cleaning.normalise_whitespace("  a \u3000 b\u00a0c  ") == "a b c"
-    assert cleaning.is_untranslated("Save", "") and cleaning.is_untranslated("URL", "URL") and not cleaning.is_untranslated("Save", "保存")
-    assert cleaning.is_too_long("x" * 101, "y") and cleaning.is_too_long("x", "y" * 101) and not cleaning.is_too_long("x" * 100, "y" * 100)
+    assert (
+        cleaning.is_untranslated("Save", "")
+        and cleaning.is_untranslated("URL", "URL")
+        and not cleaning.is_untranslated("Save", "保存")
+    )
+    assert (
+        cleaning.is_too_long("x" * 101, "y")
+        and cleaning.is_too_long("x", "y" * 101)
+        and not cleaning.is_too_long("x" * 100, "y" * 100)
+    )
     assert cleaning.placeholders_differ("Delete %(name)s", "%(title)s を削除")
     assert not cleaning.placeholders_differ("%1 of %2", "%2 件中 %1")
-    assert cleaning.lacks_japanese("JavaScript") and not cleaning.lacks_japanese("ｶﾀｶﾅ") and not cleaning.lacks_japanese("表")
+    assert (
+        cleaning.lacks_japanese("JavaScript")
+        and not cleaning.lacks_japanese("ｶﾀｶﾅ")
+        and not cleaning.lacks_japanese("表")
+    )
     assert cleaning.looks_like_identifier("STR_FOO_BAR") and cleaning.looks_like_identifier("searchEntry")
     assert not cleaning.looks_like_identifier("Search entry") and not cleaning.looks_like_identifier("PDF/A")
 
@@ -394,13 +441,29 @@ msgstr "レイヤーを回転"
 
 @pytest.mark.parametrize(
     "name, reserved",
-    [("mercurial-common", True), ("tortoisehg", True), ("python3-mercurial", True), ("hg-git", True),
-     ("usr/lib/python3/dist-packages/mercurial/locale/ja/LC_MESSAGES/hg.mo", True),
-     ("usr/share/locale/ja/LC_MESSAGES/hg.mo", True), ("pretix", True), ("pretix-passbook", True),
-     ("weblate", True), ("Weblate/locale/ja/LC_MESSAGES/django.po", True), ("plone.app.dexterity", True),
-     ("collective.easyform", True), ("Products.CMFPlone", True), ("ckan", True), ("ckanext-scheming", True),
-     ("gimp-data", False), ("usr/share/locale/ja/LC_MESSAGES/gimp20.mo", False), ("highlight", False),
-     ("chg", False), ("python3-django", False), ("libreoffice-l10n-ja", False)],
+    [
+        ("mercurial-common", True),
+        ("tortoisehg", True),
+        ("python3-mercurial", True),
+        ("hg-git", True),
+        ("usr/lib/python3/dist-packages/mercurial/locale/ja/LC_MESSAGES/hg.mo", True),
+        ("usr/share/locale/ja/LC_MESSAGES/hg.mo", True),
+        ("pretix", True),
+        ("pretix-passbook", True),
+        ("weblate", True),
+        ("Weblate/locale/ja/LC_MESSAGES/django.po", True),
+        ("plone.app.dexterity", True),
+        ("collective.easyform", True),
+        ("Products.CMFPlone", True),
+        ("ckan", True),
+        ("ckanext-scheming", True),
+        ("gimp-data", False),
+        ("usr/share/locale/ja/LC_MESSAGES/gimp20.mo", False),
+        ("highlight", False),
+        ("chg", False),
+        ("python3-django", False),
+        ("libreoffice-l10n-ja", False),
+    ],
 )
 def test_is_reserved(name, reserved):
     assert sources.is_reserved(name) is reserved
@@ -412,8 +475,11 @@ def test_no_source_or_pin_is_reserved():
         assert not sources.is_reserved(s.name) and not sources.is_reserved(s.package), s
         assert not any(sources.is_reserved(p) for p in s.patterns), s
     if sources.PINS_FILE.exists():
-        pins = [ln.split("\t")[0] for ln in sources.PINS_FILE.read_text(encoding="utf-8").splitlines()
-                if ln and not ln.startswith("#")]
+        pins = [
+            ln.split("\t")[0]
+            for ln in sources.PINS_FILE.read_text(encoding="utf-8").splitlines()
+            if ln and not ln.startswith("#")
+        ]
         assert pins and not [p for p in pins if sources.is_reserved(p)]
     # the held-out projects are pinned (so the held-out set can be rebuilt) but are not reserved
     assert not [p for p in sources.HELDOUT_PACKAGES if sources.is_reserved(p)]
@@ -438,12 +504,20 @@ def projects(tmp_path: Path) -> dict[str, Path]:
 
 
 def _corpus(projects, order=None, cap=sources.HELDOUT_CAP):
-    cats = [("bsdapp", projects["bsd"]), ("gplapp", projects["gpl"]), ("vcs", projects["hg"]),
-            ("imgedit", projects["held"])]
+    cats = [
+        ("bsdapp", projects["bsd"]),
+        ("gplapp", projects["gpl"]),
+        ("vcs", projects["hg"]),
+        ("imgedit", projects["held"]),
+    ]
     if order:
         cats = [cats[i] for i in order]
-    return build.build_corpus(cats, groups={"bsdapp": "permissive", "gplapp": "copyleft", "vcs": "permissive"},
-                          heldout=["imgedit"], cap=cap)
+    return build.build_corpus(
+        cats,
+        groups={"bsdapp": "permissive", "gplapp": "copyleft", "vcs": "permissive"},
+        heldout=["imgedit"],
+        cap=cap,
+    )
 
 
 def test_build_drops_reserved_catalogs(projects):
@@ -474,30 +548,42 @@ def test_heldout_excludes_training_strings_and_feeds_no_training_file(projects):
     corpus = _corpus(projects)
     train_en = {en for g in sources.GROUPS for en, _ in corpus.files[g]}
     held = corpus.files["heldout"]
-    assert held == [("Crop image", "画像を切り抜く"), ("Rotate layer", "レイヤーを回転")]  # "Quit" is in training
+    assert held == [
+        ("Crop image", "画像を切り抜く"),
+        ("Rotate layer", "レイヤーを回転"),
+    ]  # "Quit" is in training
     assert not {en for en, _ in held} & train_en
     assert ("Quit", "やめる") not in corpus.train.rows and "imgedit" not in corpus.train.stats
     capped = _corpus(projects, cap=1).files["heldout"]
     assert len(capped) == 1 and capped[0] in held
     # the cap keeps the smallest sha256 of the English, not the alphabetical head
-    assert capped[0][0] == min(("Crop image", "Rotate layer"), key=lambda e: hashlib.sha256(e.encode()).hexdigest())
+    assert capped[0][0] == min(
+        ("Crop image", "Rotate layer"), key=lambda e: hashlib.sha256(e.encode()).hexdigest()
+    )
 
 
 def test_build_corpus_is_deterministic(projects, tmp_path):
     a, b = _corpus(projects), _corpus(projects, order=[3, 2, 1, 0])
     for k in a.files:
         assert build.tsv_bytes(a.files[k]) == build.tsv_bytes(b.files[k])
-    assert build.write_tsv(a.files["copyleft"], tmp_path / "x.tsv") == build.write_tsv(b.files["copyleft"], tmp_path / "y.tsv")
+    assert build.write_tsv(a.files["copyleft"], tmp_path / "x.tsv") == build.write_tsv(
+        b.files["copyleft"], tmp_path / "y.tsv"
+    )
 
 
 @pytest.mark.parametrize(
     "deb, spdx, group",
-    [("GPL-2+", "GPL-2.0-or-later", "copyleft"), ("LGPL-2.1", "LGPL-2.1-only", "copyleft"),
-     ("Expat", "MIT", "permissive"), ("BSD-3-clause", "BSD-3-Clause", "permissive"),
-     ("MPL-2.0", "MPL-2.0", "permissive"), ("GPL-2+ or Expat", "GPL-2.0-or-later OR MIT", "permissive"),
-     ("GPL-3+ with OpenSSL exception", "GPL-3.0-or-later", "copyleft"),
-     ("Apache-2.0 and GPL-2+", "Apache-2.0 AND GPL-2.0-or-later", "copyleft"),
-     ("Frobnicate", "LicenseRef-Frobnicate", "copyleft")],
+    [
+        ("GPL-2+", "GPL-2.0-or-later", "copyleft"),
+        ("LGPL-2.1", "LGPL-2.1-only", "copyleft"),
+        ("Expat", "MIT", "permissive"),
+        ("BSD-3-clause", "BSD-3-Clause", "permissive"),
+        ("MPL-2.0", "MPL-2.0", "permissive"),
+        ("GPL-2+ or Expat", "GPL-2.0-or-later OR MIT", "permissive"),
+        ("GPL-3+ with OpenSSL exception", "GPL-3.0-or-later", "copyleft"),
+        ("Apache-2.0 and GPL-2+", "Apache-2.0 AND GPL-2.0-or-later", "copyleft"),
+        ("Frobnicate", "LicenseRef-Frobnicate", "copyleft"),
+    ],
 )
 def test_deb_licences(deb, spdx, group):
     assert licences.deb_license_to_spdx(deb) == spdx
@@ -509,13 +595,15 @@ def test_debian_license_reads_files_star_stanza_or_text(tmp_path):
     doc.mkdir(parents=True)
     (doc / "copyright").write_text(
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n"
-        "Files: *\nCopyright: 2020 Foo Authors\nLicense: LGPL-2+\n\nFiles: debian/*\nLicense: GPL-2+\n")
+        "Files: *\nCopyright: 2020 Foo Authors\nLicense: LGPL-2+\n\nFiles: debian/*\nLicense: GPL-2+\n"
+    )
     assert licences.debian_license(tmp_path / "a", "foo")[0] == "LGPL-2.0-or-later"
     doc = tmp_path / "b/usr/share/doc/bar"
     doc.mkdir(parents=True)
     (doc / "copyright").write_text(
         "Copyright (C) 2001 Bar\n\nThis program is free software; you can redistribute it under the terms of the\n"
         "GNU General Public License as published by the Free Software Foundation; either version 2 of the\n"
-        "License, or (at your option) any later version.\n")
+        "License, or (at your option) any later version.\n"
+    )
     assert licences.debian_license(tmp_path / "b", "bar")[0] == "GPL-2.0-or-later"
     assert licences.debian_license(tmp_path / "c", "baz")[0] == "LicenseRef-unknown"

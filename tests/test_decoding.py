@@ -10,7 +10,6 @@ committed model may be retrained.
 from __future__ import annotations
 
 import pytest
-
 from conftest import CHECKPOINTS, MODEL_REPO, english
 
 JA_CKPT = CHECKPOINTS / "translate-en-ja"
@@ -33,11 +32,14 @@ def ct2(ja, tmp_path_factory):
     from export.ctranslate2 import convert, vocabulary
     from training import checkpoint
 
-    assert ja.config.source_checkpoint_sha256 == checkpoint.weights_sha256(JA_CKPT), \
+    assert ja.config.source_checkpoint_sha256 == checkpoint.weights_sha256(JA_CKPT), (
         "models/translate-en-ja/1 was not exported from checkpoints/translate-en-ja: the oracle would compare two models"
+    )
     out = convert(JA_CKPT, tmp_path_factory.mktemp("ct2") / "translate-en-ja")
     tokens = vocabulary(ja.codec.tokenizer)
-    return ctranslate2.Translator(str(out), device="cpu", compute_type="float32", inter_threads=1, intra_threads=1), tokens
+    return ctranslate2.Translator(
+        str(out), device="cpu", compute_type="float32", inter_threads=1, intra_threads=1
+    ), tokens
 
 
 def references(n: int) -> list[str]:
@@ -58,24 +60,39 @@ def ct2_translate(ct2, ja, texts, prefixes=None, max_new=MAX_NEW, min_new=0, **o
         res = translator.translate_batch(
             [[vocab[t] for t in ja.codec.source_ids(texts[i])] for i in group],
             target_prefix=[[vocab[t] for t in prefix_ids[i]] for i in group] if plen else None,
-            max_decoding_length=plen + max_new, min_decoding_length=plen + min_new, max_batch_size=0, **options)
+            max_decoding_length=plen + max_new,
+            min_decoding_length=plen + min_new,
+            max_batch_size=0,
+            **options,
+        )
         for i, r in zip(group, res):
-            out[i] = [([index[t] for t in h], s) for h, s in zip(r.hypotheses, r.scores or [0.0] * len(r.hypotheses))]
+            out[i] = [
+                ([index[t] for t in h], s)
+                for h, s in zip(r.hypotheses, r.scores or [0.0] * len(r.hypotheses))
+            ]
     return out
 
 
 def ours(ja, texts, prefixes=None, max_new=MAX_NEW, min_new=0, **options):
     options.setdefault("beam_size", 1)  # as ct2_translate: the model's own default is beam 4
-    res = ja.generate(texts, target_prefixes=prefixes, max_new_tokens=max_new, min_new_tokens=min_new,
-                      length_penalty_type="ctranslate2", **options)
+    res = ja.generate(
+        texts,
+        target_prefixes=prefixes,
+        max_new_tokens=max_new,
+        min_new_tokens=min_new,
+        length_penalty_type="ctranslate2",
+        **options,
+    )
     return [[(c.tokens, c.score) for c in r.hypotheses] for r in res]
 
 
 def assert_same(got, want, scores: bool) -> None:
     assert len(got) == len(want) >= N_ORACLE
     mismatched = [i for i, (g, w) in enumerate(zip(got, want)) if [h for h, _ in g] != [h for h, _ in w]]
-    assert not mismatched, f"{len(mismatched)} of {len(got)} differ, first: input {mismatched[0]}: " \
-                           f"engine {got[mismatched[0]]} vs CTranslate2 {want[mismatched[0]]}"
+    assert not mismatched, (
+        f"{len(mismatched)} of {len(got)} differ, first: input {mismatched[0]}: "
+        f"engine {got[mismatched[0]]} vs CTranslate2 {want[mismatched[0]]}"
+    )
     if scores:
         worst = max(abs(a - b) for g, w in zip(got, want) for (_, a), (_, b) in zip(g, w))
         assert worst <= SCORE_ATOL, f"scores differ by up to {worst:.2e}"
@@ -125,12 +142,18 @@ def test_ctranslate2_oracle_target_prefix(ja, ct2, beam):
 # ---- per-row options in one running batch --------------------------------------------------------------
 def test_nbest_is_distinct_and_sorted(ja):
     for kind in ("gnmt", "ctranslate2"):
-        for r in ja.generate(english(24), beam_size=6, num_hypotheses=6, return_scores=True, length_penalty_type=kind):
+        for r in ja.generate(
+            english(24), beam_size=6, num_hypotheses=6, return_scores=True, length_penalty_type=kind
+        ):
             assert len(r.hypotheses) == 6
             assert len({tuple(c.tokens) for c in r.hypotheses}) == 6
             scores = [c.score for c in r.hypotheses]
             assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
-            assert (r.text, r.tokens, r.score) == (r.hypotheses[0].text, r.hypotheses[0].tokens, r.hypotheses[0].score)
+            assert (r.text, r.tokens, r.score) == (
+                r.hypotheses[0].text,
+                r.hypotheses[0].tokens,
+                r.hypotheses[0].score,
+            )
 
 
 def test_default_search_is_the_bundles_rule(ja, tmp_path):
@@ -145,7 +168,9 @@ def test_default_search_is_the_bundles_rule(ja, tmp_path):
     texts = english(24)
     assert ja.config.task.length_penalty_type == "ctranslate2" and ja.config.format_version == 4
     plain = [r.text for r in ja.generate(texts, beam_size=4)]
-    assert plain == [r.text for r in ja.generate(texts, beam_size=4, length_penalty=1.0, length_penalty_type="ctranslate2")]
+    assert plain == [
+        r.text for r in ja.generate(texts, beam_size=4, length_penalty=1.0, length_penalty_type="ctranslate2")
+    ]
     assert plain == [r.text for r in ja.generate(texts, beam_size=4, num_hypotheses=4)]
     old = tmp_path / "1"
     shutil.copytree(MODEL_REPO / "translate-en-ja" / "1", old)
@@ -156,7 +181,9 @@ def test_default_search_is_the_bundles_rule(ja, tmp_path):
     older = engine.load(old, device="cpu")
     assert older.config.task.length_penalty_type == "gnmt"
     gnmt = [r.text for r in older.generate(texts, beam_size=4)]
-    assert gnmt == [r.text for r in ja.generate(texts, beam_size=4, length_penalty=0.6, length_penalty_type="gnmt")]
+    assert gnmt == [
+        r.text for r in ja.generate(texts, beam_size=4, length_penalty=0.6, length_penalty_type="gnmt")
+    ]
 
 
 def test_topk_1_is_greedy_and_temperature_0_is_greedy(ja):
@@ -179,7 +206,9 @@ def test_seeded_sampling_is_reproducible_alone_and_batched(ja):
         by_len[len(ja.codec.source_ids(t))].append(t)
     same = max(by_len.values(), key=len)[:16]
     assert len(same) >= 8
-    assert [r.tokens for r in ja.generate(same, **options)] == [ja.generate([t], **options)[0].tokens for t in same]
+    assert [r.tokens for r in ja.generate(same, **options)] == [
+        ja.generate([t], **options)[0].tokens for t in same
+    ]
     texts = english(16)
     batched = [r.tokens for r in ja.generate(texts, **options)]
     alone = [ja.generate([t], **options)[0].tokens for t in texts]
@@ -218,7 +247,7 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
     """Rows with different options (and prefixes) join one running batch at different steps; each gets exactly
     what it gets decoded alone."""
     from contract.decoding import DecodingOptions
-    from engine import StepLoop, Sequence
+    from engine import Sequence, StepLoop
 
     texts = english(len(MIXED) * 2)
     prefixes = [None if i % 3 else ref[:2] for i, ref in enumerate(references(len(texts)))]
@@ -240,7 +269,7 @@ def test_a_batch_mixing_every_option_gives_each_row_its_output_alone(ja):
         alone.append(hyps(s))
     g = StepLoop(ja.runner)
     seqs = [seq(i) for i in range(len(texts))]
-    for k, s in enumerate(seqs):  # one newcomer every step: rows join a batch already running
+    for s in seqs:  # one newcomer every step: rows join a batch already running
         g.add([s])
         g.step()
     while len(g):

@@ -24,17 +24,30 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, free_port
-from monitoring import (DASHBOARD, DOCKER_DIR, EXPORTED_METRICS, GRAFANA_DIR, K8S_DIR, PROM_DIR, TARGET_LABELS,
-                        dashboard_exprs, dashboard_variable_metrics, exported_family, load_rules, promql_parts,
-                        recording_rules, series_labels)
+from monitoring import (
+    DASHBOARD,
+    DOCKER_DIR,
+    EXPORTED_METRICS,
+    GRAFANA_DIR,
+    K8S_DIR,
+    PROM_DIR,
+    TARGET_LABELS,
+    dashboard_exprs,
+    dashboard_variable_metrics,
+    exported_family,
+    load_rules,
+    promql_parts,
+    recording_rules,
+    series_labels,
+)
 
 
 def test_promql_reader():
     names, selectors, grouping = promql_parts(
         'histogram_quantile(0.95, sum by (model, le) (rate(s2s_batch_size_bucket{model=~"$model"}[$__rate_interval])))'
-        ' / on (model) group_left sum(rate(a:b:c{quantile="0.5", x!="y{"}[5m] offset 1m)) > bool 1e3')
+        ' / on (model) group_left sum(rate(a:b:c{quantile="0.5", x!="y{"}[5m] offset 1m)) > bool 1e3'
+    )
     assert names == {"s2s_batch_size_bucket", "a:b:c"}
     assert selectors == [("s2s_batch_size_bucket", {"model"}), ("a:b:c", {"quantile", "x"})]
     assert grouping == {"model", "le"}
@@ -54,7 +67,8 @@ def check_expr(where: str, expr: str, rules: dict[str, frozenset[str]]) -> set[s
         else:
             assert exported_family(name), (
                 f"{where}: {name!r} is neither an exported metric ({sorted(EXPORTED_METRICS)}) "
-                f"nor a recording rule of rules.yml ({sorted(rules)})")
+                f"nor a recording rule of rules.yml ({sorted(rules)})"
+            )
             available |= series_labels(name)
     for name, matchers in selectors:
         labels = rules[name] if name in rules else series_labels(name)
@@ -79,7 +93,8 @@ def test_rules_record_percentiles_per_model(family):
     for rule in load_rules():
         m = re.fullmatch(
             rf"\s*histogram_quantile\(\s*([0-9.]+)\s*,\s*sum by \(model, le\) \(rate\({family}_bucket\[\w+\]\)\)\)\s*",
-            rule["expr"])
+            rule["expr"],
+        )
         if m and rule.get("record", "").startswith("model:"):
             assert rule["labels"]["quantile"] == m.group(1), rule
             quantiles[m.group(1)] = rule["record"]
@@ -99,9 +114,15 @@ def test_dashboard_uses_exported_metrics():
         assert label in series_labels(metric), f"variable {var}: {metric} has no label {label}"
     families = {exported_family(n) or n for n in used}
     # What the issue asks the dashboard to show.
-    for needed in ("s2s_requests_total", "model:s2s_request_duration_seconds:quantile_rate1m",
-                   "model:s2s_time_to_first_token_seconds:quantile_rate1m", "s2s_queued_sequences",
-                   "s2s_active_sequences", "s2s_batch_size", "s2s_generated_tokens_total"):
+    for needed in (
+        "s2s_requests_total",
+        "model:s2s_request_duration_seconds:quantile_rate1m",
+        "model:s2s_time_to_first_token_seconds:quantile_rate1m",
+        "s2s_queued_sequences",
+        "s2s_active_sequences",
+        "s2s_batch_size",
+        "s2s_generated_tokens_total",
+    ):
         assert needed in families, f"the dashboard shows nothing of {needed}"
 
 
@@ -111,20 +132,33 @@ def test_dashboard_structure():
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     variables = {v["name"]: v for v in dash["templating"]["list"]}
-    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
     for p in dash["panels"]:
-        assert set(p["gridPos"]) >= {"x", "y", "w", "h"} and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24, p["title"]
+        assert set(p["gridPos"]) >= {"x", "y", "w", "h"} and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24, p[
+            "title"
+        ]
         for t in p.get("targets", []):
             assert t["datasource"]["uid"] == "${datasource}", p["title"]
             if "$model" not in t["expr"] and "s2s_build_info" not in t["expr"]:
                 pytest.fail(f"panel {p['title']!r} ignores the model variable: {t['expr']}")
     titles = " | ".join(p["title"].lower() for p in dash["panels"])
-    for topic in ("status code", "latency", "first token", "queue", "active sequences", "batch size", "tokens/s"):
+    for topic in (
+        "status code",
+        "latency",
+        "first token",
+        "queue",
+        "active sequences",
+        "batch size",
+        "tokens/s",
+    ):
         assert topic in titles, f"no panel about {topic}"
 
 
 # --------------------------------------------------------------------------------------------------
 # promtool
+
 
 def need(tool: str, package: str) -> str:
     path = shutil.which(tool)
@@ -160,10 +194,10 @@ def test_dashboard_promql_parses(tmp_path):
     promtool = need("promtool", "prometheus")
     subst = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h", "${datasource}": "x"}
     rules = []
-    for i, (where, expr) in enumerate(dashboard_exprs()):
+    for i, (_where, expr) in enumerate(dashboard_exprs()):
         for k, v in subst.items():
             expr = expr.replace(k, v)
-        expr = re.sub(r"\$\{?(\w+)\}?", ".*", expr)      # $model -> a regex that matches all
+        expr = re.sub(r"\$\{?(\w+)\}?", ".*", expr)  # $model -> a regex that matches all
         rules.append({"record": f"dashboard:query_{i}", "expr": expr})
     (tmp_path / "dash.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     r = run([promtool, "check", "rules", str(tmp_path / "dash.yml")])
@@ -173,8 +207,11 @@ def test_dashboard_promql_parses(tmp_path):
 def test_prometheus_scrapes_the_server_every_5s():
     cfg = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    job = next(j for j in cfg["scrape_configs"] if any("8002" in t for sc in j.get("static_configs", [])
-                                                        for t in sc["targets"]))
+    job = next(
+        j
+        for j in cfg["scrape_configs"]
+        if any("8002" in t for sc in j.get("static_configs", []) for t in sc["targets"])
+    )
     assert job["scrape_interval"] == "5s"
     assert job.get("metrics_path", "/metrics") == "/metrics"
     host = job["static_configs"][0]["targets"][0].split(":")[0]
@@ -184,6 +221,7 @@ def test_prometheus_scrapes_the_server_every_5s():
 
 # --------------------------------------------------------------------------------------------------
 # Grafana provisioning
+
 
 def test_grafana_provisioning_matches_compose():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -215,8 +253,11 @@ COMPOSE_COMBOS = {
 
 def compose_config(files: list[str], profiles: list[str]) -> dict:
     exe = need("docker-compose", "docker-compose")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_", "S2S_", "GRAFANA_",
-                                                                    "PROMETHEUS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COMPOSE_", "DOCKER_", "S2S_", "GRAFANA_", "PROMETHEUS_"))
+    }
     cmd = [exe, "--project-directory", str(ROOT)]
     for f in files:
         cmd += ["-f", str(ROOT / f)]
@@ -235,7 +276,7 @@ def test_compose_config(combo, profiles):
     services = cfg["services"]
     assert {"server", "prometheus", "grafana", "train"} <= set(services)
     server = services["server"]
-    devices = (server.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", []))
+    devices = server.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
     if combo == "gpu":
         assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
     else:
@@ -251,7 +292,10 @@ def test_compose_config(combo, profiles):
     assert server["environment"]["S2S_PORT"] == "8001" and server["environment"]["S2S_METRICS_PORT"] == "8002"
     assert server["environment"]["S2S_HTTP_PORT"] == "8000"
     assert "healthcheck.py" in " ".join(server["healthcheck"]["test"])
-    assert services["prometheus"]["depends_on"]["server"]["condition"] in ("service_started", "service_healthy")
+    assert services["prometheus"]["depends_on"]["server"]["condition"] in (
+        "service_started",
+        "service_healthy",
+    )
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
     for name in ("server", "prometheus", "grafana"):
         assert "healthcheck" in services[name], name
@@ -295,7 +339,9 @@ def test_k8s_manifests_validate(version):
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as e:
                 path = ".".join(str(p) for p in e.path)
-                pytest.fail(f"{name}: {doc['kind']}/{doc['metadata']['name']} invalid for {version} at {path}: {e.message}")
+                pytest.fail(
+                    f"{name}: {doc['kind']}/{doc['metadata']['name']} invalid for {version} at {path}: {e.message}"
+                )
             kinds.append(doc["kind"])
     assert sorted(kinds) == ["Deployment", "HorizontalPodAutoscaler", "Service"]
 
@@ -355,6 +401,7 @@ def test_k8s_servicemonitor():
 # --------------------------------------------------------------------------------------------------
 # Dockerfiles
 
+
 def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
     out, buf = [], ""
@@ -410,7 +457,7 @@ def test_server_dockerfile():
         extras = re.findall(r"\.\[([^\]]*)\]", cmd)
         for group in extras:
             assert set(group.split(",")) <= {"serve"}, f"only the serve extra: {cmd}"
-    assert any(re.search(r'\.\[serve\]', c) for c in installs)
+    assert any(re.search(r"\.\[serve\]", c) for c in installs)
     run_text = " ".join(a for k, a in instrs if k == "RUN")
     assert "grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=." in run_text
     for image in resolve_base_images(instrs):
@@ -442,8 +489,9 @@ def test_train_dockerfile():
     instrs = dockerfile_instructions(DOCKER_DIR / "train.Dockerfile")
     installs = pip_installs(instrs)
     assert any(".[train,export]" in c for c in installs), installs
-    assert any("torch==" in c and "download.pytorch.org/whl/cpu" in " ".join(a for k, a in instrs)
-               for c in installs), "torch from the CPU wheel index"
+    assert any(
+        "torch==" in c and "download.pytorch.org/whl/cpu" in " ".join(a for k, a in instrs) for c in installs
+    ), "torch from the CPU wheel index"
     final = final_stage(instrs)
     users = [a for k, a in final if k == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
@@ -466,8 +514,10 @@ def test_hadolint(name):
 # --------------------------------------------------------------------------------------------------
 # .dockerignore
 
+
 def dockerignore_excludes(path: str, patterns: list[str]) -> bool:
     """Docker's rule: the last matching pattern wins; a pattern matching a parent folder matches too."""
+
     def to_regex(pattern: str) -> re.Pattern:
         out, i = "", 0
         while i < len(pattern):
@@ -482,7 +532,7 @@ def dockerignore_excludes(path: str, patterns: list[str]) -> bool:
                 out, i = out + "[^/]", i + 1
             elif pattern[i] == "[":
                 j = pattern.index("]", i)
-                out, i = out + pattern[i:j + 1], j + 1
+                out, i = out + pattern[i : j + 1], j + 1
             else:
                 out, i = out + re.escape(pattern[i]), i + 1
         return re.compile(out + "(?:/.*)?")
@@ -497,22 +547,44 @@ def dockerignore_excludes(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore():
-    patterns = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-                if ln.strip() and not ln.strip().startswith("#")]
-    for path in (".venv/bin/python", "runs/addition/best/model.safetensors", "data/en-ja.tsv",
-                 ".cache/hf/x", "checkpoints/last.pt", ".git/HEAD", "protos/seq2seq/v1/seq2seq_pb2.py",
-                 "protos/seq2seq/v1/seq2seq_pb2_grpc.py", "server/__pycache__/x.cpython-311.pyc",
-                 "models/addition/1/int8/encoder.onnx", "tests/test_deploy.py"):
+    patterns = [
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.strip().startswith("#")
+    ]
+    for path in (
+        ".venv/bin/python",
+        "runs/addition/best/model.safetensors",
+        "data/en-ja.tsv",
+        ".cache/hf/x",
+        "checkpoints/last.pt",
+        ".git/HEAD",
+        "protos/seq2seq/v1/seq2seq_pb2.py",
+        "protos/seq2seq/v1/seq2seq_pb2_grpc.py",
+        "server/__pycache__/x.cpython-311.pyc",
+        "models/addition/1/int8/encoder.onnx",
+        "tests/test_deploy.py",
+    ):
         assert dockerignore_excludes(path, patterns), f"{path} would be sent to the build"
-    for path in ("pyproject.toml", "README.md", "protos/seq2seq/v1/seq2seq.proto", "s2s/cli.py",
-                 "server/app.py", "contract/config.py", "training/config.py", "export/wrappers.py",
-                 "models/addition/1/encoder.onnx", "models/translate-en-ja/1/tokenizer.json",
-                 "deploy/docker/healthcheck.py"):
+    for path in (
+        "pyproject.toml",
+        "README.md",
+        "protos/seq2seq/v1/seq2seq.proto",
+        "s2s/cli.py",
+        "server/app.py",
+        "contract/config.py",
+        "training/config.py",
+        "export/wrappers.py",
+        "models/addition/1/encoder.onnx",
+        "models/translate-en-ja/1/tokenizer.json",
+        "deploy/docker/healthcheck.py",
+    ):
         assert not dockerignore_excludes(path, patterns), f"{path} is needed by the images"
 
 
 # --------------------------------------------------------------------------------------------------
 # The container health check against a real gRPC health service
+
 
 def test_healthcheck_script():
     grpc = pytest.importorskip("grpc")

@@ -10,15 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import CHECKPOINTS, MODEL_REPO, ROOT, decode, decode_no_cache
+
 from contract.bundle import BundleError
-from engine import EngineOptions, StepLoop, Sequence, Translator
+from engine import EngineOptions, Sequence, StepLoop, Translator
 from engine.search import Beam
 
 
 def models_present() -> list[str]:
-    return sorted(p.name for p in MODEL_REPO.iterdir() if (p / "1" / "config.json").is_file()) if MODEL_REPO.is_dir() else []
+    return (
+        sorted(p.name for p in MODEL_REPO.iterdir() if (p / "1" / "config.json").is_file())
+        if MODEL_REPO.is_dir()
+        else []
+    )
 
 
 def bundle(name: str) -> Path:
@@ -41,7 +45,9 @@ def test_export_parity_with_pytorch(engine: Translator):
     from training import checkpoint
 
     ckpt = checkpoint.load(CHECKPOINTS / engine.config.name)
-    assert engine.config.source_checkpoint_sha256 == checkpoint.weights_sha256(CHECKPOINTS / engine.config.name)
+    assert engine.config.source_checkpoint_sha256 == checkpoint.weights_sha256(
+        CHECKPOINTS / engine.config.name
+    )
     report = validate_bundle(ckpt.model, engine.runner.folder, atol=1e-4, seed=11)  # raises if off
     assert report["greedy_identical"] == "16/16"
 
@@ -84,7 +90,7 @@ def test_ragged_encode_equals_each_row_alone(engine: Translator):
         alone = engine.runner.encode(np.array([r]), np.ones((1, len(r)), np.int64))
         for got, want in zip(batched, alone):
             np.testing.assert_allclose(got[i, :, : len(r)], want[0], atol=1e-5)
-            assert not got[i, :, len(r):].any()
+            assert not got[i, :, len(r) :].any()
 
 
 def test_beam_of_one_equals_greedy(engine: Translator):
@@ -139,31 +145,42 @@ def test_beams_advanced_together_choose_as_the_loop_does_alone(kind: str, alpha:
         live = [i for i, b in enumerate(together) if not b.done]
         if not live:
             break
-        logp = np.sort(np.round(np.log(rng.dirichlet(np.ones(12), size=(len(live) * k))[:, :2 * k]), 1), axis=1)[:, ::-1]
+        logp = np.sort(
+            np.round(np.log(rng.dirichlet(np.ones(12), size=(len(live) * k))[:, : 2 * k]), 1), axis=1
+        )[:, ::-1]
         logp[rng.random(logp.shape) < 0.05] = -np.inf
         logp = np.sort(logp, axis=1)[:, ::-1].copy()
         toks = np.stack([rng.permutation(np.arange(2, 14))[: 2 * k] for _ in range(len(live) * k)])
         t1, p1 = advance_beams([together[i] for i in live], logp, toks)
         for j, i in enumerate(live):
-            t2, p2 = alone[i].advance_top(logp[j * k:(j + 1) * k], toks[j * k:(j + 1) * k])
-            assert t1[j * k:(j + 1) * k].tolist() == t2.tolist() and p1[j * k:(j + 1) * k].tolist() == p2.tolist()
+            t2, p2 = alone[i].advance_top(logp[j * k : (j + 1) * k], toks[j * k : (j + 1) * k])
+            assert (
+                t1[j * k : (j + 1) * k].tolist() == t2.tolist()
+                and p1[j * k : (j + 1) * k].tolist() == p2.tolist()
+            )
     for a, b in zip(together, alone):
         assert a.done == b.done and a.hyps == b.hyps and a.finished == b.finished
         np.testing.assert_array_equal(a.scores, b.scores)
         assert a.hypotheses() == b.hypotheses()
-    assert sum(len(b.finished) for b in alone) >= n_beams and all(b.done for b in alone)  # ends happened, all stopped
+    assert sum(len(b.finished) for b in alone) >= n_beams and all(
+        b.done for b in alone
+    )  # ends happened, all stopped
 
 
 def _normalised_score(engine: Translator, src: list[int], out: list[int]) -> float:
     """log P(out + EOS | src) / lp(|out| + 1), by one uncached decoder pass over the whole target."""
-    from engine.step_loop import pad_batch
     from engine.search import log_softmax
+    from engine.step_loop import pad_batch
 
     ids, mask = pad_batch([src], engine.runner.special.pad)
     cross = engine.runner.encode(ids, mask)
     tgt = [engine.runner.special.bos, *out]
-    empty = [np.zeros((1, engine.runner.n_heads, 0, engine.runner.d_head), np.float32)] * (2 * engine.runner.n_layers)
-    logits, _ = engine.runner.decode(np.array([tgt]), np.arange(len(tgt))[None], np.zeros((1, 0), np.int64), empty, cross, mask)
+    empty = [np.zeros((1, engine.runner.n_heads, 0, engine.runner.d_head), np.float32)] * (
+        2 * engine.runner.n_layers
+    )
+    logits, _ = engine.runner.decode(
+        np.array([tgt]), np.arange(len(tgt))[None], np.zeros((1, 0), np.int64), empty, cross, mask
+    )
     lp = log_softmax(logits[0].astype(np.float64))
     total = sum(lp[i, t] for i, t in enumerate([*out, engine.runner.special.eos]))
     return total / Beam(engine.runner.special.eos, 1, 1).lp(len(out) + 1)
@@ -179,7 +196,10 @@ def test_beam_search_scores_at_least_as_well_as_greedy(engine: Translator):
         run(engine.runner, seqs[w])
     for g, b in zip(seqs[1], seqs[4]):
         if len(g.result) < g.search.budget and len(b.result) < 20:
-            assert _normalised_score(engine, b.src_ids, b.result) >= _normalised_score(engine, g.src_ids, g.result) - 1e-6
+            assert (
+                _normalised_score(engine, b.src_ids, b.result)
+                >= _normalised_score(engine, g.src_ids, g.result) - 1e-6
+            )
 
 
 def test_beam_search_keeps_addition_exact():
@@ -192,8 +212,11 @@ def test_beam_search_keeps_addition_exact():
     problems = [(rng.randint(0, 999), rng.randint(0, 999)) for _ in range(200)]
     texts = [f"{a}+{b}" for a, b in problems]
     for width in (2, 4, 8):
-        wrong = [(t, r.text) for t, r, (a, b) in zip(texts, addition.generate(texts, beam_size=width), problems)
-                 if r.text != str(a + b)]
+        wrong = [
+            (t, r.text)
+            for t, r, (a, b) in zip(texts, addition.generate(texts, beam_size=width), problems)
+            if r.text != str(a + b)
+        ]
         assert len(wrong) <= 1, (width, wrong[:5])
 
 
@@ -245,7 +268,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 import engine
 import server.app, server.doors.seq2seq_grpc, server.core.scheduler  # the whole server, too
-e = engine.load({str(bundle('addition'))!r})
+e = engine.load({str(bundle("addition"))!r})
 print([r.text for r in e.generate(["12+30", "999+1"], beam_size=1)])
 assert "torch" not in sys.modules
 """
@@ -292,10 +315,14 @@ def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
     inits = {i.name for i in dec.initializer}
     assert not [n.name for n in dec.node if n.op_type == "MatMul" and n.input[1] in inits]
     assert not [n.name for n in dec.node if n.op_type == "Transpose" and n.input[0] in inits]
-    pairs = [line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]]
+    pairs = [
+        line.split("\t") for line in (CHECKPOINTS / "addition" / "test.tsv").read_text().splitlines()[:300]
+    ]
     srcs = [s for s, _ in pairs]
     acc = np.mean([o == r for o, (_, r) in zip(decode(e, srcs), pairs)])
-    acc32 = np.mean([o == r for o, (_, r) in zip(decode(Translator(MODEL_REPO / "addition" / "1"), srcs), pairs)])
+    acc32 = np.mean(
+        [o == r for o, (_, r) in zip(decode(Translator(MODEL_REPO / "addition" / "1"), srcs), pairs)]
+    )
     assert acc >= acc32 - 1 / 300, (acc, acc32)
 
 
@@ -316,8 +343,12 @@ def test_io_binding_path_decodes_exactly_like_the_numpy_path(engine: Translator)
     bound = Translator(engine.runner.folder, EngineOptions(device="cpu", io_binding="on"))
     assert bound.runner.io_binding and not engine.runner.io_binding
     texts = sample_inputs(engine, 24)
-    assert decode(bound, texts, max_new_tokens=20, batch_size=5) == decode(engine, texts, max_new_tokens=20, batch_size=5)
-    assert decode(bound, texts[:4], max_new_tokens=12, beam=3) == decode(engine, texts[:4], max_new_tokens=12, beam=3)
+    assert decode(bound, texts, max_new_tokens=20, batch_size=5) == decode(
+        engine, texts, max_new_tokens=20, batch_size=5
+    )
+    assert decode(bound, texts[:4], max_new_tokens=12, beam=3) == decode(
+        engine, texts[:4], max_new_tokens=12, beam=3
+    )
 
 
 def test_io_binding_keeps_the_cache_on_the_device_between_plain_steps(engine: Translator):
@@ -401,7 +432,9 @@ def test_unresolved_default_beam_is_refused_by_sequence_and_resolved_by_generate
         Sequence([5, 2], 10, options=DecodingOptions())
     texts = sample_inputs(engine, 6)
     default = engine.config.task.beam_size
-    assert [r.tokens for r in engine.generate(texts)] == [r.tokens for r in engine.generate(texts, beam_size=default)]
+    assert [r.tokens for r in engine.generate(texts)] == [
+        r.tokens for r in engine.generate(texts, beam_size=default)
+    ]
 
 
 def test_bundle_formats_read_and_refused(tmp_path: Path):
@@ -415,7 +448,9 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
     assert Translator(b).config.task.beam_size == 1
     cfg["format_version"] = 99
     (b / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5, 6: upgrade s2s"):
+    with pytest.raises(
+        BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5, 6: upgrade s2s"
+    ):
         Translator(b)
 
 
@@ -455,8 +490,13 @@ def test_engine_modules_import_no_circle():
     for p in (ROOT / "engine").glob("*.py"):
         deps = set()
         for n in ast.walk(ast.parse(p.read_text())):
-            mods = [n.module] if isinstance(n, ast.ImportFrom) and n.module else [a.name for a in getattr(n, "names", [])] \
-                if isinstance(n, ast.Import) else []
+            mods = (
+                [n.module]
+                if isinstance(n, ast.ImportFrom) and n.module
+                else [a.name for a in getattr(n, "names", [])]
+                if isinstance(n, ast.Import)
+                else []
+            )
             deps |= {m for m in mods if m.startswith("engine.")}
         graph["engine" if p.stem == "__init__" else f"engine.{p.stem}"] = deps
 
@@ -465,7 +505,9 @@ def test_engine_modules_import_no_circle():
 
     assert not [m for m in graph if reaches(m, m, {m})]
     assert "engine.translator" not in graph["engine.runner"] | graph["engine.step_loop"]
-    assert not any(d in graph["engine.runner"] for d in ("engine.step_loop", "engine.translator", "engine.search"))
+    assert not any(
+        d in graph["engine.runner"] for d in ("engine.step_loop", "engine.translator", "engine.search")
+    )
 
 
 def test_translate_batch_takes_tokens_as_ctranslate2_does_and_equals_generate():
@@ -473,11 +515,14 @@ def test_translate_batch_takes_tokens_as_ctranslate2_does_and_equals_generate():
 
     ja = engine.load(bundle("translate-en-ja"), device="cpu")
     texts = sample_inputs(ja, 6)
-    res = ja.translate_batch([ja.source_tokens(t) for t in texts], beam_size=4, num_hypotheses=2, return_scores=True)
+    res = ja.translate_batch(
+        [ja.source_tokens(t) for t in texts], beam_size=4, num_hypotheses=2, return_scores=True
+    )
     want = ja.generate(texts, beam_size=4, num_hypotheses=2, return_scores=True)
     tok = ja.codec.tokenizer
-    assert [[[tok.token_to_id(x) for x in h] for h in r.hypotheses] for r in res] == \
-        [[c.tokens for c in w.hypotheses] for w in want]
+    assert [[[tok.token_to_id(x) for x in h] for h in r.hypotheses] for r in res] == [
+        [c.tokens for c in w.hypotheses] for w in want
+    ]
     assert [r.scores for r in res] == [[c.score for c in w.hypotheses] for w in want]
     with pytest.raises(ValueError, match="not in the vocabulary"):
         ja.translate_batch([["no-such-token-xyz"]])
@@ -552,5 +597,7 @@ def test_released_rows_wait_for_newcomers_then_compact_and_results_do_not_change
                 width_after_refill.append(len(gen.batch) == rows)
         assert all(gen.batch.steps - gen.batch.released_at[r] <= KEEP_RELEASED_STEPS for r in gen.batch.free)
     assert done == alone
-    assert width_after_refill and all(width_after_refill)  # refills in place happened, and kept the batch's rows
+    assert width_after_refill and all(
+        width_after_refill
+    )  # refills in place happened, and kept the batch's rows
     assert compactions_seen > 0  # and, as the queue ran dry, rows nobody took were compacted away

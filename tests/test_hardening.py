@@ -16,9 +16,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import Served, ServerThread, assert_no_traceback, server_config
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import Served, ServerThread, assert_no_traceback, server_config
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 
@@ -41,7 +41,9 @@ def test_cpu_only_start_prints_no_error_and_names_the_provider(served):
     log = served.log()
     assert_no_traceback(log)
     assert "[E:onnxruntime" not in log  # ONNX Runtime's own red lines about missing CUDA libraries
-    assert re.search(r"INFO s2s.repository: ONNX Runtime runs \w+ExecutionProvider \(--device auto: .+\)", log), log
+    assert re.search(
+        r"INFO s2s.repository: ONNX Runtime runs \w+ExecutionProvider \(--device auto: .+\)", log
+    ), log
 
 
 # ---- memory held for a client that never reads -----------------------------------------------------
@@ -77,7 +79,9 @@ def test_unread_stream_holds_bounded_memory_and_others_are_served(served):
             peak = max(peak, served.rss_mb())
             # Meanwhile another client is served.
             async with grpc.aio.insecure_channel(served.address) as ch2:
-                reply = await pb_grpc.Seq2SeqStub(ch2).Generate(pb.GenerateRequest(model=ADD, inputs=["20+22"]), timeout=10)
+                reply = await pb_grpc.Seq2SeqStub(ch2).Generate(
+                    pb.GenerateRequest(model=ADD, inputs=["20+22"]), timeout=10
+                )
             assert reply.outputs[0].text == "42"
             call.cancel()
         return sent, peak - before
@@ -100,14 +104,20 @@ def test_a_full_stream_window_stops_reading_that_stream(model_repo):
 
     from server.config import SchedulerConfig, StreamConfig
 
-    srv = ServerThread(server_config(stream=StreamConfig(max_pending=2, max_pending_bytes=1 << 20),
-                                     scheduler=SchedulerConfig(max_queue_size=100_000)))
+    srv = ServerThread(
+        server_config(
+            stream=StreamConfig(max_pending=2, max_pending_bytes=1 << 20),
+            scheduler=SchedulerConfig(max_queue_size=100_000),
+        )
+    )
     model = srv.running.repo.get(JA)
 
     def request(i: int):
         r = kpb.ModelInferRequest(model_name=JA, id=str(i))
         t = r.inputs.add(name="text_input", datatype="BYTES", shape=[64])
-        t.contents.bytes_contents.extend([f"Save the changes to file {j} before closing the window".encode() for j in range(64)])
+        t.contents.bytes_contents.extend(
+            [f"Save the changes to file {j} before closing the window".encode() for j in range(64)]
+        )
         r.parameters["padding"].string_param = "x" * 200_000
         return r
 
@@ -172,7 +182,10 @@ def test_health_answers_while_4mb_inputs_are_refused(served):
             health.Check(health_pb2.HealthCheckRequest(), timeout=5)
             time.sleep(0.5)
             for _ in range(20):
-                assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+                assert (
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                )
                 time.sleep(0.05)
     finally:
         stop.set()
@@ -197,7 +210,9 @@ def test_kserve_counts_and_sizes_are_checked_before_decoding(served):
             stub.ModelInfer(r, timeout=10)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "1000000 inputs" in e.value.details()
         r = kpb.ModelInferRequest(model_name=JA)
-        r.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"a" * 3_000_000)
+        r.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(
+            b"a" * 3_000_000
+        )
         with pytest.raises(grpc.RpcError) as e:
             stub.ModelInfer(r, timeout=10)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "3000000 bytes" in e.value.details()
@@ -213,20 +228,40 @@ def test_advertised_limits_are_accepted_on_an_idle_server_and_more_is_invalid(se
         # 64 inputs x beam 8 (each within its own advertised limit): INVALID_ARGUMENT naming the row limit, every time.
         for _ in range(2):
             with pytest.raises(grpc.RpcError) as e:
-                stub.Generate(pb.GenerateRequest(model=ADD, inputs=["1+1"] * info.max_inputs_per_request,
-                                                 options=pb.GenerateOptions(beam_size=info.max_beam_size)), timeout=30)
+                stub.Generate(
+                    pb.GenerateRequest(
+                        model=ADD,
+                        inputs=["1+1"] * info.max_inputs_per_request,
+                        options=pb.GenerateOptions(beam_size=info.max_beam_size),
+                    ),
+                    timeout=30,
+                )
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
-            assert "max_rows_per_request" in e.value.details() and str(info.max_rows_per_request) in e.value.details()
+            assert (
+                "max_rows_per_request" in e.value.details()
+                and str(info.max_rows_per_request) in e.value.details()
+            )
         # The most rows a request may have at the widest beam is served.
         n = info.max_rows_per_request // info.max_beam_size
-        reply = stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{i}+1" for i in range(n)],
-                                                 options=pb.GenerateOptions(beam_size=info.max_beam_size)), timeout=120)
+        reply = stub.Generate(
+            pb.GenerateRequest(
+                model=ADD,
+                inputs=[f"{i}+1" for i in range(n)],
+                options=pb.GenerateOptions(beam_size=info.max_beam_size),
+            ),
+            timeout=120,
+        )
         wrong = [(i, o.text) for i, o in enumerate(reply.outputs) if o.text != str(i + 1)]
         assert len(reply.outputs) == n and len(wrong) <= 2, wrong  # (beam 8 answers 9+1 with "8", alone too)
         # The longest text accepted by characters is checked by tokens next, and one longer is refused cheaply.
         with pytest.raises(grpc.RpcError) as e:
-            stub.Generate(pb.GenerateRequest(model=ADD, inputs=["1" * (info.max_input_chars + 1)]), timeout=10)
-        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and f"at most {info.max_input_chars}" in e.value.details()
+            stub.Generate(
+                pb.GenerateRequest(model=ADD, inputs=["1" * (info.max_input_chars + 1)]), timeout=10
+            )
+        assert (
+            e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            and f"at most {info.max_input_chars}" in e.value.details()
+        )
 
 
 # ---- bad bodies and echoed strings -------------------------------------------------------------------
@@ -238,12 +273,15 @@ def _raw_call(address: str, method: str, body: bytes, metadata=()) -> grpc.RpcEr
     return e.value
 
 
-@pytest.mark.parametrize("body", [
-    b"\x0a\x02\xff\xfe",  # field 1 (model, a string) holding invalid UTF-8
-    b"\x1a\x03\xc3\x28\x41",  # field 3 (inputs) with an invalid 2-byte sequence
-    b"\xff\xff\xff\xff\xff\xff",  # garbage
-    b"\x0a\x80\x80\x80",  # a truncated length
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x0a\x02\xff\xfe",  # field 1 (model, a string) holding invalid UTF-8
+        b"\x1a\x03\xc3\x28\x41",  # field 3 (inputs) with an invalid 2-byte sequence
+        b"\xff\xff\xff\xff\xff\xff",  # garbage
+        b"\x0a\x80\x80\x80",  # a truncated length
+    ],
+)
 def test_undecodable_bodies_are_invalid_argument_without_a_traceback(served, body):
     err = _raw_call(served.address, GENERATE, body)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
@@ -283,20 +321,28 @@ def test_auth_covers_streaming_reflection_and_unknown_methods(tmp_path, model_re
     try:
         with grpc.insecure_channel(srv.address) as ch:
             r = kpb.ModelInferRequest(model_name=ADD)
-            r.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"1+1")
+            r.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(
+                b"1+1"
+            )
             kstub = kpb_grpc.GRPCInferenceServiceStub(ch)
             with pytest.raises(grpc.RpcError) as e:
                 list(kstub.ModelStreamInfer(iter([r]), timeout=10))
             assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
             with pytest.raises(grpc.RpcError) as e:
-                list(pb_grpc.Seq2SeqStub(ch).GenerateStream(pb.GenerateRequest(model=ADD, inputs=["1+1"]), timeout=10))
+                list(
+                    pb_grpc.Seq2SeqStub(ch).GenerateStream(
+                        pb.GenerateRequest(model=ADD, inputs=["1+1"]), timeout=10
+                    )
+                )
             assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
             with pytest.raises(grpc.RpcError) as e:
                 ProtoReflectionDescriptorDatabase(ch).get_services()
             assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
             # Unknown methods do not tell a caller without a token what exists.
             assert _raw_call(srv.address, "/no.Such/Method", b"").code() == grpc.StatusCode.UNAUTHENTICATED
-            assert _raw_call(srv.address, "/no.Such/Method", b"", good).code() == grpc.StatusCode.UNIMPLEMENTED
+            assert (
+                _raw_call(srv.address, "/no.Such/Method", b"", good).code() == grpc.StatusCode.UNIMPLEMENTED
+            )
             # A wrong header and then the right one: refused (no "last one wins").
             stub = pb_grpc.Seq2SeqStub(ch)
             req = pb.GenerateRequest(model=ADD, inputs=["1+1"])
@@ -307,13 +353,20 @@ def test_auth_covers_streaming_reflection_and_unknown_methods(tmp_path, model_re
             assert stub.Generate(req, timeout=10, metadata=good).outputs[0].text == "2"
             answers = list(kstub.ModelStreamInfer(iter([r]), timeout=10, metadata=good))
             assert len(answers) == 1 and not answers[0].error_message
-            assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+            assert (
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+            )
             # Garbage without a token: UNAUTHENTICATED (the body is never parsed); with one: INVALID_ARGUMENT.
             assert _raw_call(srv.address, GENERATE, b"\xff\xff\xff").code() == grpc.StatusCode.UNAUTHENTICATED
-            assert _raw_call(srv.address, GENERATE, b"\xff\xff\xff", good).code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (
+                _raw_call(srv.address, GENERATE, b"\xff\xff\xff", good).code()
+                == grpc.StatusCode.INVALID_ARGUMENT
+            )
         log = srv.log()
         assert_no_traceback(log)
-        assert "WARNING s2s.server: refused (UNAUTHENTICATED)" in log  # rate-limited: one line, not one per call
+        assert (
+            "WARNING s2s.server: refused (UNAUTHENTICATED)" in log
+        )  # rate-limited: one line, not one per call
         assert log.count("refused (UNAUTHENTICATED)") <= 2
     finally:
         assert srv.stop() == 0
@@ -329,8 +382,13 @@ def test_a_second_sigterm_ends_the_grace_period_at_once(tmp_path, model_repo):
             # than the second signal leaves time for on any machine (4 such requests were done within the second
             # on an AVX-512 one).
             texts = ["Open the file in a new window and save all the changes you have made"] * 16
-            futures = [stub.Generate.future(pb.GenerateRequest(model=JA, inputs=texts, options=pb.GenerateOptions(beam_size=4)),
-                                            timeout=120) for _ in range(64)]
+            futures = [
+                stub.Generate.future(
+                    pb.GenerateRequest(model=JA, inputs=texts, options=pb.GenerateOptions(beam_size=4)),
+                    timeout=120,
+                )
+                for _ in range(64)
+            ]
             time.sleep(0.5)
             srv.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)

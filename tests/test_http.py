@@ -10,19 +10,16 @@ import urllib.request
 
 import numpy as np
 import pytest
-
 import tritonclient.http as th
 import tritonclient.http.aio as th_aio
+from conftest import ServerThread, english, server_config
 from tritonclient.utils import InferenceServerException
 
-from conftest import english, ServerThread, server_config
 from s2s.seq2seq_client import Seq2SeqClient
 from server.config import SchedulerConfig
 
 ADD, JA = "addition", "translate-en-ja"
 SAMPLES = {ADD: ["12+30", "999+1", "7+8"], JA: None}
-
-
 
 
 SAMPLES[JA] = english(3)
@@ -104,48 +101,92 @@ def test_aio_client_concurrent(server):
         try:
             assert await c.is_server_ready()
             problems = [(a, 1000 - a) for a in range(0, 1000, 31)]
-            calls = [c.infer(ADD, [text_input([f"{a}+{b}"], i % 2 == 0)]) for i, (a, b) in enumerate(problems)]
+            calls = [
+                c.infer(ADD, [text_input([f"{a}+{b}"], i % 2 == 0)]) for i, (a, b) in enumerate(problems)
+            ]
             results = await asyncio.gather(*calls)
             return problems, [r.as_numpy("text_output")[0] for r in results]
         finally:
             await c.close()
 
     problems, got = asyncio.run(main())
-    wrong = [(a, b, g) for (a, b), g in zip(problems, got) if (g.decode() if isinstance(g, bytes) else g) != str(a + b)]
+    wrong = [
+        (a, b, g)
+        for (a, b), g in zip(problems, got)
+        if (g.decode() if isinstance(g, bytes) else g) != str(a + b)
+    ]
     assert len(wrong) <= 1, wrong
 
 
-@pytest.mark.parametrize("path, body, status, message", [
-    ("/v2/models/addition/infer", b"{not json", 400, "not valid JSON"),
-    ("/v2/models/addition/infer", b"[1, 2]", 400, "must be a JSON object"),
-    ("/v2/models/addition/infer", b'{"inputs": []}', 400, "non-empty JSON array"),
-    ("/v2/models/addition/infer", b'{"inputs":[{"name":"text_input","datatype":"FP32","shape":[1],"data":[1.5]}]}', 400,
-     "expects 'BYTES'"),
-    ("/v2/models/addition/infer", b'{"inputs":[{"name":"text_input","datatype":"BYTES","shape":[2],"data":["1+1"]}]}', 400,
-     "needs 2"),
-    ("/v2/models/addition/infer", b'{"inputs":[{"name":"text_input","datatype":"BYTES","shape":"x","data":["1+1"]}]}', 400,
-     "array of integers"),
-    ("/v2/models/addition/infer", b'{"inputs":[{"name":"nope","datatype":"BYTES","shape":[1],"data":["1+1"]}]}', 400,
-     "unexpected inference input"),
-    ("/v2/models/addition/infer", infer_body(["1+1"], beam_width=1000), 400, "beam_width=1000"),
-    ("/v2/models/addition/infer", infer_body(["1" * 100]), 400, "characters"),
-    ("/v2/models/nope/infer", infer_body(["1+1"]), 404, "not served here"),
-    ("/v2/models/addition/versions/7/infer", infer_body(["1+1"]), 404, "no version '7'"),
-    ("/v2/nowhere", None, 404, "no such path"),
-])
+@pytest.mark.parametrize(
+    "path, body, status, message",
+    [
+        ("/v2/models/addition/infer", b"{not json", 400, "not valid JSON"),
+        ("/v2/models/addition/infer", b"[1, 2]", 400, "must be a JSON object"),
+        ("/v2/models/addition/infer", b'{"inputs": []}', 400, "non-empty JSON array"),
+        (
+            "/v2/models/addition/infer",
+            b'{"inputs":[{"name":"text_input","datatype":"FP32","shape":[1],"data":[1.5]}]}',
+            400,
+            "expects 'BYTES'",
+        ),
+        (
+            "/v2/models/addition/infer",
+            b'{"inputs":[{"name":"text_input","datatype":"BYTES","shape":[2],"data":["1+1"]}]}',
+            400,
+            "needs 2",
+        ),
+        (
+            "/v2/models/addition/infer",
+            b'{"inputs":[{"name":"text_input","datatype":"BYTES","shape":"x","data":["1+1"]}]}',
+            400,
+            "array of integers",
+        ),
+        (
+            "/v2/models/addition/infer",
+            b'{"inputs":[{"name":"nope","datatype":"BYTES","shape":[1],"data":["1+1"]}]}',
+            400,
+            "unexpected inference input",
+        ),
+        ("/v2/models/addition/infer", infer_body(["1+1"], beam_width=1000), 400, "beam_width=1000"),
+        ("/v2/models/addition/infer", infer_body(["1" * 100]), 400, "characters"),
+        ("/v2/models/nope/infer", infer_body(["1+1"]), 404, "not served here"),
+        ("/v2/models/addition/versions/7/infer", infer_body(["1+1"]), 404, "no version '7'"),
+        ("/v2/nowhere", None, 404, "no such path"),
+    ],
+)
 def test_bad_requests_get_their_status_and_a_json_error(server, path, body, status, message):
-    code, raw = call(server, "POST" if body is not None else "GET", path, body, {"Content-Type": "application/json"})
+    code, raw = call(
+        server, "POST" if body is not None else "GET", path, body, {"Content-Type": "application/json"}
+    )
     assert code == status, raw
     assert message in json.loads(raw)["error"], raw
 
 
 def test_binary_extension_is_checked(server):
-    header = json.dumps({"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1],
-                                     "parameters": {"binary_data_size": 100}}]}).encode()
-    code, raw = call(server, "POST", "/v2/models/addition/infer", header + b"\x03\x00\x00\x001+1",
-                     {"Inference-Header-Content-Length": str(len(header))})
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "text_input",
+                    "datatype": "BYTES",
+                    "shape": [1],
+                    "parameters": {"binary_data_size": 100},
+                }
+            ]
+        }
+    ).encode()
+    code, raw = call(
+        server,
+        "POST",
+        "/v2/models/addition/infer",
+        header + b"\x03\x00\x00\x001+1",
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
     assert code == 400 and "binary_data_size 100" in json.loads(raw)["error"]
-    code, raw = call(server, "POST", "/v2/models/addition/infer", header, {"Inference-Header-Content-Length": "99999"})
+    code, raw = call(
+        server, "POST", "/v2/models/addition/infer", header, {"Inference-Header-Content-Length": "99999"}
+    )
     assert code == 400 and "Inference-Header-Content-Length" in json.loads(raw)["error"]
 
 
@@ -159,14 +200,18 @@ def test_oversized_body_is_413(model_repo):
 
 
 def test_queue_full_is_429_deadline_504_and_draining_503(model_repo):
-    srv = ServerThread(server_config(instances=1, scheduler=SchedulerConfig(mode="none", max_batch_size=1, max_queue_size=4)))
+    srv = ServerThread(
+        server_config(instances=1, scheduler=SchedulerConfig(mode="none", max_batch_size=1, max_queue_size=4))
+    )
     try:
         texts = english(4)
 
         async def flood():
             c = th_aio.InferenceServerClient(url(srv))
             try:
-                calls = [c.infer(JA, [text_input(texts, False)], parameters={"beam_width": 1}) for _ in range(6)]
+                calls = [
+                    c.infer(JA, [text_input(texts, False)], parameters={"beam_width": 1}) for _ in range(6)
+                ]
                 return await asyncio.gather(*calls, return_exceptions=True)
             finally:
                 await c.close()
@@ -174,10 +219,17 @@ def test_queue_full_is_429_deadline_504_and_draining_503(model_repo):
         results = asyncio.run(flood())
         refused = [r for r in results if isinstance(r, InferenceServerException)]
         assert refused and all(r.status() == "429" and "queue full" in r.message() for r in refused)
-        code, raw = call(srv, "POST", f"/v2/models/{JA}/infer", infer_body(texts, max_tokens=60),
-                         {"X-Timeout-Seconds": "0.001"})
+        code, raw = call(
+            srv,
+            "POST",
+            f"/v2/models/{JA}/infer",
+            infer_body(texts, max_tokens=60),
+            {"X-Timeout-Seconds": "0.001"},
+        )
         assert code == 504 and "deadline" in json.loads(raw)["error"]
-        code, raw = call(srv, "POST", f"/v2/models/{JA}/infer", infer_body(texts), {"X-Timeout-Seconds": "soon"})
+        code, raw = call(
+            srv, "POST", f"/v2/models/{JA}/infer", infer_body(texts), {"X-Timeout-Seconds": "soon"}
+        )
         assert code == 400 and "X-Timeout-Seconds" in json.loads(raw)["error"]
         for model in srv.running.repo.all():
             model.stop()  # what shutdown does first
@@ -197,7 +249,9 @@ def test_bearer_token_on_http(model_repo):
         assert code == 401 and "Bearer" in json.loads(raw)["error"]
         code, _ = call(srv, "GET", f"/v2/models/{ADD}/config")
         assert code == 401
-        code, raw = call(srv, "POST", f"/v2/models/{ADD}/infer", infer_body(["1+1"]), {"Authorization": "Bearer wrong"})
+        code, raw = call(
+            srv, "POST", f"/v2/models/{ADD}/infer", infer_body(["1+1"]), {"Authorization": "Bearer wrong"}
+        )
         assert code == 401
         code, raw = call(srv, "POST", f"/v2/models/{ADD}/infer", infer_body(["1+1"]), good)
         assert code == 200 and json.loads(raw)["outputs"][0]["data"] == ["2"]
@@ -218,10 +272,17 @@ def test_bearer_token_on_http(model_repo):
 def _requests_total(srv: ServerThread) -> dict[tuple[str, str, str], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=10).read().decode()
-    return {(s.labels["method"], s.labels["protocol"], s.labels["code"]): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name == "s2s_requests_total" and s.labels["model"] == ADD}
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
+    return {
+        (s.labels["method"], s.labels["protocol"], s.labels["code"]): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "s2s_requests_total" and s.labels["model"] == ADD
+    }
 
 
 def test_grpc_and_http_give_the_same_outputs_and_move_the_same_metrics(server, client):
@@ -260,15 +321,20 @@ def test_tls_serves_https_on_the_http_port(model_repo, tmp_path):
     srv = ServerThread(server_config(tls_cert=cert, tls_key=key))
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
-        req = urllib.request.Request(f"https://localhost:{srv.running.web.port}/v2/models/{ADD}/infer", data=infer_body(["20+22"]),
-                                     method="POST")
+        req = urllib.request.Request(
+            f"https://localhost:{srv.running.web.port}/v2/models/{ADD}/infer",
+            data=infer_body(["20+22"]),
+            method="POST",
+        )
         with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
             assert json.loads(r.read())["outputs"][0]["data"] == ["42"]
         import http.client
 
         with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
             # plain HTTP to the TLS port: the handshake fails and nothing is served in clear
-            urllib.request.urlopen(f"http://127.0.0.1:{srv.running.web.port}/v2/health/ready", timeout=5).read()
+            urllib.request.urlopen(
+                f"http://127.0.0.1:{srv.running.web.port}/v2/health/ready", timeout=5
+            ).read()
     finally:
         srv.stop()
 
@@ -279,7 +345,10 @@ def test_token_counts_and_timings_on_request(client, server, binary):
     import tritonclient.grpc as tg
 
     texts = SAMPLES[JA]
-    outputs = [th.InferRequestedOutput(n, binary_data=binary) for n in ("text_output", "input_tokens", "output_tokens")]
+    outputs = [
+        th.InferRequestedOutput(n, binary_data=binary)
+        for n in ("text_output", "input_tokens", "output_tokens")
+    ]
     result = client.infer(JA, [text_input(texts, binary)], outputs=outputs, parameters={"timings": True})
     with Seq2SeqClient(server.address) as c:
         want = c.generate_full(JA, texts)
@@ -288,7 +357,9 @@ def test_token_counts_and_timings_on_request(client, server, binary):
     params = result.get_response()["parameters"]
     assert params["total_seconds"] >= params["time_to_first_token_seconds"] > 0
     assert "parameters" not in client.infer(JA, [text_input(texts, binary)], outputs=outputs).get_response()
-    assert client.infer(JA, [text_input(texts, binary)]).as_numpy("input_tokens") is None  # not asked: not sent
+    assert (
+        client.infer(JA, [text_input(texts, binary)]).as_numpy("input_tokens") is None
+    )  # not asked: not sent
     g = tg.InferenceServerClient(server.address)
     try:
         t = tg.InferInput("text_input", [len(texts)], "BYTES")

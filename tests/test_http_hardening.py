@@ -24,8 +24,8 @@ import urllib.request
 
 import grpc
 import pytest
-
 from conftest import Served, english, wait_for
+
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 
@@ -37,8 +37,17 @@ INFER = f"/v2/models/{ADD}/infer"
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory, model_repo):
-    s = Served(tmp_path_factory.mktemp("http_hardening"), "--auth-token", TOKEN, "--cors-allow-origin",
-               "https://app.example", "--http-read-timeout-s", "1", "--http-max-connections", "40")
+    s = Served(
+        tmp_path_factory.mktemp("http_hardening"),
+        "--auth-token",
+        TOKEN,
+        "--cors-allow-origin",
+        "https://app.example",
+        "--http-read-timeout-s",
+        "1",
+        "--http-max-connections",
+        "40",
+    )
     yield s
     s.stop()
     log = s.log_path.read_text()
@@ -78,45 +87,181 @@ JSON = {"Content-Type": "application/json"}
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 CASES = [  # (id, path, body, headers, status, what the message names)
     ("deep JSON, infer", INFER, "[" * 100_000 + "]" * 100_000, JSON, 400, "too deeply"),
-    ("deep JSON, translate", "/translate", '{"q": ' + "[" * 100_000 + "]" * 100_000 + "}", JSON, 400, "too deeply"),
+    (
+        "deep JSON, translate",
+        "/translate",
+        '{"q": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        JSON,
+        400,
+        "too deeply",
+    ),
     ("deep JSON, index", "/v2/repository/index", "[" * 100_000, JSON, 400, "too deeply"),
     ("deep JSON, detect", "/detect", "{" + '"a":{' * 50_000, None, 400, "JSON"),
-    ("int64 parameter", INFER, json.dumps({"inputs": [tensor(["1+1"])], "parameters": {"max_tokens": BIG}}), JSON, 400,
-     "'max_tokens' is out of the int64 range"),
-    ("int64 shape", INFER, json.dumps({"inputs": [{**tensor(["1+1"]), "shape": [BIG]}]}), JSON, 400, "'shape'"),
-    ("INT32 data", INFER, json.dumps({"inputs": [tensor(["1+1"]), {"name": "max_tokens", "datatype": "INT32", "shape": [1],
-                                                                    "data": [2**40]}]}), JSON, 400, "INT32 range"),
-    ("INT64 data", INFER, json.dumps({"inputs": [tensor(["1+1"]), {"name": "max_tokens", "datatype": "INT64", "shape": [1],
-                                                                    "data": [-BIG]}]}), JSON, 400, "INT64 range"),
-    ("input parameters a list", INFER, json.dumps({"inputs": [tensor(["1+1"], parameters=[1])]}), JSON, 400,
-     "'parameters' must be a JSON object"),
-    ("output parameters a list", INFER, json.dumps({"inputs": [tensor(["1+1"])], "outputs": [{"name": "text_output",
-                                                                                           "parameters": [1]}]}),
-     JSON, 400, "outputs[0]: 'parameters' must be a JSON object"),
-    ("NaN parameter", INFER, '{"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["1+1"]}], '
-                             '"parameters": {"sampling_temperature": NaN}}', JSON, 400, "finite"),
-    ("lone surrogate, infer", INFER, json.dumps({"inputs": [tensor(["\ud800"])]}), JSON, 400, "inputs[0].data[0]"),
-    ("lone surrogate, translate", "/translate", json.dumps({"q": "\ud800", "source": "en", "target": "ja"}), JSON, 400,
-     "q holds a lone UTF-16 surrogate"),
-    ("lone surrogate in a key", "/translate", '{"\\udfff": 1, "q": "hi", "source": "en", "target": "ja"}', JSON, 400,
-     "surrogate"),
-    ("alternatives=²", "/translate", "q=hi&source=en&target=ja&alternatives=%C2%B2", FORM, 400, "alternatives"),
-    ("multipart without boundary", "/translate", "q=hi", {"Content-Type": "multipart/form-data"}, 400, "boundary"),
-    ("header length ²", INFER, "{}", {"Inference-Header-Content-Length": "²"}, 400, "Inference-Header-Content-Length"),
-    ("header length huge", INFER, "{}", {"Inference-Header-Content-Length": "9" * 5000}, 400,
-     "Inference-Header-Content-Length"),
-    ("timeout inf", INFER, json.dumps({"inputs": [tensor(["1+1"])]}), {"X-Timeout-Seconds": "1e999"}, 400,
-     "X-Timeout-Seconds"),
-    ("html tags", "/translate", json.dumps({"q": "<b>" * 20_000, "source": "en", "target": "ja", "format": "html"}),
-     JSON, 400, "(tags)"),
-    ("html entities", "/translate", json.dumps({"q": "&#x41;" * 690_000, "source": "en", "target": "ja",
-                                                "format": "html"}), JSON, 400, "characters"),
-    ("html entities in budget", "/translate", json.dumps({"q": "<p>" + "&" * 70_000, "source": "en",
-                                                          "target": "ja", "format": "html"}), JSON, 400, "(character references)"),
+    (
+        "int64 parameter",
+        INFER,
+        json.dumps({"inputs": [tensor(["1+1"])], "parameters": {"max_tokens": BIG}}),
+        JSON,
+        400,
+        "'max_tokens' is out of the int64 range",
+    ),
+    (
+        "int64 shape",
+        INFER,
+        json.dumps({"inputs": [{**tensor(["1+1"]), "shape": [BIG]}]}),
+        JSON,
+        400,
+        "'shape'",
+    ),
+    (
+        "INT32 data",
+        INFER,
+        json.dumps(
+            {
+                "inputs": [
+                    tensor(["1+1"]),
+                    {"name": "max_tokens", "datatype": "INT32", "shape": [1], "data": [2**40]},
+                ]
+            }
+        ),
+        JSON,
+        400,
+        "INT32 range",
+    ),
+    (
+        "INT64 data",
+        INFER,
+        json.dumps(
+            {
+                "inputs": [
+                    tensor(["1+1"]),
+                    {"name": "max_tokens", "datatype": "INT64", "shape": [1], "data": [-BIG]},
+                ]
+            }
+        ),
+        JSON,
+        400,
+        "INT64 range",
+    ),
+    (
+        "input parameters a list",
+        INFER,
+        json.dumps({"inputs": [tensor(["1+1"], parameters=[1])]}),
+        JSON,
+        400,
+        "'parameters' must be a JSON object",
+    ),
+    (
+        "output parameters a list",
+        INFER,
+        json.dumps({"inputs": [tensor(["1+1"])], "outputs": [{"name": "text_output", "parameters": [1]}]}),
+        JSON,
+        400,
+        "outputs[0]: 'parameters' must be a JSON object",
+    ),
+    (
+        "NaN parameter",
+        INFER,
+        '{"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["1+1"]}], '
+        '"parameters": {"sampling_temperature": NaN}}',
+        JSON,
+        400,
+        "finite",
+    ),
+    (
+        "lone surrogate, infer",
+        INFER,
+        json.dumps({"inputs": [tensor(["\ud800"])]}),
+        JSON,
+        400,
+        "inputs[0].data[0]",
+    ),
+    (
+        "lone surrogate, translate",
+        "/translate",
+        json.dumps({"q": "\ud800", "source": "en", "target": "ja"}),
+        JSON,
+        400,
+        "q holds a lone UTF-16 surrogate",
+    ),
+    (
+        "lone surrogate in a key",
+        "/translate",
+        '{"\\udfff": 1, "q": "hi", "source": "en", "target": "ja"}',
+        JSON,
+        400,
+        "surrogate",
+    ),
+    (
+        "alternatives=²",
+        "/translate",
+        "q=hi&source=en&target=ja&alternatives=%C2%B2",
+        FORM,
+        400,
+        "alternatives",
+    ),
+    (
+        "multipart without boundary",
+        "/translate",
+        "q=hi",
+        {"Content-Type": "multipart/form-data"},
+        400,
+        "boundary",
+    ),
+    (
+        "header length ²",
+        INFER,
+        "{}",
+        {"Inference-Header-Content-Length": "²"},
+        400,
+        "Inference-Header-Content-Length",
+    ),
+    (
+        "header length huge",
+        INFER,
+        "{}",
+        {"Inference-Header-Content-Length": "9" * 5000},
+        400,
+        "Inference-Header-Content-Length",
+    ),
+    (
+        "timeout inf",
+        INFER,
+        json.dumps({"inputs": [tensor(["1+1"])]}),
+        {"X-Timeout-Seconds": "1e999"},
+        400,
+        "X-Timeout-Seconds",
+    ),
+    (
+        "html tags",
+        "/translate",
+        json.dumps({"q": "<b>" * 20_000, "source": "en", "target": "ja", "format": "html"}),
+        JSON,
+        400,
+        "(tags)",
+    ),
+    (
+        "html entities",
+        "/translate",
+        json.dumps({"q": "&#x41;" * 690_000, "source": "en", "target": "ja", "format": "html"}),
+        JSON,
+        400,
+        "characters",
+    ),
+    (
+        "html entities in budget",
+        "/translate",
+        json.dumps({"q": "<p>" + "&" * 70_000, "source": "en", "target": "ja", "format": "html"}),
+        JSON,
+        400,
+        "(character references)",
+    ),
 ]
 
 
-@pytest.mark.parametrize("path,body,headers,status,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "path,body,headers,status,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_malformed_input_is_4xx_naming_the_field(srv, path, body, headers, status, message):
     got, raw, _ = request(srv, "POST", path, body, headers)
     assert got == status, raw[:300]
@@ -132,9 +277,17 @@ def test_multipart_without_boundary_is_401_without_the_token(srv):
 
 
 def test_a_token_that_is_not_utf8_is_401(srv):
-    for method, path in (("POST", INFER), ("POST", "/translate"), ("GET", "/languages"), ("GET", f"/v2/models/{ADD}")):
-        answer = _raw(srv, b"%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\nContent-Length: 0\r\n"
-                           b"Connection: close\r\n\r\n" % (method.encode(), path.encode()))
+    for method, path in (
+        ("POST", INFER),
+        ("POST", "/translate"),
+        ("GET", "/languages"),
+        ("GET", f"/v2/models/{ADD}"),
+    ):
+        answer = _raw(
+            srv,
+            b"%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\nContent-Length: 0\r\n"
+            b"Connection: close\r\n\r\n" % (method.encode(), path.encode()),
+        )
         assert answer.startswith(b"HTTP/1.1 401"), answer[:300]
 
 
@@ -153,9 +306,11 @@ def test_protocol_errors_and_hangups_are_rate_limited_warnings_and_hangups_are_c
     before = metrics(srv)
     lines_before = srv.log().count("\n")
     t0 = time.monotonic()
-    bad = [b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
-           b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
-           b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n"]
+    bad = [
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+        b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n",
+    ]
     for i in range(300):
         answer = _raw(srv, bad[i % 3])
         assert answer.startswith(b"HTTP/1.") and b" 400 " in answer[:20], answer[:200]
@@ -164,20 +319,33 @@ def test_protocol_errors_and_hangups_are_rate_limited_warnings_and_hangups_are_c
     for path, head in ((INFER, b""), ("/translate", b"Content-Type: application/json\r\n")):
         for _ in range(20):
             with socket.create_connection(("127.0.0.1", srv.http_port), timeout=30) as s:
-                s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n%sContent-Length: %d\r\n"
-                          b"Expect: 100-continue\r\n\r\n" % (path.encode(), head, len(body) + 100))
+                s.sendall(
+                    b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n%sContent-Length: %d\r\n"
+                    b"Expect: 100-continue\r\n\r\n" % (path.encode(), head, len(body) + 100)
+                )
                 assert s.recv(100).startswith(b"HTTP/1.1 100")
                 s.sendall(body[:10])
     cancelled = lambda: sample(metrics(srv), "s2s_requests_total", protocol="http", code="CANCELLED")  # noqa: E731
-    assert wait_for(lambda: cancelled() - sample(before, "s2s_requests_total", protocol="http", code="CANCELLED") >= 40)
+    assert wait_for(
+        lambda: cancelled() - sample(before, "s2s_requests_total", protocol="http", code="CANCELLED") >= 40
+    )
     after = metrics(srv)
-    assert sample(after, "s2s_requests_total", method="ModelInfer", code="CANCELLED") - \
-        sample(before, "s2s_requests_total", method="ModelInfer", code="CANCELLED") == 20
-    assert sample(after, "s2s_requests_total", method="Translate", code="CANCELLED") - \
-        sample(before, "s2s_requests_total", method="Translate", code="CANCELLED") == 20
+    assert (
+        sample(after, "s2s_requests_total", method="ModelInfer", code="CANCELLED")
+        - sample(before, "s2s_requests_total", method="ModelInfer", code="CANCELLED")
+        == 20
+    )
+    assert (
+        sample(after, "s2s_requests_total", method="Translate", code="CANCELLED")
+        - sample(before, "s2s_requests_total", method="Translate", code="CANCELLED")
+        == 20
+    )
     assert sample(after, "s2s_requests_total", protocol="http", code="INTERNAL") == 0
-    assert sample(after, "s2s_requests_total", method="HTTP", code="INVALID_ARGUMENT") - \
-        sample(before, "s2s_requests_total", method="HTTP", code="INVALID_ARGUMENT") == 300
+    assert (
+        sample(after, "s2s_requests_total", method="HTTP", code="INVALID_ARGUMENT")
+        - sample(before, "s2s_requests_total", method="HTTP", code="INVALID_ARGUMENT")
+        == 300
+    )
     new = srv.log().split("\n")[lines_before:]
     assert not any("Traceback" in line or " ERROR " in line for line in new), "\n".join(new[-50:])
     # 340 refusals of two or three kinds, a line per kind every 10 s at most: a handful of lines, each a WARNING.
@@ -196,14 +364,21 @@ def test_a_client_that_hangs_up_frees_its_rows_at_once(srv, door):
     texts = english(32)  # 32 inputs x beam 8: 256 rows, seconds of decoding on this machine
     if door == "kserve":
         path = f"/v2/models/{JA}/infer"
-        body = json.dumps({"inputs": [tensor(texts)], "parameters": {"beam_width": 8, "max_tokens": 60}}).encode()
+        body = json.dumps(
+            {"inputs": [tensor(texts)], "parameters": {"beam_width": 8, "max_tokens": 60}}
+        ).encode()
     else:
-        path, body = "/translate", json.dumps({"q": texts, "source": "en", "target": "ja", "alternatives": 7}).encode()
+        path, body = (
+            "/translate",
+            json.dumps({"q": texts, "source": "en", "target": "ja", "alternatives": 7}).encode(),
+        )
     before = sample(metrics(srv), "s2s_requests_total", code="CANCELLED")
     ok_before = sample(metrics(srv), "s2s_requests_total", code="OK")
     s = socket.create_connection(("127.0.0.1", srv.http_port), timeout=30)
-    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+    s.sendall(
+        b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+    )
     assert wait_for(lambda: _rows(srv) >= 100, timeout=30), _rows(srv)  # queued or decoding (64 rows a step)
     s.close()
     t0 = time.monotonic()
@@ -243,8 +418,14 @@ def test_health_checks_go_on_while_html_is_refused_and_parsed(srv):
     """Health checks are answered while a 4 MB html body is sent and refused, and while an html body within the
     limits is parsed (which thread parses is tests/test_off_loop.py's; the worst check is printed)."""
     huge = json.dumps({"q": "<b>" * 1_300_000, "source": "en", "target": "ja", "format": "html"})  # ~4 MB
-    within = json.dumps({"q": "<i></i>" * 8000 + '<p title="' + "&amp;" * 30_000 + '">Hello.</p>', "source": "en",
-                         "target": "ja", "format": "html"})
+    within = json.dumps(
+        {
+            "q": "<i></i>" * 8000 + '<p title="' + "&amp;" * 30_000 + '">Hello.</p>',
+            "source": "en",
+            "target": "ja",
+            "format": "html",
+        }
+    )
     for body, status in ((huge, 400), (within, 200)):
         worst, got, raw = _worst_health_check_while(srv, body)
         assert got == status, raw[:200]
@@ -253,7 +434,9 @@ def test_health_checks_go_on_while_html_is_refused_and_parsed(srv):
 
 def test_health_checks_go_on_while_a_4mb_json_body_is_checked(srv):
     """Its elements are walked (nesting, surrogates) in a worker thread: the health checks go on meanwhile."""
-    many = json.dumps({"q": ["Hi"] * 650_000 + ["\ud800"], "source": "en", "target": "ja"})  # ~4 MB, checked to the end
+    many = json.dumps(
+        {"q": ["Hi"] * 650_000 + ["\ud800"], "source": "en", "target": "ja"}
+    )  # ~4 MB, checked to the end
     worst, status, raw = _worst_health_check_while(srv, many)
     assert status == 400 and "q[650000] holds a lone UTF-16 surrogate" in json.loads(raw)["error"], raw[:300]
     print(f"JSON {len(many)} characters -> {status}: worst concurrent health check {worst * 1000:.1f} ms")
@@ -279,15 +462,26 @@ def test_slow_and_idle_connections_are_closed_and_connections_are_capped(srv):
 
 
 def test_cors_preflight_and_allowed_origin(srv):
-    pre = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
-           "Access-Control-Request-Headers": "authorization, content-type"}
+    pre = {
+        "Origin": "https://app.example",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type",
+    }
     status, _, headers = request(srv, "OPTIONS", "/translate", headers=pre)
     assert status == 204 and headers["Access-Control-Allow-Origin"] == "https://app.example"
-    assert "POST" in headers["Access-Control-Allow-Methods"] and "Authorization" in headers["Access-Control-Allow-Headers"]
+    assert (
+        "POST" in headers["Access-Control-Allow-Methods"]
+        and "Authorization" in headers["Access-Control-Allow-Headers"]
+    )
     status, _, headers = request(srv, "OPTIONS", INFER, headers={**pre, "Origin": "https://evil.example"})
     assert status == 403 and "Access-Control-Allow-Origin" not in headers
-    status, raw, headers = request(srv, "POST", "/translate", json.dumps({"q": "Hello.", "source": "en", "target": "ja"}),
-                                   {**JSON, "Origin": "https://app.example"})
+    status, raw, headers = request(
+        srv,
+        "POST",
+        "/translate",
+        json.dumps({"q": "Hello.", "source": "en", "target": "ja"}),
+        {**JSON, "Origin": "https://app.example"},
+    )
     assert status == 200 and headers["Access-Control-Allow-Origin"] == "https://app.example"
     status, raw, headers = request(srv, "GET", "/languages", headers={"Origin": "https://evil.example"})
     assert status == 200 and "Access-Control-Allow-Origin" not in headers
@@ -295,7 +489,11 @@ def test_cors_preflight_and_allowed_origin(srv):
 
 def test_cors_is_off_by_default(server):
     conn = http.client.HTTPConnection("127.0.0.1", server.config.http_port, timeout=30)
-    conn.request("OPTIONS", "/translate", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+    conn.request(
+        "OPTIONS",
+        "/translate",
+        headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"},
+    )
     r = conn.getresponse()
     assert r.status == 405 and r.getheader("Access-Control-Allow-Origin") is None
     conn.close()
@@ -321,13 +519,19 @@ def test_drain_answers_new_connections_503_while_requests_finish(tmp_path, model
 
 
 def test_a_generate_stream_refused_by_the_engine_logs_no_traceback(tmp_path, model_repo):
-    s = Served(tmp_path, "--batching", "none", "--max-batch-size", "1", "--max-queue-size", "3", "--instances", "1")
+    s = Served(
+        tmp_path, "--batching", "none", "--max-batch-size", "1", "--max-queue-size", "3", "--instances", "1"
+    )
     try:
+
         def stream(i):
             with grpc.insecure_channel(s.address) as ch:
                 try:
-                    return list(pb_grpc.Seq2SeqStub(ch).GenerateStream(
-                        pb.GenerateRequest(model=ADD, inputs=[f"{i}+{i}"] * 3), timeout=60))
+                    return list(
+                        pb_grpc.Seq2SeqStub(ch).GenerateStream(
+                            pb.GenerateRequest(model=ADD, inputs=[f"{i}+{i}"] * 3), timeout=60
+                        )
+                    )
                 except grpc.RpcError as e:
                     return e
 

@@ -18,9 +18,8 @@ import time
 import urllib.request
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from conftest import ServerThread, alive, server_config, wait_for
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 JA = "translate-en-ja"
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -39,7 +38,11 @@ def post(srv, path: str, body: dict, deadline: str | None = None) -> tuple[int, 
 
 
 def cores_up(srv) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=10).read().decode()
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
     line = next(ln for ln in text.splitlines() if ln.startswith(f's2s_engine_cores_up{{model="{JA}"}}'))
     return float(line.rsplit(" ", 1)[1])
 
@@ -55,7 +58,9 @@ def test_a_hung_core_is_timed_out_marked_down_killed_and_restarted(model_repo):
         with grpc.insecure_channel(srv.address) as ch:
             health = health_pb2_grpc.HealthStub(ch)
             while not done.is_set():
-                seen.append((health.Check(health_pb2.HealthCheckRequest(service=JA), timeout=5).status, cores_up(srv)))
+                seen.append(
+                    (health.Check(health_pb2.HealthCheckRequest(service=JA), timeout=5).status, cores_up(srv))
+                )
                 time.sleep(0.02)
 
     infer = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["Good morning."]}]}
@@ -64,10 +69,14 @@ def test_a_hung_core_is_timed_out_marked_down_killed_and_restarted(model_repo):
         os.kill(pid, signal.SIGSTOP)
         with concurrent.futures.ThreadPoolExecutor(5) as pool:
             watcher = pool.submit(watch)
-            timed = [pool.submit(post, srv, f"/v2/models/{JA}/infer", infer, "1"),
-                     pool.submit(post, srv, "/translate", translate, "1")]
-            waiting = [pool.submit(post, srv, f"/v2/models/{JA}/infer", infer),
-                       pool.submit(post, srv, "/translate", translate)]
+            timed = [
+                pool.submit(post, srv, f"/v2/models/{JA}/infer", infer, "1"),
+                pool.submit(post, srv, "/translate", translate, "1"),
+            ]
+            waiting = [
+                pool.submit(post, srv, f"/v2/models/{JA}/infer", infer),
+                pool.submit(post, srv, "/translate", translate),
+            ]
             for f in timed:
                 status, error, took = f.result()
                 assert status == 504 and "deadline" in error, (status, error)
@@ -111,10 +120,13 @@ def test_a_flood_into_a_hung_core_does_not_stop_the_event_loop(model_repo):
 
     async def flood():
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
             async def one():
-                async with session.post(f"{base}/v2/models/addition/infer", json=body,
-                                        timeout=aiohttp.ClientTimeout(total=120)) as r:
+                async with session.post(
+                    f"{base}/v2/models/addition/infer", json=body, timeout=aiohttp.ClientTimeout(total=120)
+                ) as r:
                     return r.status
+
             calls = [asyncio.ensure_future(one()) for _ in range(500)]
             while not core._unsent and core.state.pid == pid:  # until the pipe is full (or the core replaced)
                 await asyncio.sleep(0.01)
@@ -122,8 +134,10 @@ def test_a_flood_into_a_hung_core_does_not_stop_the_event_loop(model_repo):
             # The probe from another address, as a load balancer's: this one holds most of the port, more than
             # its share (--http-max-connections-per-peer), and the rest is kept for the others.
             probe = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
-            async with aiohttp.ClientSession(connector=probe) as other, \
-                    other.get(f"{base}/v2/health/live", timeout=aiohttp.ClientTimeout(total=10)) as r:
+            async with (
+                aiohttp.ClientSession(connector=probe) as other,
+                other.get(f"{base}/v2/health/live", timeout=aiohttp.ClientTimeout(total=10)) as r,
+            ):
                 health = r.status
             return full, health, await asyncio.gather(*calls)
 

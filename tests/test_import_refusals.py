@@ -93,11 +93,16 @@ def test_config_sizes_that_disagree_with_the_weights(capsys, checkpoint, tmp_pat
     edit_json(folder / "config.json", encoder_ffn_dim=16, decoder_ffn_dim=16, encoder_layers=3)
     refused(capsys, folder, tmp_path / "repo", "model.safetensors", "model.encoder.layers.2", "config.json")
     edit_json(folder / "config.json", encoder_layers=1)
-    refused(capsys, folder, tmp_path / "repo", "model.safetensors", "encoder layer 1", "'encoder_layers' is 1")
+    refused(
+        capsys, folder, tmp_path / "repo", "model.safetensors", "encoder layer 1", "'encoder_layers' is 1"
+    )
     edit_json(folder / "config.json", encoder_layers=2, vocab_size=50, decoder_vocab_size=50)
     refused(capsys, folder, tmp_path / "repo", "vocab.json", "'vocab_size' is 50")
-    edit_json(folder / "config.json", vocab_size=json.loads((checkpoint / "config.json").read_text())["vocab_size"],
-              activation_function="gelu_new")
+    edit_json(
+        folder / "config.json",
+        vocab_size=json.loads((checkpoint / "config.json").read_text())["vocab_size"],
+        activation_function="gelu_new",
+    )
     refused(capsys, folder, tmp_path / "repo", "config.json", "'activation_function' is 'gelu_new'", "swish")
 
 

@@ -18,25 +18,30 @@ import sys
 import textwrap
 import urllib.request
 
+import grpc
 import numpy as np
 import pytest
-
 import tritonclient.grpc as triton
 import tritonclient.grpc.aio as triton_aio
+from conftest import MODEL_REPO, ROOT, ServerThread, server_config
 from tritonclient.grpc import service_pb2 as triton_pb
 from tritonclient.utils import InferenceServerException
 
-import grpc
-from conftest import MODEL_REPO, ROOT, ServerThread, server_config
-from s2s.seq2seq_client import Seq2SeqClient
-from server.kserve.tensors import join_bytes
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
+from s2s.seq2seq_client import Seq2SeqClient
+from server.kserve.tensors import join_bytes
 
 # Inputs each default model can tokenize; only models present in the repository are tested.
 SAMPLES = {
     "addition": ["12+30", "7+5", "100+23", "0+0", "999+1"],
-    "translate-en-ja": ["Save", "Open File", "Settings", "Cancel", "Delete"],  # from data/en-ja/ui-strings.tsv
+    "translate-en-ja": [
+        "Save",
+        "Open File",
+        "Settings",
+        "Cancel",
+        "Delete",
+    ],  # from data/en-ja/ui-strings.tsv
 }
 MODELS = [m for m in SAMPLES if (MODEL_REPO / m).is_dir()]
 TIMEOUT = 60
@@ -58,7 +63,9 @@ def stub(server):
 
 def text_input(texts: list[str], shape: list[int] | None = None) -> triton.InferInput:
     inp = triton.InferInput("text_input", shape or [len(texts)], "BYTES")
-    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object).reshape(shape or [len(texts)]))
+    inp.set_data_from_numpy(
+        np.array([t.encode() for t in texts], dtype=object).reshape(shape or [len(texts)])
+    )
     return inp
 
 
@@ -67,7 +74,9 @@ def outputs_of(result) -> list[str]:
 
 
 def contents_request(model: str, texts: list[bytes], shape=None, **kw) -> pb.ModelInferRequest:
-    t = pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=shape or [len(texts)])
+    t = pb.ModelInferRequest.InferInputTensor(
+        name="text_input", datatype="BYTES", shape=shape or [len(texts)]
+    )
     t.contents.bytes_contents.extend(texts)
     return pb.ModelInferRequest(model_name=model, inputs=[t], **kw)
 
@@ -84,7 +93,12 @@ def test_proto_matches_the_triton_wire_format(tmp_path):
     from grpc_tools import protoc
 
     out = tmp_path / "set.pb"
-    assert protoc.main(["protoc", f"-I{ROOT}", f"--descriptor_set_out={out}", "protos/inference/grpc_service.proto"]) == 0
+    assert (
+        protoc.main(
+            ["protoc", f"-I{ROOT}", f"--descriptor_set_out={out}", "protos/inference/grpc_service.proto"]
+        )
+        == 0
+    )
     (ours,) = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
     assert ours.package == "inference"
     pool = triton_pb.DESCRIPTOR.pool
@@ -93,9 +107,13 @@ def test_proto_matches_the_triton_wire_format(tmp_path):
         theirs = pool.FindMessageTypeByName(f"{prefix}{msg.name}")
         for f in msg.field:
             t = theirs.fields_by_number.get(f.number)
-            assert t is not None, f"{prefix}{msg.name}.{f.name} = {f.number}: no such field number in Triton's"
+            assert t is not None, (
+                f"{prefix}{msg.name}.{f.name} = {f.number}: no such field number in Triton's"
+            )
             repeated = f.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
-            assert (t.name, t.type, t.is_repeated) == (f.name, f.type, repeated), f"{prefix}{msg.name}.{f.name}"
+            assert (t.name, t.type, t.is_repeated) == (f.name, f.type, repeated), (
+                f"{prefix}{msg.name}.{f.name}"
+            )
             if f.type_name:
                 ref = t.message_type or t.enum_type
                 assert f.type_name == f".{ref.full_name}", f"{prefix}{msg.name}.{f.name}"
@@ -115,9 +133,19 @@ def test_proto_matches_the_triton_wire_format(tmp_path):
         t = theirs.methods_by_name[m.name]
         assert (m.input_type, m.output_type) == (f".{t.input_type.full_name}", f".{t.output_type.full_name}")
         assert (m.client_streaming, m.server_streaming) == (t.client_streaming, t.server_streaming)
-    assert {m.name for m in service.method} >= {"ServerLive", "ServerReady", "ModelReady", "ServerMetadata",
-                                                 "ModelMetadata", "ModelInfer", "ModelStreamInfer", "ModelConfig",
-                                                 "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"}
+    assert {m.name for m in service.method} >= {
+        "ServerLive",
+        "ServerReady",
+        "ModelReady",
+        "ServerMetadata",
+        "ModelMetadata",
+        "ModelInfer",
+        "ModelStreamInfer",
+        "ModelConfig",
+        "RepositoryIndex",
+        "RepositoryModelLoad",
+        "RepositoryModelUnload",
+    }
 
 
 def test_health_and_metadata(client, server):
@@ -140,17 +168,33 @@ def test_health_and_metadata(client, server):
         inputs = {t["name"]: (t["datatype"], t["shape"]) for t in m["inputs"]}
         assert inputs["text_input"] == ("BYTES", ["-1"])  # MessageToJson writes int64 as strings
         assert {t["name"]: (t["datatype"], t["shape"]) for t in m["outputs"]} == {
-            "text_output": ("BYTES", ["-1"]), "input_tokens": ("INT64", ["-1"]), "output_tokens": ("INT64", ["-1"]),
-            "hypotheses": ("BYTES", ["-1", "-1"]), "scores": ("FP32", ["-1", "-1"]),
-            "protected_spans": ("BYTES", ["-1"]), "pieces": ("INT64", ["-1"])}
+            "text_output": ("BYTES", ["-1"]),
+            "input_tokens": ("INT64", ["-1"]),
+            "output_tokens": ("INT64", ["-1"]),
+            "hypotheses": ("BYTES", ["-1", "-1"]),
+            "scores": ("FP32", ["-1", "-1"]),
+            "protected_spans": ("BYTES", ["-1"]),
+            "pieces": ("INT64", ["-1"]),
+        }
         assert set(inputs) == {"text_input", "target_prefix", "max_tokens", "beam_width"}
 
         cfg = client.get_model_config(model).config
         assert cfg.name == model and cfg.max_batch_size == 0
-        assert [(i.name, i.optional) for i in cfg.input] == [("text_input", False), ("target_prefix", True),
-                                                             ("max_tokens", True), ("beam_width", True)]
-        assert [o.name for o in cfg.output] == ["text_output", "input_tokens", "output_tokens", "hypotheses", "scores",
-                                                "protected_spans", "pieces"]
+        assert [(i.name, i.optional) for i in cfg.input] == [
+            ("text_input", False),
+            ("target_prefix", True),
+            ("max_tokens", True),
+            ("beam_width", True),
+        ]
+        assert [o.name for o in cfg.output] == [
+            "text_output",
+            "input_tokens",
+            "output_tokens",
+            "hypotheses",
+            "scores",
+            "protected_spans",
+            "pieces",
+        ]
         assert cfg.parameters["num_hypotheses_range"].string_value.startswith("1..")
 
     index = client.get_model_repository_index(as_json=True)
@@ -161,7 +205,9 @@ def test_health_and_metadata(client, server):
         client.get_model_metadata("no-such-model")
     assert e.value.status() == "StatusCode.NOT_FOUND" and "no-such-model" in e.value.message()
     with pytest.raises(InferenceServerException) as e:
-        client.get_inference_statistics(MODELS[0])  # not implemented: Triton's own answer for a missing extension
+        client.get_inference_statistics(
+            MODELS[0]
+        )  # not implemented: Triton's own answer for a missing extension
     assert e.value.status() == "StatusCode.UNIMPLEMENTED"
 
 
@@ -188,7 +234,9 @@ def test_infer_both_encodings_match_seq2seq(client, stub, server, model):
     assert outputs_of(result) == expected
 
     # [N, 1] works too and keeps its shape.
-    result = client.infer(model, [text_input(texts, [len(texts), 1])], outputs=[triton.InferRequestedOutput("text_output")])
+    result = client.infer(
+        model, [text_input(texts, [len(texts), 1])], outputs=[triton.InferRequestedOutput("text_output")]
+    )
     assert result.as_numpy("text_output").shape == (len(texts), 1)
     assert outputs_of(result) == expected
 
@@ -206,21 +254,28 @@ def test_generation_options(client, stub, server, model):
         expected = seq2seq(server, model, texts, **kw)
         assert outputs_of(client.infer(model, [text_input(texts)], parameters=params)) == expected
         # The same option as an optional input of shape [1], INT64 (raw) and INT32 (contents).
-        (key, value), = params.items()
+        ((key, value),) = params.items()
         opt = triton.InferInput(key, [1], "INT64")
         opt.set_data_from_numpy(np.array([value], dtype=np.int64))
         assert outputs_of(client.infer(model, [text_input(texts), opt])) == expected
         req = contents_request(model, [t.encode() for t in texts])
         t = req.inputs.add(name=key, datatype="INT32", shape=[1])
         t.contents.int_contents.append(value)
-        assert [b.decode() for b in stub.ModelInfer(req, timeout=TIMEOUT).outputs[0].contents.bytes_contents] == expected
+        assert [
+            b.decode() for b in stub.ModelInfer(req, timeout=TIMEOUT).outputs[0].contents.bytes_contents
+        ] == expected
     if model == "addition":
         # max_tokens bounds the output: no answer longer than 3 tokens (characters, for addition's tokenizer).
-        assert all(len(o) <= 3 for o in outputs_of(client.infer(model, [text_input(texts)], parameters={"max_tokens": 3})))
+        assert all(
+            len(o) <= 3
+            for o in outputs_of(client.infer(model, [text_input(texts)], parameters={"max_tokens": 3}))
+        )
 
 
-@pytest.mark.skipif(MODEL_REPO.resolve() != (ROOT / "models").resolve() or not (MODEL_REPO / "addition").is_dir(),
-                    reason="correctness needs the committed, trained models/ (S2S_TEST_MODEL_REPO points elsewhere)")
+@pytest.mark.skipif(
+    MODEL_REPO.resolve() != (ROOT / "models").resolve() or not (MODEL_REPO / "addition").is_dir(),
+    reason="correctness needs the committed, trained models/ (S2S_TEST_MODEL_REPO points elsewhere)",
+)
 def test_addition_is_correct(client):
     assert outputs_of(client.infer("addition", [text_input(["12+30"])])) == ["42"]
 
@@ -236,7 +291,9 @@ def test_aio_client_64_concurrent(server):
             jobs = []
             for i in range(64):
                 texts = [pool[i % len(pool)], pool[(i + 1) % len(pool)]]
-                jobs.append((texts, c.infer(model, [text_input(texts)], request_id=str(i), client_timeout=TIMEOUT)))
+                jobs.append(
+                    (texts, c.infer(model, [text_input(texts)], request_id=str(i), client_timeout=TIMEOUT))
+                )
             results = await asyncio.gather(*(j for _, j in jobs))
             return [(texts, r) for (texts, _), r in zip(jobs, results)]
 
@@ -261,14 +318,17 @@ def test_streaming_clients(server):
         bad = triton.InferInput("text_input", [1], "FP32")
         bad.set_data_from_numpy(np.array([1.0], dtype=np.float32))
         c.async_stream_infer(model, [bad], request_id="bad")
-        c.async_stream_infer(model, [text_input(texts)], request_id="after-bad", enable_empty_final_response=True)
+        c.async_stream_infer(
+            model, [text_input(texts)], request_id="after-bad", enable_empty_final_response=True
+        )
         got = [answers.get(timeout=TIMEOUT) for _ in range(len(texts) + 2)]
         c.stop_stream()
     errors = [e for r, e in got if e is not None]
     assert len(errors) == 1 and "[request id: bad]" in str(errors[0]) and "datatype" in str(errors[0])
     results = {r.get_response().id: r for r, e in got if e is None}
     assert {k: outputs_of(r) for k, r in results.items() if k.startswith("good")} == {
-        f"good-{i}": [expected[i]] for i in range(len(texts))}
+        f"good-{i}": [expected[i]] for i in range(len(texts))
+    }
     assert outputs_of(results["after-bad"]) == expected
     assert results["after-bad"].get_response().parameters["triton_final_response"].bool_param
 
@@ -279,7 +339,9 @@ def test_streaming_clients(server):
                 yield {"model_name": model, "inputs": [text_input([t])], "request_id": str(i)}
 
         async with triton_aio.InferenceServerClient(server.address) as c:
-            return [(r.get_response().id, outputs_of(r)) async for r, e in c.stream_infer(requests()) if e is None]
+            return [
+                (r.get_response().id, outputs_of(r)) async for r, e in c.stream_infer(requests()) if e is None
+            ]
 
     assert sorted(asyncio.run(main())) == sorted((str(i), [expected[i]]) for i in range(len(texts)))
 
@@ -288,30 +350,68 @@ def test_streaming_clients(server):
 def _bad_requests(model: str):
     ok = [b"12+30"] if model == "addition" else [SAMPLES[model][0].encode()]
     raw = lambda *items: pb.ModelInferRequest(  # noqa: E731
-        model_name=model, raw_input_contents=list(items),
-        inputs=[pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=[1])])
-    yield "unknown model", pb.ModelInferRequest(model_name="no-such-model", inputs=contents_request(model, ok).inputs), \
-        grpc.StatusCode.NOT_FOUND, "no-such-model"
-    yield "unknown version", contents_request(model, ok, model_version="999"), grpc.StatusCode.NOT_FOUND, "'999'"
+        model_name=model,
+        raw_input_contents=list(items),
+        inputs=[pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=[1])],
+    )
+    yield (
+        "unknown model",
+        pb.ModelInferRequest(model_name="no-such-model", inputs=contents_request(model, ok).inputs),
+        grpc.StatusCode.NOT_FOUND,
+        "no-such-model",
+    )
+    yield (
+        "unknown version",
+        contents_request(model, ok, model_version="999"),
+        grpc.StatusCode.NOT_FOUND,
+        "'999'",
+    )
     r = contents_request(model, ok)
     r.inputs[0].datatype = "FP32"
     yield "wrong datatype", r, grpc.StatusCode.INVALID_ARGUMENT, "datatype 'FP32'"
-    yield "wrong shape", contents_request(model, ok * 4, shape=[2, 2]), grpc.StatusCode.INVALID_ARGUMENT, "shape [2, 2]"
-    yield "shape vs elements", contents_request(model, ok, shape=[3]), grpc.StatusCode.INVALID_ARGUMENT, "needs 3"
+    yield (
+        "wrong shape",
+        contents_request(model, ok * 4, shape=[2, 2]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "shape [2, 2]",
+    )
+    yield (
+        "shape vs elements",
+        contents_request(model, ok, shape=[3]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "needs 3",
+    )
     r = contents_request(model, ok)
     r.inputs[0].name = "text"
     yield "unknown tensor", r, grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference input 'text'"
     r = contents_request(model, ok)
     r.inputs.add(name="temperature", datatype="FP32", shape=[1]).contents.fp32_contents.append(0.5)
     yield "extra tensor", r, grpc.StatusCode.INVALID_ARGUMENT, "'temperature'"
-    yield "missing text_input", pb.ModelInferRequest(model_name=model), grpc.StatusCode.INVALID_ARGUMENT, \
-        "missing input 'text_input'"
+    yield (
+        "missing text_input",
+        pb.ModelInferRequest(model_name=model),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "missing input 'text_input'",
+    )
     yield "invalid UTF-8", contents_request(model, [b"\xff\xfe12"]), grpc.StatusCode.INVALID_ARGUMENT, "UTF-8"
-    yield "raw: length beyond buffer", raw(struct.pack("<I", 100) + b"12+30"), grpc.StatusCode.INVALID_ARGUMENT, \
-        "declares 100 bytes but only 5 remain"
-    yield "raw: truncated prefix", raw(join_bytes(ok) + b"\x01\x00"), grpc.StatusCode.INVALID_ARGUMENT, \
-        "truncated length prefix"
-    yield "raw: count", raw(join_bytes(ok), join_bytes(ok)), grpc.StatusCode.INVALID_ARGUMENT, "2 entries for 1 inputs"
+    yield (
+        "raw: length beyond buffer",
+        raw(struct.pack("<I", 100) + b"12+30"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "declares 100 bytes but only 5 remain",
+    )
+    yield (
+        "raw: truncated prefix",
+        raw(join_bytes(ok) + b"\x01\x00"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "truncated length prefix",
+    )
+    yield (
+        "raw: count",
+        raw(join_bytes(ok), join_bytes(ok)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "2 entries for 1 inputs",
+    )
     r = contents_request(model, ok)
     r.outputs.add(name="logits")
     yield "unknown output", r, grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference output 'logits'"
@@ -324,7 +424,12 @@ def _bad_requests(model: str):
     r = contents_request(model, ok)
     r.inputs.add(name="max_tokens", datatype="INT64", shape=[2]).contents.int64_contents.extend([1, 2])
     yield "option shape", r, grpc.StatusCode.INVALID_ARGUMENT, "'max_tokens' has shape [2]"
-    yield "empty text", contents_request(model, [b"   "]), grpc.StatusCode.INVALID_ARGUMENT, "input 0 is empty"
+    yield (
+        "empty text",
+        contents_request(model, [b"   "]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "input 0 is empty",
+    )
 
 
 def test_bad_requests_are_refused_and_the_server_keeps_serving(client, stub, server):
@@ -381,7 +486,11 @@ def test_model_not_ready_is_unavailable(model_repo):
 def _requests_total(server, model: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=10).read().decode()
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -404,8 +513,15 @@ def test_both_apis_share_outputs_and_metrics(client, stub, server):
 
     with pytest.raises(grpc.RpcError):
         stub.ModelInfer(contents_request(model, [b"\xff"]), timeout=TIMEOUT)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=10).read().decode()
-    assert f's2s_requests_total{{code="INVALID_ARGUMENT",method="ModelInfer",model="{model}",protocol="grpc"}}' in text
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
+    assert (
+        f's2s_requests_total{{code="INVALID_ARGUMENT",method="ModelInfer",model="{model}",protocol="grpc"}}'
+        in text
+    )
 
 
 # ---- the deployed configuration: our generated module, no tritonclient in the process ---------------
@@ -433,9 +549,13 @@ def test_generated_module_in_a_fresh_process(client):
         print(json.dumps([b.decode() for b in resp.outputs[0].contents.bytes_contents]))
     """)
     env = {**os.environ, "S2S_TEST_MODEL_REPO": str(MODEL_REPO)}
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == outputs_of(client.infer(model, [text_input(texts)]))
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == outputs_of(
+        client.infer(model, [text_input(texts)])
+    )
 
 
 @pytest.mark.parametrize("first", ["ours", "tritonclient"])
@@ -450,5 +570,7 @@ def test_either_import_order(first):
         import server.kserve.grpc_binding
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -9,7 +9,6 @@ import ast
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 PACKAGES = ("server", "engine")
@@ -61,9 +60,13 @@ def _imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)  # `from server import distinct` imports a module
+            found.update(
+                f"{base}.{a.name}" for a in node.names
+            )  # `from server import distinct` imports a module
     return found
 
 
@@ -86,7 +89,7 @@ def _cycle(package: str) -> list[str] | None:
             if dep.startswith(m + "."):  # a package importing its own submodule is no circle
                 continue
             if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep not in state and (found := visit(dep)):
                 return found
         stack.pop()
@@ -122,12 +125,18 @@ def _under(m: str, folder: str) -> bool:
     return m == folder or m.startswith(folder + ".")
 
 
-HTTP_MODULES = sorted(m for m in MODULES if (m.startswith("server.transport.http_") or m in HTTP_EXTRA
-                                             or any(_under(m, f) for f in HTTP_FOLDERS)) and m not in GRPC_DOORS)
+HTTP_MODULES = sorted(
+    m
+    for m in MODULES
+    if (m.startswith("server.transport.http_") or m in HTTP_EXTRA or any(_under(m, f) for f in HTTP_FOLDERS))
+    and m not in GRPC_DOORS
+)
 
 
 def test_http_modules_are_found():
-    assert {"server.transport.http_app", "server.kserve.rest_binding", "server.doors.libretranslate"} <= set(HTTP_MODULES)
+    assert {"server.transport.http_app", "server.kserve.rest_binding", "server.doors.libretranslate"} <= set(
+        HTTP_MODULES
+    )
 
 
 def _offenders(module: str, prefixes: tuple[str, ...]) -> list[str]:
@@ -145,7 +154,9 @@ def test_http_modules_reach_no_grpc_or_protobuf(module):
     assert not offenders, f"{module} speaks HTTP but reaches gRPC/protobuf:\n" + "\n".join(offenders)
 
 
-CORE_CHILD = sorted(m for m in MODULES if _under(m, "server.core") and m not in ("server.core", CORE_FRONT_END))
+CORE_CHILD = sorted(
+    m for m in MODULES if _under(m, "server.core") and m not in ("server.core", CORE_FRONT_END)
+)
 
 
 def test_core_child_modules_are_found():
@@ -155,7 +166,9 @@ def test_core_child_modules_are_found():
 @pytest.mark.parametrize("module", CORE_CHILD)
 def test_engine_core_reaches_no_event_loop_or_grpc(module):
     offenders = _offenders(module, ASYNC_PREFIXES)
-    assert not offenders, f"{module} runs in the engine core but reaches an event loop or gRPC:\n" + "\n".join(offenders)
+    assert not offenders, (
+        f"{module} runs in the engine core but reaches an event loop or gRPC:\n" + "\n".join(offenders)
+    )
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))
@@ -176,8 +189,11 @@ def test_every_server_module_has_a_room():
 
 
 def test_server_files_are_under_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "server").rglob("*.py"))
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sorted((ROOT / "server").rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     assert not long, f"files of server/ over {MAX_LINES} lines: {long}"
 
 
@@ -187,6 +203,10 @@ IMPORT_ONLY = ("torch", "transformers", "sentencepiece", "safetensors", "trainin
 def test_serving_needs_no_import_extra():
     """Imported models are served with `tokenizers` alone: no module of server/ or engine/ imports torch,
     transformers or sentencepiece (the import extra), nor training/ or export/."""
-    bad = sorted(f"{m} imports {i}" for m in MODULES for i in GRAPH[m]
-                 if any(i == p or i.startswith(p + ".") for p in IMPORT_ONLY))
+    bad = sorted(
+        f"{m} imports {i}"
+        for m in MODULES
+        for i in GRAPH[m]
+        if any(i == p or i.startswith(p + ".") for p in IMPORT_ONLY)
+    )
     assert bad == []

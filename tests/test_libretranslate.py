@@ -14,12 +14,14 @@ import urllib.request
 
 import grpc
 import pytest
+from conftest import MODEL_REPO, ServerThread, server_config
 from libretranslatepy import LibreTranslateAPI
 
-from conftest import MODEL_REPO, ServerThread, server_config
 from s2s.seq2seq_client import Seq2SeqClient
 
-pytestmark = pytest.mark.skipif(not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model")
+pytestmark = pytest.mark.skipif(
+    not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model"
+)
 
 TIMEOUT = 60
 JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")  # hiragana, katakana, CJK ideographs
@@ -42,8 +44,16 @@ def grpc_generate(srv, texts: list[str]) -> list[str]:
         return c.generate("translate-en-ja", texts)
 
 
-def call(srv, path: str, body=None, *, form: bool = False, method: str = "POST", headers=None,
-         raw: bytes | None = None) -> tuple[int, object]:
+def call(
+    srv,
+    path: str,
+    body=None,
+    *,
+    form: bool = False,
+    method: str = "POST",
+    headers=None,
+    raw: bytes | None = None,
+) -> tuple[int, object]:
     """(status, decoded JSON) of one request; JSON body unless form."""
     h = dict(headers or {})
     data = raw
@@ -65,8 +75,10 @@ def call(srv, path: str, body=None, *, form: bool = False, method: str = "POST",
 # ---- the real client ------------------------------------------------------------------------------------------
 def test_languages_with_libretranslatepy(srv):
     langs = LibreTranslateAPI(url(srv)).languages(timeout=TIMEOUT)
-    assert langs == [{"code": "en", "name": "English", "targets": ["ja"]},
-                     {"code": "ja", "name": "Japanese", "targets": []}]
+    assert langs == [
+        {"code": "en", "name": "English", "targets": ["ja"]},
+        {"code": "ja", "name": "Japanese", "targets": []},
+    ]
     assert "addition" not in json.dumps(langs)  # a model that declares no languages is not offered
 
 
@@ -78,7 +90,9 @@ def test_translate_with_libretranslatepy_matches_grpc(srv):
 
 
 def test_detect_with_libretranslatepy(srv):
-    assert LibreTranslateAPI(url(srv)).detect("Open File", timeout=TIMEOUT) == [{"confidence": 100.0, "language": "en"}]
+    assert LibreTranslateAPI(url(srv)).detect("Open File", timeout=TIMEOUT) == [
+        {"confidence": 100.0, "language": "en"}
+    ]
 
 
 # ---- JSON bodies, lists, options ------------------------------------------------------------------------------
@@ -106,9 +120,12 @@ def test_alternatives_are_the_next_best_distinct_texts(srv):
     _, one = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja", "alternatives": 3})
     [want] = nbest(srv, ["Save"], 4, distinct_hypotheses=True)
     assert [one["translatedText"], *one["alternatives"]] == want and len(set(want)) == 4
-    _, many = call(srv, "translate", {"q": ["Save", "Cancel"], "source": "en", "target": "ja", "alternatives": "2"})
-    assert ([[t, *alts] for t, alts in zip(many["translatedText"], many["alternatives"])]
-            == nbest(srv, ["Save", "Cancel"], 3, distinct_hypotheses=True))
+    _, many = call(
+        srv, "translate", {"q": ["Save", "Cancel"], "source": "en", "target": "ja", "alternatives": "2"}
+    )
+    assert [[t, *alts] for t, alts in zip(many["translatedText"], many["alternatives"])] == nbest(
+        srv, ["Save", "Cancel"], 3, distinct_hypotheses=True
+    )
     _, none = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja"})
     assert "alternatives" not in none and none["translatedText"] == grpc_generate(srv, ["Save"])[0]
     status, body = call(srv, "translate", {"q": "Save", "source": "en", "target": "ja", "alternatives": 99})
@@ -135,13 +152,23 @@ def test_distinct_hypotheses_on_seq2seq_and_kserve(srv):
     text = "Account removal deletes all your private data."
     [grpc_texts] = nbest(srv, [text], 4, distinct_hypotheses=True)
     assert len(set(grpc_texts)) == 4
-    status, body = call(srv, "v2/models/translate-en-ja/infer", {
-        "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": [text]}],
-        "outputs": [{"name": "hypotheses"}], "parameters": {"num_hypotheses": 4, "distinct_hypotheses": True}})
+    status, body = call(
+        srv,
+        "v2/models/translate-en-ja/infer",
+        {
+            "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": [text]}],
+            "outputs": [{"name": "hypotheses"}],
+            "parameters": {"num_hypotheses": 4, "distinct_hypotheses": True},
+        },
+    )
     assert status == 200, body
     assert next(o["data"] for o in body["outputs"] if o["name"] == "hypotheses") == grpc_texts
     with Seq2SeqClient(srv.address) as c:
-        [last] = [m for m in c.stream("translate-en-ja", [text], num_hypotheses=4, distinct_hypotheses=True) if m.finished]
+        [last] = [
+            m
+            for m in c.stream("translate-en-ja", [text], num_hypotheses=4, distinct_hypotheses=True)
+            if m.finished
+        ]
     assert [h.text for h in last.output.hypotheses] == grpc_texts and last.text_delta == grpc_texts[0]
     with Seq2SeqClient(srv.address) as c:  # sampling draws each output alone: nothing to widen
         with pytest.raises(grpc.RpcError) as e:
@@ -152,8 +179,10 @@ def test_distinct_hypotheses_on_seq2seq_and_kserve(srv):
 def test_source_auto_takes_the_one_source(srv):
     status, body = call(srv, "translate", {"q": "Delete", "source": "auto", "target": "ja"})
     assert status == 200
-    assert body == {"translatedText": grpc_generate(srv, ["Delete"])[0],
-                    "detectedLanguage": {"confidence": 100.0, "language": "en"}}
+    assert body == {
+        "translatedText": grpc_generate(srv, ["Delete"])[0],
+        "detectedLanguage": {"confidence": 100.0, "language": "en"},
+    }
     _, many = call(srv, "translate", {"q": ["Save", "Delete"], "source": "auto", "target": "ja"})
     assert many["detectedLanguage"] == [{"confidence": 100.0, "language": "en"}] * 2
 
@@ -164,11 +193,17 @@ def test_html_keeps_tags_and_translates_text_nodes(srv):
     assert status == 200
     a, b, c = grpc_generate(srv, ["Open File", "Save", "Cancel"])
     esc = lambda s: s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # noqa: E731
-    assert body["translatedText"] == (f'<p class="ui">{esc(a)}</p>\n  <ul><li><b>{esc(b)}</b> </li><li>{esc(c)}</li>'
-                                      '</ul><!-- note --><script>x="<i>Delete</i>"</script>')
+    assert body["translatedText"] == (
+        f'<p class="ui">{esc(a)}</p>\n  <ul><li><b>{esc(b)}</b> </li><li>{esc(c)}</li>'
+        '</ul><!-- note --><script>x="<i>Delete</i>"</script>'
+    )
     # A list of documents, entities decoded before translation; markup with no text comes back as it was.
-    _, many = call(srv, "translate", {"q": ["<i>Save</i>", "<br/>", "Tom &amp; Jerry"], "source": "en", "target": "ja",
-                                      "format": "html"}, form=False)
+    _, many = call(
+        srv,
+        "translate",
+        {"q": ["<i>Save</i>", "<br/>", "Tom &amp; Jerry"], "source": "en", "target": "ja", "format": "html"},
+        form=False,
+    )
     x, y = grpc_generate(srv, ["Save", "Tom & Jerry"])
     assert many["translatedText"] == [f"<i>{esc(x)}</i>", "<br/>", esc(y)]
 
@@ -185,18 +220,51 @@ ERRORS = [
     ("q blank", {"q": "   ", "source": "en", "target": "ja"}, 400, "empty"),
     ("missing source", {"q": "Save", "target": "ja"}, 400, "missing source"),
     ("missing target", {"q": "Save", "source": "en"}, 400, "missing target"),
-    ("unknown pair", {"q": "Save", "source": "en", "target": "fr"}, 400, "'en' -> 'fr' is not served; served: en -> ja"),
+    (
+        "unknown pair",
+        {"q": "Save", "source": "en", "target": "fr"},
+        400,
+        "'en' -> 'fr' is not served; served: en -> ja",
+    ),
     ("reverse pair", {"q": "Save", "source": "ja", "target": "en"}, 400, "served: en -> ja"),
-    ("auto to unknown", {"q": "Save", "source": "auto", "target": "de"}, 400, "no served model translates to 'de'"),
-    ("bad format", {"q": "Save", "source": "en", "target": "ja", "format": "markdown"}, 400, "format must be"),
-    ("negative alternatives", {"q": "Save", "source": "en", "target": "ja", "alternatives": -1}, 400, "alternatives"),
-    ("bad alternatives", {"q": "Save", "source": "en", "target": "ja", "alternatives": "many"}, 400, "alternatives"),
+    (
+        "auto to unknown",
+        {"q": "Save", "source": "auto", "target": "de"},
+        400,
+        "no served model translates to 'de'",
+    ),
+    (
+        "bad format",
+        {"q": "Save", "source": "en", "target": "ja", "format": "markdown"},
+        400,
+        "format must be",
+    ),
+    (
+        "negative alternatives",
+        {"q": "Save", "source": "en", "target": "ja", "alternatives": -1},
+        400,
+        "alternatives",
+    ),
+    (
+        "bad alternatives",
+        {"q": "Save", "source": "en", "target": "ja", "alternatives": "many"},
+        400,
+        "alternatives",
+    ),
     ("too long", {"q": LONG, "source": "en", "target": "ja"}, 400, "accepts at most"),
-    ("too long html node", {"q": f"<b>{LONG}</b>", "source": "en", "target": "ja", "format": "html"}, 400,
-     "each text node is one input"),
+    (
+        "too long html node",
+        {"q": f"<b>{LONG}</b>", "source": "en", "target": "ja", "format": "html"},
+        400,
+        "each text node is one input",
+    ),
     ("too many inputs", {"q": ["Save"] * 10_000, "source": "en", "target": "ja"}, 400, "the limit is"),
-    ("too many html nodes", {"q": "<b>Save</b>" * 1_000, "source": "en", "target": "ja", "format": "html"}, 400,
-     "text nodes"),
+    (
+        "too many html nodes",
+        {"q": "<b>Save</b>" * 1_000, "source": "en", "target": "ja", "format": "html"},
+        400,
+        "text nodes",
+    ),
 ]
 
 
@@ -219,8 +287,12 @@ def test_malformed_bodies(srv):
 
 
 def test_deadline_is_504(srv):
-    status, answer = call(srv, "translate", {"q": SAMPLES, "source": "en", "target": "ja"},
-                          headers={"X-Timeout-Seconds": "0.000001"})
+    status, answer = call(
+        srv,
+        "translate",
+        {"q": SAMPLES, "source": "en", "target": "ja"},
+        headers={"X-Timeout-Seconds": "0.000001"},
+    )
     assert status == 504 and "error" in answer, answer
 
 
@@ -228,10 +300,19 @@ def _translate_counts(srv) -> dict[tuple[str, str], float]:
     """s2s_requests_total of the Translate method over HTTP, by (code, model)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=TIMEOUT).read().decode()
-    return {(s.labels["code"], s.labels["model"]): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples
-            if s.name == "s2s_requests_total" and s.labels.get("method") == "Translate" and s.labels.get("protocol") == "http"}
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=TIMEOUT)
+        .read()
+        .decode()
+    )
+    return {
+        (s.labels["code"], s.labels["model"]): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "s2s_requests_total"
+        and s.labels.get("method") == "Translate"
+        and s.labels.get("protocol") == "http"
+    }
 
 
 def test_requests_are_counted(srv):
@@ -255,7 +336,11 @@ def auth_srv(model_repo):
 
 def test_auth(auth_srv):
     body = {"q": "Save", "source": "en", "target": "ja"}
-    for path, b, method in (("translate", body, "POST"), ("detect", {"q": "Save"}, "POST"), ("languages", None, "GET")):
+    for path, b, method in (
+        ("translate", body, "POST"),
+        ("detect", {"q": "Save"}, "POST"),
+        ("languages", None, "GET"),
+    ):
         status, answer = call(auth_srv, path, b, method=method)
         assert status == 401 and "bearer token" in answer["error"], (path, answer)
         status, answer = call(auth_srv, path, {**(b or {}), "api_key": "wrong"}, form=True, method=method)
@@ -300,9 +385,14 @@ def two_sources(model_repo, tmp_path_factory):
 
 
 def test_two_sources(two_sources):
-    assert call(two_sources, "languages", method="GET") == (200, [
-        {"code": "en", "name": "English", "targets": ["ja"]}, {"code": "fr", "name": "French", "targets": ["ja"]},
-        {"code": "ja", "name": "Japanese", "targets": []}])
+    assert call(two_sources, "languages", method="GET") == (
+        200,
+        [
+            {"code": "en", "name": "English", "targets": ["ja"]},
+            {"code": "fr", "name": "French", "targets": ["ja"]},
+            {"code": "ja", "name": "Japanese", "targets": []},
+        ],
+    )
     status, answer = call(two_sources, "translate", {"q": "Save", "source": "auto", "target": "ja"})
     assert status == 400 and "(en, fr)" in answer["error"] and "send one of them as source" in answer["error"]
     status, answer = call(two_sources, "detect", {"q": "Save"})
@@ -313,8 +403,8 @@ def test_two_sources(two_sources):
 
 
 def test_no_declared_languages():
-    from server.errors import InvalidInput
     from server.doors.libretranslate import languages, resolve
+    from server.errors import InvalidInput
 
     assert languages({}) == []
     with pytest.raises(InvalidInput, match="no served model declares its languages"):

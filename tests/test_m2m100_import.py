@@ -45,8 +45,10 @@ def encode(tok, rows):
         tok.src_lang = s
         ids.append(tok(text)["input_ids"])
     width = max(map(len, ids))
-    return (torch.tensor([x + [1] * (width - len(x)) for x in ids]),
-            torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]))
+    return (
+        torch.tensor([x + [1] * (width - len(x)) for x in ids]),
+        torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
+    )
 
 
 def hf_generate(model, tok, rows, **kw) -> list[list[int]]:
@@ -57,7 +59,9 @@ def hf_generate(model, tok, rows, **kw) -> list[list[int]]:
         idx = [i for i, r in enumerate(rows) if r[1] == lang]
         ids, mask = encode(tok, [rows[i] for i in idx])
         with torch.no_grad():
-            got = model.generate(input_ids=ids, attention_mask=mask, forced_bos_token_id=tok.get_lang_id(lang), **kw)
+            got = model.generate(
+                input_ids=ids, attention_mask=mask, forced_bos_token_id=tok.get_lang_id(lang), **kw
+            )
         for i, r in zip(idx, got[:, 2:].tolist()):
             r = r[: r.index(2)] if 2 in r else r
             out[i] = [t for t in r if t != 1]
@@ -93,17 +97,30 @@ def test_every_step_logits_within_1e_4(imported):
     ids, mask = encode(tok, rows)
     forced = torch.tensor([[2, tok.get_lang_id(t)] for _, t, _ in rows])
     with torch.no_grad():
-        tgt = torch.cat([forced, model.generate(input_ids=ids, attention_mask=mask, decoder_input_ids=forced,
-                                                num_beams=1)[:, 2:]], 1)
+        tgt = torch.cat(
+            [
+                forced,
+                model.generate(input_ids=ids, attention_mask=mask, decoder_input_ids=forced, num_beams=1)[
+                    :, 2:
+                ],
+            ],
+            1,
+        )
         want = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits.numpy()
     cross = runner.encode(ids.numpy(), mask.numpy())
     b = len(rows)
     past = [np.zeros((b, runner.n_heads, 0, runner.d_head), np.float32)] * (2 * runner.n_layers)
     worst = 0.0
     for t in range(tgt.shape[1]):
-        logits, past = runner.decode(tgt[:, t:t + 1].numpy(), np.full((b, 1), t, np.int64), np.ones((b, t), np.int64),
-                                     past, cross, mask.numpy())
-        live = (tgt[:, 1:t + 1] == 2).sum(1).numpy() == 0
+        logits, past = runner.decode(
+            tgt[:, t : t + 1].numpy(),
+            np.full((b, 1), t, np.int64),
+            np.ones((b, t), np.int64),
+            past,
+            cross,
+            mask.numpy(),
+        )
+        live = (tgt[:, 1 : t + 1] == 2).sum(1).numpy() == 0
         if live.any():
             worst = max(worst, float(np.abs(logits[:, 0] - want[:, t])[live].max()))
     assert tgt.shape[1] > 5 and worst < 1e-4
@@ -119,8 +136,13 @@ def test_greedy_and_beam4_with_mixed_target_languages_in_one_batch(imported):
     texts = [r[2] for r in rows]
     for beam in (1, 4):
         want = hf_generate(model, tok, rows, num_beams=beam)
-        got = translator.generate(texts, source_languages=[r[0] for r in rows], target_languages=[r[1] for r in rows],
-                                  beam_size=beam, max_batch_size=64)
+        got = translator.generate(
+            texts,
+            source_languages=[r[0] for r in rows],
+            target_languages=[r[1] for r in rows],
+            beam_size=beam,
+            max_batch_size=64,
+        )
         wrong = [(r, g.tokens, w) for r, g, w in zip(rows, got, want) if g.tokens != w]
         assert wrong == [], f"beam {beam}: {len(wrong)} of {len(rows)} differ; first: {wrong[0]}"
         assert sum(len(w) < 40 for w in want) > 0.75 * len(rows)  # they end by themselves

@@ -25,8 +25,20 @@ from contract import names  # noqa: E402
 from export.hf_import import ImportOptions, import_model  # noqa: E402
 
 CODES = (">>up<<", ">>lo<<")
-AWKWARD = ["", " ", "  the   cat  ", "ＴＨＥ　ｃａｔ ＡＢＣ", "ﬁne ① Ⅻ ㍻", "café ｶﾀｶﾅ", "the\tcat\nsees", "猫が犬を見る。",
-           "水　水", "x y z q", "</s> the <unk>", "the the the the the the the the the the the the"]
+AWKWARD = [
+    "",
+    " ",
+    "  the   cat  ",
+    "ＴＨＥ　ｃａｔ ＡＢＣ",
+    "ﬁne ① Ⅻ ㍻",
+    "café ｶﾀｶﾅ",
+    "the\tcat\nsees",
+    "猫が犬を見る。",
+    "水　水",
+    "x y z q",
+    "</s> the <unk>",
+    "the the the the the the the the the the the the",
+]
 N_INPUTS = 200
 
 
@@ -36,7 +48,10 @@ def imported(tmp_path_factory):
     root = tmp_path_factory.mktemp("marian")
     repo = root / "repo"
     out = {}
-    for name, kw in (("joint", {"codes": CODES, "langs": ("en", "de")}), ("separate", {"separate_vocabs": True, "activation": "gelu", "seed": 1})):
+    for name, kw in (
+        ("joint", {"codes": CODES, "langs": ("en", "de")}),
+        ("separate", {"separate_vocabs": True, "activation": "gelu", "seed": 1}),
+    ):
         model, tok, src = mm.make(root / name, **kw)
         folder = import_model(ImportOptions(root / name, repo, name))
         out[name] = (model, tok, folder, src)
@@ -46,14 +61,16 @@ def imported(tmp_path_factory):
 def inputs(src: list[str], n: int = N_INPUTS) -> list[str]:
     """Mixed lengths: the training lines, pairs of them joined, and a few of one word."""
     joined = [f"{a} {b.split(' ', 1)[-1]}" for a, b in zip(src[::2], src[1::2])]
-    return (src[:n // 2] + joined[: n // 4] + [s.split()[0] + " " + s.split()[-1] for s in src[-(n // 4):]])[:n]
+    return (
+        src[: n // 2] + joined[: n // 4] + [s.split()[0] + " " + s.split()[-1] for s in src[-(n // 4) :]]
+    )[:n]
 
 
 def hf_generate(model, tok, texts: list[str], batch: int = 32, **kw) -> list[list[int]]:
     """transformers' own outputs in padded batches, without the start token, the EOS and the padding."""
     out = []
     for i in range(0, len(texts), batch):
-        enc = tok(texts[i:i + batch], return_tensors="pt", padding=True)
+        enc = tok(texts[i : i + batch], return_tensors="pt", padding=True)
         with torch.no_grad():
             rows = model.generate(**enc, **kw)[:, 1:].tolist()
         for r in rows:
@@ -69,13 +86,20 @@ def test_tokenizer_ids_equal_marian_tokenizer(imported, name):
 
     model, tok, folder, src = imported[name]
     cfg = bundle.read_bundle(folder)
-    codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, cfg.task, cfg.model.special,
-                                folder / bundle.TARGET_TOKENIZER_FILE)
+    codec = TextCodec.from_file(
+        folder / bundle.TOKENIZER_FILE, cfg.task, cfg.model.special, folder / bundle.TARGET_TOKENIZER_FILE
+    )
     assert (folder / bundle.TARGET_TOKENIZER_FILE).is_file()  # Marian's sides differ: two spm models
-    texts = mm.lines(300, 99, japanese=True) + AWKWARD + ([f"{c} {t}" for c in CODES for t in AWKWARD[2:6]] if name == "joint" else [])
+    texts = (
+        mm.lines(300, 99, japanese=True)
+        + AWKWARD
+        + ([f"{c} {t}" for c in CODES for t in AWKWARD[2:6]] if name == "joint" else [])
+    )
     assert [t for t in texts if tok(t)["input_ids"] != codec.source_ids(t)] == []
     assert [t for t in texts if tok(text_target=t)["input_ids"] != codec.target_ids(t) + [0]] == []
-    ids = tok(text_target=[t for t in texts if "</s>" not in t])["input_ids"]  # a literal </s> ends our decoding
+    ids = tok(text_target=[t for t in texts if "</s>" not in t])[
+        "input_ids"
+    ]  # a literal </s> ends our decoding
     assert [codec.decode(i) for i in ids] == tok.batch_decode(ids, skip_special_tokens=True)
 
 
@@ -101,7 +125,9 @@ def test_encoder_output_and_every_step_logits_within_1e_4(imported, name):
     past_mask = np.zeros((b, 0), np.int64)
     worst = 0.0
     for t in range(tgt.shape[1]):
-        logits, past = runner.decode(tgt[:, t : t + 1].numpy(), np.full((b, 1), t, np.int64), past_mask, past, cross, mask)
+        logits, past = runner.decode(
+            tgt[:, t : t + 1].numpy(), np.full((b, 1), t, np.int64), past_mask, past, cross, mask
+        )
         past_mask = np.ones((b, t + 1), np.int64)
         live = (tgt[:, : t + 1] == 0).sum(1).numpy() == 0  # rows that have not ended before this step
         if live.any():  # the last step feeds the longest row's EOS: nothing is predicted after it
@@ -121,7 +147,8 @@ def test_greedy_and_beam4_token_identical_to_generate(imported, name):
         got = [r.tokens for r in translator.generate(texts, beam_size=beam, max_batch_size=32)]
         same = sum(g == w for g, w in zip(got, want))
         assert same == len(texts), f"beam {beam}: {same}/{len(texts)} identical; first differing: " + str(
-            next((t, g, w) for t, g, w in zip(texts, got, want) if g != w))
+            next((t, g, w) for t, g, w in zip(texts, got, want) if g != w)
+        )
         ended = sum(len(w) < 47 for w in want)
         assert ended > 0.75 * len(texts)  # they end by themselves, not at the length limit
     assert len({tuple(w) for w in want}) > len(texts) // 2  # outputs depend on the input
@@ -166,11 +193,20 @@ def test_served_through_kserve_grpc_under_continuous_batching(imported, served):
 
     async def main():
         async with triton_aio.InferenceServerClient(srv.address) as c:
-            jobs = [(m, t, w, c.infer(m, [text_input([t])], client_timeout=120))
-                    for m in expected for t, w in expected[m]]
-            extra = [c.infer("addition", [text_input(["12+30"])]) for _ in range(8)] if (repo / "addition").exists() else []
+            jobs = [
+                (m, t, w, c.infer(m, [text_input([t])], client_timeout=120))
+                for m in expected
+                for t, w in expected[m]
+            ]
+            extra = (
+                [c.infer("addition", [text_input(["12+30"])]) for _ in range(8)]
+                if (repo / "addition").exists()
+                else []
+            )
             results = await asyncio.gather(*(j for *_, j in jobs), *extra)
-            return [(m, t, w, outputs_of(r)[0]) for (m, t, w, _), r in zip(jobs, results)], results[len(jobs):]
+            return [(m, t, w, outputs_of(r)[0]) for (m, t, w, _), r in zip(jobs, results)], results[
+                len(jobs) :
+            ]
 
     answered, sums = asyncio.run(main())
     wrong = [(m, t, w, g) for m, t, w, g in answered if g != w]
@@ -188,9 +224,12 @@ def test_served_nbest_streaming_and_libretranslate(imported, served):
     srv, _ = served
     model, tok, _, src = imported["joint"]
     texts = inputs(src, 12)
-    nbest = [tok.batch_decode(r, skip_special_tokens=True) for r in
-             (lambda rows: [rows[i:i + 2] for i in range(0, len(rows), 2)])(
-                 hf_generate(model, tok, texts, num_beams=4, num_return_sequences=2))]
+    nbest = [
+        tok.batch_decode(r, skip_special_tokens=True)
+        for r in (lambda rows: [rows[i : i + 2] for i in range(0, len(rows), 2)])(
+            hf_generate(model, tok, texts, num_beams=4, num_return_sequences=2)
+        )
+    ]
     greedy = tok.batch_decode(hf_generate(model, tok, texts, num_beams=1), skip_special_tokens=True)
     with Seq2SeqClient(srv.address) as c:
         full = c.generate_full("joint", texts, num_hypotheses=2)
@@ -200,8 +239,13 @@ def test_served_nbest_streaming_and_libretranslate(imported, served):
             streamed[r.index] += r.text_delta
         assert streamed == greedy
     body = json.dumps({"q": texts[0], "source": "en", "target": "de"}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{srv.running.web.port}/translate", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.running.web.port}/translate",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
-        assert json.loads(r.read())["translatedText"] == tok.batch_decode(hf_generate(model, tok, texts[:1]),
-                                                                          skip_special_tokens=True)[0]
+        assert (
+            json.loads(r.read())["translatedText"]
+            == tok.batch_decode(hf_generate(model, tok, texts[:1]), skip_special_tokens=True)[0]
+        )

@@ -18,8 +18,18 @@ from training.vocab import bpe_tokenizer, char_tokenizer
 
 def tiny(vocab: int = 20, **kw) -> Transformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, n_encoder_layers=2,
-                      n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32, **kw)
+    cfg = ModelConfig(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_len=32,
+        **kw,
+    )
     return Transformer(cfg).eval()
 
 
@@ -90,7 +100,9 @@ def test_model_overfits_a_tiny_copy_task():
     batch = collate(ex, model.config)
     for _ in range(200):
         logits = model(batch.src, batch.src_mask, batch.tgt_in)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0)
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -155,7 +167,17 @@ def test_fused_training_attention_equals_the_exported_attention():
     """Training runs PyTorch's fused attention, inference the written-out ops the export traces:
     with dropout off they are the same function (ragged padding included)."""
     torch.manual_seed(0)
-    c = ModelConfig(50, 50, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=16)
+    c = ModelConfig(
+        50,
+        50,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_len=16,
+    )
     m = Transformer(c)
     src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 6))
     mask = torch.ones(3, 7, dtype=torch.long)

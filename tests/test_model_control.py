@@ -18,16 +18,15 @@ import threading
 import urllib.request
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
-
 import tritonclient.grpc as triton
 import tritonclient.http as triton_http
-from tritonclient.utils import InferenceServerException
-
-import grpc
 from conftest import MODEL_REPO, ROOT, ServerThread, make_repo, server_config, shell_examples, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
 from protos.seq2seq.v1 import seq2seq_pb2 as s2s_pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as s2s_grpc
 
@@ -53,9 +52,12 @@ def text_input(texts: list[str], module=triton):
 
 def add(client, a: int, b: int, module=triton) -> tuple[str, str]:
     """(answer, version) of one addition."""
-    r = client.infer(ADD, [text_input([f"{a}+{b}"], module)], headers=dict(AUTH))  # tritonclient.http adds to it
-    return r.as_numpy("text_output")[0].decode(), (r.get_response().model_version if module is triton
-                                                   else r.get_response()["model_version"])
+    r = client.infer(
+        ADD, [text_input([f"{a}+{b}"], module)], headers=dict(AUTH)
+    )  # tritonclient.http adds to it
+    return r.as_numpy("text_output")[0].decode(), (
+        r.get_response().model_version if module is triton else r.get_response()["model_version"]
+    )
 
 
 def metrics_text(srv) -> str:
@@ -70,8 +72,15 @@ def series_of(text: str, model: str) -> list[str]:
 @pytest.fixture(scope="module")
 def explicit(tmp_path_factory):
     repo = make_repo(tmp_path_factory.mktemp("explicit"))
-    srv = ServerThread(server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD, JA), instances=1,
-                                     auth_token=TOKEN))
+    srv = ServerThread(
+        server_config(
+            model_repo=repo,
+            model_control_mode="explicit",
+            load_model=(ADD, JA),
+            instances=1,
+            auth_token=TOKEN,
+        )
+    )
     srv.repo = repo
     srv.grpc = triton.InferenceServerClient(srv.address)
     srv.http = triton_http.InferenceServerClient(f"127.0.0.1:{srv.running.web.port}", concurrency=4)
@@ -108,7 +117,9 @@ def test_index_unload_and_load_with_tritonclient(explicit, transport):
     index = explicit.grpc.get_model_repository_index(headers=AUTH, as_json=True)["models"]
     assert {"name": ADD, "state": "UNAVAILABLE", "reason": "unloaded"} in index
     with grpc.insecure_channel(explicit.address) as ch:
-        listed = s2s_grpc.Seq2SeqStub(ch).ListModels(s2s_pb.ListModelsRequest(), metadata=tuple(AUTH.items()), timeout=10)
+        listed = s2s_grpc.Seq2SeqStub(ch).ListModels(
+            s2s_pb.ListModelsRequest(), metadata=tuple(AUTH.items()), timeout=10
+        )
         health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=ADD), timeout=10)
     assert [m.name for m in listed.models] == [JA]
     assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -207,6 +218,7 @@ def test_the_old_version_finishes_what_it_accepted(explicit):
     held: list = []
     os.kill(pid, signal.SIGSTOP)
     try:
+
         def send() -> None:
             with triton.InferenceServerClient(explicit.address) as client:
                 held.append(add(client, 20, 22))
@@ -267,7 +279,9 @@ def test_reload_under_streaming_traffic_loses_nothing(explicit):
     c = triton.InferenceServerClient(explicit.address)
     results: list = []
     got = threading.Semaphore(0)
-    c.start_stream(callback=lambda result, error: (results.append((result, error)), got.release()), headers=AUTH)
+    c.start_stream(
+        callback=lambda result, error: (results.append((result, error)), got.release()), headers=AUTH
+    )
     http_errors: list[str] = []
     stop = threading.Event()
     port = explicit.running.web.port
@@ -317,8 +331,16 @@ def test_reload_under_streaming_traffic_loses_nothing(explicit):
     assert {r.as_numpy("text_output")[0] for r, _ in results} == {b"11"}
 
 
-@pytest.mark.parametrize("breakage, file", [("corrupt", "decoder.onnx"), ("corrupt", "tokenizer.json"), ("bad-json", "config.json"),
-                                            ("missing", "tokenizer.json"), ("disagrees", "config.json")])
+@pytest.mark.parametrize(
+    "breakage, file",
+    [
+        ("corrupt", "decoder.onnx"),
+        ("corrupt", "tokenizer.json"),
+        ("bad-json", "config.json"),
+        ("missing", "tokenizer.json"),
+        ("disagrees", "config.json"),
+    ],
+)
 def test_broken_bundle_leaves_the_serving_version_and_names_the_file(explicit, breakage, file):
     serving = add(explicit.grpc, 1, 1)[1]
     folder = add_version(explicit.repo, int(serving) + 1)
@@ -329,7 +351,9 @@ def test_broken_bundle_leaves_the_serving_version_and_names_the_file(explicit, b
         path.write_bytes(bytes(data))
     elif breakage == "bad-json":
         path.write_text("{ not json")
-    elif breakage == "disagrees":  # every file intact, but the config's heads do not fit the graphs: the warm-up fails
+    elif (
+        breakage == "disagrees"
+    ):  # every file intact, but the config's heads do not fit the graphs: the warm-up fails
         config = json.loads(path.read_text())
         config["model"]["n_heads"] *= 2
         path.write_text(json.dumps(config))
@@ -351,8 +375,23 @@ def test_broken_bundle_leaves_the_serving_version_and_names_the_file(explicit, b
 
 def test_s2s_models_cli(explicit):
     def s2s(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "s2s.cli", "models", *args, "--server", explicit.address,
-                               "--token", TOKEN], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "s2s.cli",
+                "models",
+                *args,
+                "--server",
+                explicit.address,
+                "--token",
+                TOKEN,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
 
     listed = s2s("list")
     assert listed.returncode == 0, listed.stderr
@@ -370,7 +409,9 @@ def test_poll_mode_follows_the_repository(tmp_path):
     """No call: a new version folder is served, a removed one falls back to the one before, a broken one is
     logged and left while the serving version goes on, and a new model folder is loaded."""
     repo = make_repo(tmp_path, other=False)
-    srv = ServerThread(server_config(model_repo=repo, model_control_mode="poll", repository_poll_secs=0.2, instances=1))
+    srv = ServerThread(
+        server_config(model_repo=repo, model_control_mode="poll", repository_poll_secs=0.2, instances=1)
+    )
     c = triton.InferenceServerClient(srv.address)
     try:
         assert add(c, 1, 2) == ("3", "1")
@@ -405,7 +446,10 @@ def test_none_mode_refuses_load_and_unload(tmp_path):
                 call(ADD)
             assert "--model-control-mode explicit" in str(e.value) and e.value.status() == "400"
         assert c.is_model_ready(ADD)
-        assert {m["name"]: m["state"] for m in c.get_model_repository_index()} == {ADD: "READY", JA: "UNAVAILABLE"}
+        assert {m["name"]: m["state"] for m in c.get_model_repository_index()} == {
+            ADD: "READY",
+            JA: "UNAVAILABLE",
+        }
     finally:
         c.close()
         srv.stop()
@@ -424,14 +468,24 @@ def test_deployment_examples(tmp_path):
     examples = deployment_examples()
     assert len(examples) >= 8
     repo = make_repo(tmp_path, other=False)
-    srv = ServerThread(server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1))
+    srv = ServerThread(
+        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     s2s = f"{sys.executable} -m s2s.cli models --server {srv.address}"
     try:
         for command, expected in examples:
-            command = command.replace("localhost:8000", f"127.0.0.1:{srv.running.web.port}").replace("s2s models", s2s)
-            run = subprocess.run(["bash", "-c", "set -o pipefail; " + command], capture_output=True, text=True,
-                                 timeout=120, cwd=tmp_path, env=env)
+            command = command.replace("localhost:8000", f"127.0.0.1:{srv.running.web.port}").replace(
+                "s2s models", s2s
+            )
+            run = subprocess.run(
+                ["bash", "-c", "set -o pipefail; " + command],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tmp_path,
+                env=env,
+            )
             assert run.returncode == 0, f"{command}\n{run.stderr}"
             assert expected in run.stdout, f"{command}\n-> {run.stdout}"
     finally:

@@ -9,8 +9,8 @@ import json
 import threading
 
 import pytest
-
 from conftest import ServerThread, server_config
+
 from server.doors import libretranslate
 from server.transport import http_body
 
@@ -63,8 +63,14 @@ def test_a_small_json_body_is_checked_on_the_loop(srv, monkeypatch):
 
 def test_html_is_parsed_in_a_worker_thread(srv, monkeypatch):
     threads = _spy(monkeypatch, libretranslate, "parse_all")
-    within = json.dumps({"q": "<i></i>" * 8000 + '<p title="' + "&amp;" * 30_000 + '">Hello.</p>', "source": "en",
-                         "target": "ja", "format": "html"})
+    within = json.dumps(
+        {
+            "q": "<i></i>" * 8000 + '<p title="' + "&amp;" * 30_000 + '">Hello.</p>',
+            "source": "en",
+            "target": "ja",
+            "format": "html",
+        }
+    )
     status, answer = _post(srv, within)
     assert status == 200 and "<p title=" in answer["translatedText"], str(answer)[:200]
     assert threads and all(t is not srv.thread for t in threads), threads

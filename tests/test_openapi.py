@@ -10,7 +10,9 @@ from openapi_spec_validator import validate
 
 
 def test_openapi_document_is_valid_and_matches_the_routes(server):
-    doc = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{server.running.web.port}/openapi.json", timeout=10).read())
+    doc = json.loads(
+        urllib.request.urlopen(f"http://127.0.0.1:{server.running.web.port}/openapi.json", timeout=10).read()
+    )
     validate(doc)  # raises naming the first problem
     app = server.running.web.runner.app
     served: set[tuple[str, str]] = set()

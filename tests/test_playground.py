@@ -12,7 +12,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import ServerThread, server_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -33,7 +32,11 @@ def _get(url: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
 # ---- without a browser: what is served -------------------------------------------------------------------------
 def test_assets_served_and_self_contained(server):
     base = f"http://127.0.0.1:{server.running.web.port}"
-    for path, ctype in (("/", "text/html"), ("/playground.js", "text/javascript"), ("/playground.css", "text/css")):
+    for path, ctype in (
+        ("/", "text/html"),
+        ("/playground.js", "text/javascript"),
+        ("/playground.css", "text/css"),
+    ):
         status, headers, body = _get(base + path)
         assert status == 200, path
         assert headers["Content-Type"].startswith(ctype), (path, headers["Content-Type"])
@@ -60,22 +63,34 @@ def test_page_open_with_auth_api_not():
 # ---- in Chromium -------------------------------------------------------------------------------------------------
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None or not Path(CHROMEDRIVER).exists(),
-    reason="Debian's chromium and chromium-driver are not installed (`make system-deps` installs them)")
+    reason="Debian's chromium and chromium-driver are not installed (`make system-deps` installs them)",
+)
 
 
 @pytest.fixture(scope="module")
 def driver():
     if CHROMIUM is None or not Path(CHROMEDRIVER).exists():
-        pytest.skip("Debian's chromium and chromium-driver are not installed (`make system-deps` installs them)")
+        pytest.skip(
+            "Debian's chromium and chromium-driver are not installed (`make system-deps` installs them)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     profile = tempfile.mkdtemp(prefix="s2s-chrome-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-                f"--user-data-dir={profile}", "--window-size=1000,900"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1000,900",
+    ):
         options.add_argument(arg)
     d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     d.set_page_load_timeout(WAIT_S)
@@ -104,8 +119,9 @@ class Page:
         return WebDriverWait(self.d, WAIT_S).until(lambda d: condition(), message=what)
 
     def models(self) -> list[str]:
-        return self.d.execute_script("return Array.from(document.querySelectorAll('#model option'))"
-                                     ".map(o => o.value).filter(v => v)")
+        return self.d.execute_script(
+            "return Array.from(document.querySelectorAll('#model option')).map(o => o.value).filter(v => v)"
+        )
 
     def pick(self, model: str) -> None:
         from selenium.webdriver.support.ui import Select
@@ -131,13 +147,17 @@ class Page:
             self.find("#input").send_keys(Keys.CONTROL, Keys.ENTER)
         else:
             self.find("#run").click()
-        return self.wait(lambda: self.state() if self.state() in ("done", "error") else None, "outputs or an error")
+        return self.wait(
+            lambda: self.state() if self.state() in ("done", "error") else None, "outputs or an error"
+        )
 
     def state(self) -> str:
         return self.find("#outputs").get_attribute("data-state")
 
     def outputs(self) -> list[str]:
-        return self.d.execute_script("return Array.from(document.querySelectorAll('#outputs .out')).map(e => e.textContent)")
+        return self.d.execute_script(
+            "return Array.from(document.querySelectorAll('#outputs .out')).map(e => e.textContent)"
+        )
 
     def error(self) -> str:
         box = self.find("#error")
@@ -158,9 +178,17 @@ def test_translate_matches_grpc(server, driver):
     assert len(shown) == 2 and all(JAPANESE.search(s) for s in shown), shown
     with Seq2SeqClient(server.address) as client:
         assert shown == client.generate("translate-en-ja", texts)
-    metas = driver.execute_script("return Array.from(document.querySelectorAll('#outputs .meta')).map(e => e.textContent)")
-    assert all(re.search(r"^\d+ tokens in → \d+ tokens out · \d+ chars in → \d+ chars out · server \d+ ms "
-                         r"\(first token \d+ ms\) · round trip \d+ ms", m) for m in metas), metas
+    metas = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#outputs .meta')).map(e => e.textContent)"
+    )
+    assert all(
+        re.search(
+            r"^\d+ tokens in → \d+ tokens out · \d+ chars in → \d+ chars out · server \d+ ms "
+            r"\(first token \d+ ms\) · round trip \d+ ms",
+            m,
+        )
+        for m in metas
+    ), metas
     assert page.error() == ""
     # The option bounds come from the model's config.
     assert page.find("#beam").get_attribute("max") == "8"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 import math
+import shutil
 import subprocess
 import threading
 import time
@@ -14,14 +14,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import free_port
-from s2s.seq2seq_client import Seq2SeqClient
 from monitoring import EXPORTED_METRICS, PROM_DIR, dashboard_exprs, exported_family, load_rules, promql_parts
+
+from s2s.seq2seq_client import Seq2SeqClient
 
 
 def scrape(server) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=5).read().decode()
+    return (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.config.metrics_port}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
 
 
 def live_families(text: str) -> dict[str, set[str]]:
@@ -35,7 +39,11 @@ def live_families(text: str) -> dict[str, set[str]]:
         for suffix in ("_bucket", "_sum", "_count", "_created"):
             if name.endswith(suffix) and name[: -len(suffix)] in EXPORTED_METRICS:
                 name = name[: -len(suffix)]
-        labels = {kv.split("=", 1)[0] for kv in series.split("{", 1)[1].rstrip("}").split(",") if kv} if "{" in series else set()
+        labels = (
+            {kv.split("=", 1)[0] for kv in series.split("{", 1)[1].rstrip("}").split(",") if kv}
+            if "{" in series
+            else set()
+        )
         out.setdefault(name, set()).update(labels - {"le"})
     return out
 
@@ -76,8 +84,16 @@ def test_real_prometheus_scrapes_the_server_and_computes_p99(server, tmp_path: P
     cfg["scrape_configs"] = [job]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     port = free_port()
-    prom = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    prom = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     stop = threading.Event()
 
     def traffic():

@@ -24,7 +24,9 @@ from s2s.cli import main
 from s2s.seq2seq_client import Seq2SeqClient
 from server.models.text_plan import MAX_TEXT_CHARS, TextOptions, plan
 
-pytestmark = pytest.mark.skipif(not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model")
+pytestmark = pytest.mark.skipif(
+    not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model"
+)
 
 EN_JA, OWN = "translate-en-ja", "own-xx"
 
@@ -40,7 +42,9 @@ def srv(tmp_path_factory):
     cfg["task"].update(name="translation", reverse_source=False, unknown="unk")
     cfg.update(name=OWN, source_language="xx", target_language="yy")
     (own / "config.json").write_text(json.dumps(cfg))
-    s = ServerThread(server_config(model_repo=repo, instances=1, model_repo_links="any"))  # the models link outside it
+    s = ServerThread(
+        server_config(model_repo=repo, instances=1, model_repo_links="any")
+    )  # the models link outside it
     yield s
     s.stop()
 
@@ -53,8 +57,9 @@ def generate(srv, model: str, texts: list[str], **kw):
 def http(srv, path: str, body: dict, form: bool = False) -> tuple[int, dict]:
     data = urllib.parse.urlencode(body).encode() if form else json.dumps(body).encode()
     kind = "application/x-www-form-urlencoded" if form else "application/json"
-    req = urllib.request.Request(f"http://127.0.0.1:{srv.running.web.port}/{path}", data=data,
-                                 headers={"Content-Type": kind})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.running.web.port}/{path}", data=data, headers={"Content-Type": kind}
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.loads(r.read())
@@ -78,8 +83,9 @@ def test_seq2seq_keeps_every_span_and_names_them(srv):
     outs = generate(srv, EN_JA, SOURCES)
     for source, o in zip(SOURCES, outs):
         assert check(source, o.text).ok, (source, o.text)
-        assert [(s.kind, s.text, s.start, s.end) for s in o.protected_spans] == \
-            [(s.kind, s.text, s.start, s.end) for s in find_spans(source)]
+        assert [(s.kind, s.text, s.start, s.end) for s in o.protected_spans] == [
+            (s.kind, s.text, s.start, s.end) for s in find_spans(source)
+        ]
         assert o.pieces == 1
 
 
@@ -95,8 +101,10 @@ def test_turned_off_the_model_reads_the_input_as_sent(srv):
 
 
 def test_kserve_parameters_and_outputs(srv):
-    body = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [2], "data": SOURCES[:2]}],
-            "outputs": [{"name": "text_output"}, {"name": "protected_spans"}, {"name": "pieces"}]}
+    body = {
+        "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [2], "data": SOURCES[:2]}],
+        "outputs": [{"name": "text_output"}, {"name": "protected_spans"}, {"name": "pieces"}],
+    }
     status, r = http(srv, f"v2/models/{EN_JA}/infer", body)
     assert status == 200, r
     out = {o["name"]: o for o in r["outputs"]}
@@ -116,12 +124,22 @@ def test_libretranslate_fields(srv):
     status, r = http(srv, "translate", {"q": SOURCES[:3], "source": "en", "target": "ja"})
     assert status == 200
     assert all(check(s, t).ok for s, t in zip(SOURCES, r["translatedText"]))
-    status, off = http(srv, "translate", {"q": "You have 3 new messages.", "source": "en", "target": "ja",
-                                          "protect_spans": "false"}, form=True)
+    status, off = http(
+        srv,
+        "translate",
+        {"q": "You have 3 new messages.", "source": "en", "target": "ja", "protect_spans": "false"},
+        form=True,
+    )
     assert status == 200
-    assert off["translatedText"] == generate(srv, EN_JA, ["You have 3 new messages."], protect_spans=False)[0].text
-    status, html = http(srv, "translate", {"q": "<p>Delete %s files from {folder}?</p>", "source": "en", "target": "ja",
-                                           "format": "html"})
+    assert (
+        off["translatedText"]
+        == generate(srv, EN_JA, ["You have 3 new messages."], protect_spans=False)[0].text
+    )
+    status, html = http(
+        srv,
+        "translate",
+        {"q": "<p>Delete %s files from {folder}?</p>", "source": "en", "target": "ja", "format": "html"},
+    )
     assert status == 200 and check("<p>Delete %s files from {folder}?</p>", html["translatedText"]).ok
     status, bad = http(srv, "translate", {"q": "x", "source": "en", "target": "ja", "split_long": "maybe"})
     assert status == 400 and "split_long must be true or false" in bad["error"]
@@ -143,12 +161,17 @@ def test_long_inputs_are_split_and_each_piece_is_what_it_is_alone(srv):
 def test_the_limit_still_refused_is_named(srv):
     with pytest.raises(grpc.RpcError) as e:
         generate(srv, EN_JA, ["word " * (MAX_TEXT_CHARS // 5 + 1)])
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and f"at most {MAX_TEXT_CHARS}" in e.value.details()
+    assert (
+        e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        and f"at most {MAX_TEXT_CHARS}" in e.value.details()
+    )
     assert "max_input_chars" in e.value.details()
     with pytest.raises(grpc.RpcError) as e:
         generate(srv, EN_JA, [long_text(1500)], split_long=False)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "split_long" in e.value.details()
-    status, r = http(srv, "translate", {"q": "word " * (MAX_TEXT_CHARS // 5 + 1), "source": "en", "target": "ja"})
+    status, r = http(
+        srv, "translate", {"q": "word " * (MAX_TEXT_CHARS // 5 + 1), "source": "en", "target": "ja"}
+    )
     assert status == 400 and "max_input_chars" in r["error"]
 
 
@@ -180,7 +203,7 @@ def test_client_flags(srv, capsys):
     assert "3" in capsys.readouterr().out
 
 
-PO = '''msgid ""
+PO = """msgid ""
 msgstr ""
 "Content-Type: text/plain; charset=UTF-8\\n"
 
@@ -193,7 +216,7 @@ msgstr "<b>警告:</b> http://example.com/help を参照"
 msgid "You have %d new message"
 msgid_plural "You have %d new messages"
 msgstr[0] "新しいメッセージが %d 件あります"
-'''
+"""
 
 
 def test_check_po(srv, tmp_path: Path, capsys):

@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
+from conftest import MODEL_REPO, english
 
-from conftest import english, MODEL_REPO
 from engine import EngineOptions, Sequence, Translator
 from engine.step_loop import run
 from server.config import SchedulerConfig
@@ -41,8 +41,10 @@ class Collector:
 
 
 def ended(request: int, n: int):
-    return lambda evs: any(isinstance(e, Failed) and e.request == request for e in evs) or \
-        sum(isinstance(e, Finished) and e.request == request for e in evs) == n
+    return (
+        lambda evs: any(isinstance(e, Failed) and e.request == request for e in evs)
+        or sum(isinstance(e, Finished) and e.request == request for e in evs) == n
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +59,6 @@ def scheduler(engine: Translator, **cfg) -> tuple[Scheduler, Collector]:
     return sched, sink
 
 
-
-
 def test_a_request_reports_tokens_then_its_outputs_and_matches_the_engine(engines):
     engine = engines[JA]
     texts = english(6)
@@ -70,7 +70,9 @@ def test_a_request_reports_tokens_then_its_outputs_and_matches_the_engine(engine
     finally:
         sched.drain(5)
     finished = {e.index: e.tokens for e in sink.of(1) if isinstance(e, Finished)}
-    streamed = {i: [e.token for e in sink.of(1) if isinstance(e, Token) and e.index == i] for i in range(len(texts))}
+    streamed = {
+        i: [e.token for e in sink.of(1) if isinstance(e, Token) and e.index == i] for i in range(len(texts))
+    }
     alone = [s.result for s in run(engine.runner, [Sequence(engine.codec.source_ids(t), 40) for t in texts])]
     assert [finished[i] for i in range(len(texts))] == alone
     assert [streamed[i] for i in range(len(texts))] == alone  # every token streamed, EOS not
@@ -138,7 +140,9 @@ def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines)
 
     # Inputs with the longest outputs (greedy is deterministic): they decode together for many steps.
     pool = english(300)
-    lengths = [len(s.result) for s in run(engine.runner, [Sequence(engine.codec.source_ids(t), 60) for t in pool])]
+    lengths = [
+        len(s.result) for s in run(engine.runner, [Sequence(engine.codec.source_ids(t), 60) for t in pool])
+    ]
     long_inputs = [t for _, t in sorted(zip(lengths, pool), key=lambda x: -x[0])[:6]]
     engine.runner.encode = failing_for_marker
     sched, sink = scheduler(engine)
@@ -149,7 +153,9 @@ def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines)
         while len(sched.active) < len(long_inputs) and time.monotonic() < deadline:
             time.sleep(0.001)
         assert len(sched.active) == len(long_inputs)
-        sched.submit(1, [Sequence(marker, 60)], None)  # joins while the six decode: the encoder thread takes it
+        sched.submit(
+            1, [Sequence(marker, 60)], None
+        )  # joins while the six decode: the encoder thread takes it
         assert sink.wait(ended(1, 1))
         assert sink.wait(lambda evs: all(ended(10 + i, 1)(evs) for i in range(len(long_inputs))))
         engine.runner.encode = real
@@ -171,14 +177,18 @@ def test_one_report_per_step_carries_every_event_of_that_step(engines):
     engine = engines[ADD]
     sched, sink = scheduler(engine)
     try:
-        sched.submit(1, [Sequence(engine.codec.source_ids(f"{i}+{i}"), 6, stream=True) for i in range(16)], None)
+        sched.submit(
+            1, [Sequence(engine.codec.source_ids(f"{i}+{i}"), 6, stream=True) for i in range(16)], None
+        )
         assert sink.wait(ended(1, 16))
     finally:
         sched.drain(5)
     stepped = [(events, stats) for events, stats in sink.reports if stats.step_s]
     assert stepped, "no decode step was reported"
     assert all(len(stats.step_s) == 1 for _, stats in stepped)  # never two steps in one report
-    assert sum(len(stats.step_s) for _, stats in sink.reports) == len(stepped)  # no step reported late or twice
+    assert sum(len(stats.step_s) for _, stats in sink.reports) == len(
+        stepped
+    )  # no step reported late or twice
     for events, stats in stepped:  # every row of the step has its event in the step's own report
         rows = {e.index for e in events if isinstance(e, (Token, Finished))}
         assert len(rows) == stats.batch_rows[0], (len(rows), stats.batch_rows)

@@ -11,9 +11,9 @@ import urllib.request
 
 import grpc
 import pytest
+from conftest import MODEL_REPO, ROOT, ServerThread, english, free_port, self_signed, server_config, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import self_signed, english, wait_for, MODEL_REPO, ROOT, ServerThread, free_port, server_config
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from s2s.seq2seq_client import Seq2SeqClient
@@ -23,7 +23,11 @@ ADD, JA = "addition", "translate-en-ja"
 
 
 def scrape(srv: ServerThread) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=5).read().decode()
+    return (
+        urllib.request.urlopen(f"http://127.0.0.1:{srv.config.metrics_port}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
 
 
 def sample(srv_text: str, name: str, **labels) -> float:
@@ -36,10 +40,6 @@ def sample(srv_text: str, name: str, **labels) -> float:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             total += float(value)
     return total
-
-
-
-
 
 
 def test_200_concurrent_mixed_requests_are_all_answered(server):
@@ -58,16 +58,24 @@ def test_200_concurrent_mixed_requests_are_all_answered(server):
 
     problems, texts, replies = asyncio.run(main())
     assert len(replies) == 200
-    wrong = [(a, b, r.outputs[0].text) for (a, b), r in zip(problems, replies[:100]) if r.outputs[0].text != str(a + b)]
+    wrong = [
+        (a, b, r.outputs[0].text)
+        for (a, b), r in zip(problems, replies[:100])
+        if r.outputs[0].text != str(a + b)
+    ]
     assert len(wrong) <= 1, wrong  # the model is >= 99.5% exact; the arithmetic is checked, not trusted
     for r in replies[100:]:
         assert r.model == JA and len(r.outputs) == 1 and r.outputs[0].output_tokens > 0 and r.outputs[0].text
     model = server.running.repo.get(JA)
     if len(model.cores) > 1:  # the router spread the load: every engine core decoded
         text = scrape(server)
-        assert all(sample(text, "s2s_decode_step_duration_seconds_count", model=JA, core=str(i)) > 0
-                   for i in range(len(model.cores)))
-    elif model.cores[0].spec.scheduler.encoder_thread:  # queued requests were encoded on it while the loop decoded
+        assert all(
+            sample(text, "s2s_decode_step_duration_seconds_count", model=JA, core=str(i)) > 0
+            for i in range(len(model.cores))
+        )
+    elif model.cores[
+        0
+    ].spec.scheduler.encoder_thread:  # queued requests were encoded on it while the loop decoded
         assert model.encoded_ahead > 0
     else:  # one core, no encoder thread (one usable CPU): the step loop encoded every newcomer itself
         assert model.encoded_ahead == 0
@@ -111,17 +119,28 @@ def test_deadline_and_cancellation_free_the_slot(server):
         assert c.generate(ADD, ["2+2"]) == ["4"]
 
 
-@pytest.mark.parametrize("request_kw, code, message", [
-    (dict(model="nope", inputs=["1+1"]), "NOT_FOUND", "not served here"),
-    (dict(model=ADD, version="99", inputs=["1+1"]), "NOT_FOUND", "no version '99'"),
-    (dict(model=ADD, inputs=[]), "INVALID_ARGUMENT", "no inputs"),
-    (dict(model=ADD, inputs=["  "]), "INVALID_ARGUMENT", "input 0 is empty"),
-    (dict(model=ADD, inputs=["1+1"] * 65), "INVALID_ARGUMENT", "the limit is 64"),
-    (dict(model=ADD, inputs=["1" * 100 + "+1"]), "INVALID_ARGUMENT", "accepts at most"),
-    (dict(model=ADD, inputs=["12 + x"]), "INVALID_ARGUMENT", "outside the model's vocabulary"),
-    (dict(model=ADD, inputs=["1+1"], options=pb.GenerateOptions(beam_size=1000)), "INVALID_ARGUMENT", "beam_size=1000"),
-    (dict(model=ADD, inputs=["1+1"], options=pb.GenerateOptions(max_new_tokens=100000)), "INVALID_ARGUMENT", "max_new_tokens=100000"),
-])
+@pytest.mark.parametrize(
+    "request_kw, code, message",
+    [
+        (dict(model="nope", inputs=["1+1"]), "NOT_FOUND", "not served here"),
+        (dict(model=ADD, version="99", inputs=["1+1"]), "NOT_FOUND", "no version '99'"),
+        (dict(model=ADD, inputs=[]), "INVALID_ARGUMENT", "no inputs"),
+        (dict(model=ADD, inputs=["  "]), "INVALID_ARGUMENT", "input 0 is empty"),
+        (dict(model=ADD, inputs=["1+1"] * 65), "INVALID_ARGUMENT", "the limit is 64"),
+        (dict(model=ADD, inputs=["1" * 100 + "+1"]), "INVALID_ARGUMENT", "accepts at most"),
+        (dict(model=ADD, inputs=["12 + x"]), "INVALID_ARGUMENT", "outside the model's vocabulary"),
+        (
+            dict(model=ADD, inputs=["1+1"], options=pb.GenerateOptions(beam_size=1000)),
+            "INVALID_ARGUMENT",
+            "beam_size=1000",
+        ),
+        (
+            dict(model=ADD, inputs=["1+1"], options=pb.GenerateOptions(max_new_tokens=100000)),
+            "INVALID_ARGUMENT",
+            "max_new_tokens=100000",
+        ),
+    ],
+)
 def test_bad_input_gets_its_status_and_the_server_stays_healthy(server, request_kw, code, message):
     with grpc.insecure_channel(server.address) as ch:
         with pytest.raises(grpc.RpcError) as e:
@@ -129,32 +148,48 @@ def test_bad_input_gets_its_status_and_the_server_stays_healthy(server, request_
         assert e.value.code().name == code and message in e.value.details(), e.value.details()
         health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
         assert health.status == health_pb2.HealthCheckResponse.SERVING
-        assert pb_grpc.Seq2SeqStub(ch).Generate(pb.GenerateRequest(model=ADD, inputs=["3+4"]), timeout=10).outputs[0].text == "7"
+        assert (
+            pb_grpc.Seq2SeqStub(ch)
+            .Generate(pb.GenerateRequest(model=ADD, inputs=["3+4"]), timeout=10)
+            .outputs[0]
+            .text
+            == "7"
+        )
 
 
 def test_oversized_message_is_refused(server):
     with grpc.insecure_channel(server.address) as ch:
         with pytest.raises(grpc.RpcError) as e:
-            pb_grpc.Seq2SeqStub(ch).Generate(pb.GenerateRequest(model=ADD, inputs=["1+1" * 2_000_000]), timeout=10)
+            pb_grpc.Seq2SeqStub(ch).Generate(
+                pb.GenerateRequest(model=ADD, inputs=["1+1" * 2_000_000]), timeout=10
+            )
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_full_queue_gives_resource_exhausted_while_accepted_requests_complete(model_repo):
-    srv = ServerThread(server_config(scheduler=SchedulerConfig(mode="none", max_batch_size=1, max_queue_size=3), instances=1))
+    srv = ServerThread(
+        server_config(scheduler=SchedulerConfig(mode="none", max_batch_size=1, max_queue_size=3), instances=1)
+    )
     try:
+
         async def main():
             async with grpc.aio.insecure_channel(srv.address) as ch:
                 stub = pb_grpc.Seq2SeqStub(ch)
                 # Three inputs each: one request fills the queue (3 rows) for as long as its three sequences take at
                 # batch 1, so the queue is full when others arrive however fast the machine answers one (a clean-clone
                 # run answered all 40 one-input requests before any found the queue full).
-                calls = [stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{i}+{i}"] * 3), timeout=60) for i in range(40)]
+                calls = [
+                    stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{i}+{i}"] * 3), timeout=60)
+                    for i in range(40)
+                ]
                 return await asyncio.gather(*calls, return_exceptions=True)
 
         results = asyncio.run(main())
         ok = [(i, r) for i, r in enumerate(results) if not isinstance(r, Exception)]
         refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
-        assert refused and all(r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queue full" in r.details() for r in refused)
+        assert refused and all(
+            r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queue full" in r.details() for r in refused
+        )
         assert len(ok) + len(refused) == 40 and len(ok) >= 3
         assert all([o.text for o in r.outputs] == [str(2 * i)] * 3 for i, r in ok)
     finally:
@@ -190,12 +225,19 @@ def test_health_reflection_and_model_listing(server):
     with grpc.insecure_channel(server.address) as ch:
         hs = health_pb2_grpc.HealthStub(ch)
         for svc in ("", "seq2seq.v1.Seq2Seq"):
-            assert hs.Check(health_pb2.HealthCheckRequest(service=svc), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+            assert (
+                hs.Check(health_pb2.HealthCheckRequest(service=svc), timeout=5).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
         services = set(ProtoReflectionDescriptorDatabase(ch).get_services())
         assert {"seq2seq.v1.Seq2Seq", "grpc.health.v1.Health"} <= services
-        models = {m.name: m for m in pb_grpc.Seq2SeqStub(ch).ListModels(pb.ListModelsRequest(), timeout=5).models}
+        models = {
+            m.name: m for m in pb_grpc.Seq2SeqStub(ch).ListModels(pb.ListModelsRequest(), timeout=5).models
+        }
     assert set(models) == {ADD, JA}
-    assert models[ADD].task == "addition" and models[ADD].max_input_tokens > 8 and models[ADD].versions == ["1"]
+    assert (
+        models[ADD].task == "addition" and models[ADD].max_input_tokens > 8 and models[ADD].versions == ["1"]
+    )
 
 
 def test_bearer_token_is_required_and_accepted(model_repo):
@@ -210,11 +252,11 @@ def test_bearer_token_is_required_and_accepted(model_repo):
         with Seq2SeqClient(srv.address, token="s3cret") as c:
             assert c.generate(ADD, ["1+2"]) == ["3"]
         with grpc.insecure_channel(srv.address) as ch:  # probes need no token
-            assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+            assert (
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+            )
     finally:
         srv.stop()
-
-
 
 
 def test_tls_serves_verified_clients_and_refuses_plaintext(model_repo, tmp_path):
@@ -232,9 +274,29 @@ def test_tls_serves_verified_clients_and_refuses_plaintext(model_repo, tmp_path)
 
 def _serve(*args: str) -> tuple[subprocess.Popen, int, int]:
     port, mport = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(MODEL_REPO), "--host", "127.0.0.1",
-                             "--port", str(port), "--metrics-port", str(mport), "--http-port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "s2s.cli",
+            "serve",
+            "--model-repo",
+            str(MODEL_REPO),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(mport),
+            "--http-port",
+            "0",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
     return proc, port, mport
 
 
@@ -243,8 +305,12 @@ def _rows_in_flight(metrics_port: int, model: str) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name in ("s2s_active_sequences", "s2s_queued_sequences") and s.labels.get("model") == model)
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name in ("s2s_active_sequences", "s2s_queued_sequences") and s.labels.get("model") == model
+    )
 
 
 def test_sigterm_drains_in_flight_requests_and_exits_0():
@@ -254,8 +320,13 @@ def test_sigterm_drains_in_flight_requests_and_exits_0():
             grpc.channel_ready_future(ch).result(timeout=60)
             stub = pb_grpc.Seq2SeqStub(ch)
             assert wait_for(lambda: stub.ListModels(pb.ListModelsRequest(), timeout=5) is not None, 60)
-            futures = [stub.Generate.future(pb.GenerateRequest(model=JA, inputs=english(8), options=pb.GenerateOptions(beam_size=4)),
-                                            timeout=60) for _ in range(4)]
+            futures = [
+                stub.Generate.future(
+                    pb.GenerateRequest(model=JA, inputs=english(8), options=pb.GenerateOptions(beam_size=4)),
+                    timeout=60,
+                )
+                for _ in range(4)
+            ]
             assert wait_for(lambda: _rows_in_flight(mport, JA) > 0, 60)  # the cores have the requests
             proc.send_signal(signal.SIGTERM)
             unanswered = sum(not f.done() for f in futures)  # still in flight after the signal: drained below
@@ -274,8 +345,26 @@ def test_broken_model_repository_fails_fast_naming_the_file(tmp_path):
 
     shutil.copytree(MODEL_REPO / ADD, tmp_path / ADD)
     (tmp_path / ADD / "1" / "encoder.onnx").write_bytes(b"not onnx")
-    out = subprocess.run([sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(tmp_path), "--port", str(free_port()),
-                          "--metrics-port", "0", "--http-port", "0"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "s2s.cli",
+            "serve",
+            "--model-repo",
+            str(tmp_path),
+            "--port",
+            str(free_port()),
+            "--metrics-port",
+            "0",
+            "--http-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert out.returncode == 2
     assert re.search(r"encoder\.onnx: sha256 .* does not match", out.stderr), out.stderr[-1000:]
 
@@ -292,18 +381,27 @@ def test_device_resident_cache_serves_concurrent_requests(model_repo):
         async def main():
             async with grpc.aio.insecure_channel(srv.address) as ch:
                 stub = pb_grpc.Seq2SeqStub(ch)
-                calls = [stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{a}+{b}"]), timeout=60) for a, b in problems]
+                calls = [
+                    stub.Generate(pb.GenerateRequest(model=ADD, inputs=[f"{a}+{b}"]), timeout=60)
+                    for a, b in problems
+                ]
                 # The model's own text, as the in-process engine writes it: no spans protected.
-                calls += [stub.Generate(pb.GenerateRequest(model=JA, inputs=[t], protect_spans=False), timeout=60)
-                          for t in texts]
+                calls += [
+                    stub.Generate(pb.GenerateRequest(model=JA, inputs=[t], protect_spans=False), timeout=60)
+                    for t in texts
+                ]
                 return await asyncio.gather(*calls)
 
         replies = asyncio.run(main())
     finally:
         srv.stop()
-    wrong = [(a, b, r.outputs[0].text) for (a, b), r in zip(problems, replies) if r.outputs[0].text != str(a + b)]
+    wrong = [
+        (a, b, r.outputs[0].text) for (a, b), r in zip(problems, replies) if r.outputs[0].text != str(a + b)
+    ]
     assert len(wrong) <= 1, wrong
     import engine
 
-    want = [r.text for r in engine.load(model_repo / JA / "1", device="cpu").generate(texts)]  # its default beam
-    assert [r.outputs[0].text for r in replies[len(problems):]] == want
+    want = [
+        r.text for r in engine.load(model_repo / JA / "1", device="cpu").generate(texts)
+    ]  # its default beam
+    assert [r.outputs[0].text for r in replies[len(problems) :]] == want

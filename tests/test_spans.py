@@ -16,35 +16,61 @@ def spans(text: str, numbers: bool = True) -> list[tuple[str, str]]:
     return [(s.kind, s.text) for s in find_spans(text, numbers)]
 
 
-@pytest.mark.parametrize("text, want", [
-    # printf: C, positional, Python named, %%, Qt
-    ("Deleting %u files from \"%s\"", [("printf", "%u"), ("printf", "%s")]),
-    ("Query took %01.4f seconds, %ld bytes", [("printf", "%01.4f"), ("printf", "%ld")]),
-    ("%1$s of %2$d", [("printf", "%1$s"), ("printf", "%2$d")]),
-    ("%(action)s the %(translation)s", [("printf", "%(action)s"), ("printf", "%(translation)s")]),
-    ("less than 1%% per hour", [("number", "1"), ("printf", "%%")]),
-    ("The font file %1 is broken", [("printf", "%1")]),
-    # braces and ICU, nested as one span
-    ("from {old} to {new}", [("brace", "{old}"), ("brace", "{new}")]),
-    ("{} and {0} and {0:.2f}", [("brace", "{}"), ("brace", "{0}"), ("brace", "{0:.2f}")]),
-    ("You have {count, plural, one {# file} other {# files}} left",
-     [("brace", "{count, plural, one {# file} other {# files}}")]),
-    # templates
-    ("Hello ${user.name}, {{ greeting }} {% if x %}", [("template", "${user.name}"), ("template", "{{ greeting }}"),
-                                                      ("template", "{% if x %}")]),
-    # markup
-    ('<a href="https://x.org/a?b=1">Link</a> &amp; &#169; &#x2014;',
-     [("tag", '<a href="https://x.org/a?b=1">'), ("tag", "</a>"), ("entity", "&amp;"), ("entity", "&#169;"),
-      ("entity", "&#x2014;")]),
-    ("<br/><!-- note --><img src='a.png' />", [("tag", "<br/>"), ("tag", "<!-- note -->"), ("tag", "<img src='a.png' />")]),
-    # URLs (no trailing sentence punctuation, no Japanese after them) and e-mail
-    ("See http://example.com/poster.jpg.", [("url", "http://example.com/poster.jpg")]),
-    ("https://en.wikipedia.org/wiki/Foo_(bar)を参照", [("url", "https://en.wikipedia.org/wiki/Foo_(bar)")]),
-    ("Write to help@example.org or www.example.org/x", [("email", "help@example.org"), ("url", "www.example.org/x")]),
-    # numbers: digits not inside an ASCII word
-    ("You have 3 new messages, 1,024 bytes, 2.5 s", [("number", "3"), ("number", "1,024"), ("number", "2.5")]),
-    ("UTF-8 and mp3 files, 3つ", [("number", "3")]),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        # printf: C, positional, Python named, %%, Qt
+        ('Deleting %u files from "%s"', [("printf", "%u"), ("printf", "%s")]),
+        ("Query took %01.4f seconds, %ld bytes", [("printf", "%01.4f"), ("printf", "%ld")]),
+        ("%1$s of %2$d", [("printf", "%1$s"), ("printf", "%2$d")]),
+        ("%(action)s the %(translation)s", [("printf", "%(action)s"), ("printf", "%(translation)s")]),
+        ("less than 1%% per hour", [("number", "1"), ("printf", "%%")]),
+        ("The font file %1 is broken", [("printf", "%1")]),
+        # braces and ICU, nested as one span
+        ("from {old} to {new}", [("brace", "{old}"), ("brace", "{new}")]),
+        ("{} and {0} and {0:.2f}", [("brace", "{}"), ("brace", "{0}"), ("brace", "{0:.2f}")]),
+        (
+            "You have {count, plural, one {# file} other {# files}} left",
+            [("brace", "{count, plural, one {# file} other {# files}}")],
+        ),
+        # templates
+        (
+            "Hello ${user.name}, {{ greeting }} {% if x %}",
+            [("template", "${user.name}"), ("template", "{{ greeting }}"), ("template", "{% if x %}")],
+        ),
+        # markup
+        (
+            '<a href="https://x.org/a?b=1">Link</a> &amp; &#169; &#x2014;',
+            [
+                ("tag", '<a href="https://x.org/a?b=1">'),
+                ("tag", "</a>"),
+                ("entity", "&amp;"),
+                ("entity", "&#169;"),
+                ("entity", "&#x2014;"),
+            ],
+        ),
+        (
+            "<br/><!-- note --><img src='a.png' />",
+            [("tag", "<br/>"), ("tag", "<!-- note -->"), ("tag", "<img src='a.png' />")],
+        ),
+        # URLs (no trailing sentence punctuation, no Japanese after them) and e-mail
+        ("See http://example.com/poster.jpg.", [("url", "http://example.com/poster.jpg")]),
+        (
+            "https://en.wikipedia.org/wiki/Foo_(bar)を参照",
+            [("url", "https://en.wikipedia.org/wiki/Foo_(bar)")],
+        ),
+        (
+            "Write to help@example.org or www.example.org/x",
+            [("email", "help@example.org"), ("url", "www.example.org/x")],
+        ),
+        # numbers: digits not inside an ASCII word
+        (
+            "You have 3 new messages, 1,024 bytes, 2.5 s",
+            [("number", "3"), ("number", "1,024"), ("number", "2.5")],
+        ),
+        ("UTF-8 and mp3 files, 3つ", [("number", "3")]),
+    ],
+)
 def test_every_kind(text, want):
     assert spans(text) == want
 
@@ -68,7 +94,7 @@ SOURCES = [
     "<strong>%(quota)s</strong>",
     "%s and %s. Total size: %s",
     "Invoice {full_invoice_no} was sent to billing@example.org",
-    "<p>Click <a href=\"https://x.org\">here</a> to continue &amp; save.</p>",
+    '<p>Click <a href="https://x.org">here</a> to continue &amp; save.</p>',
     "You have {count, plural, one {# file} other {# files}} in ${folder}",
     "Unbalanced <b>bold text and </i> stray close",
     "{{ user }} logged in at %H:%M",
@@ -85,9 +111,18 @@ def adversarial(m, rng: random.Random) -> list[str]:
     """Outputs a model could write: its placeholders kept, lost, doubled, reversed, misspelt, made up."""
     marks = list(m.marks)
     kept = " ".join(["テキスト"] + marks + ["です。"])
-    return ["", "全部なくなった", kept, " ".join(marks * 2), " ".join(reversed(marks)) + " 逆",
-            kept.replace("{0}", "{0").replace("%s", "%d"), "%s {9} <i> http://evil.example 7 %(x)s",
-            " ".join(rng.sample(marks, len(marks))) + "。", m.text, m.text.upper()]
+    return [
+        "",
+        "全部なくなった",
+        kept,
+        " ".join(marks * 2),
+        " ".join(reversed(marks)) + " 逆",
+        kept.replace("{0}", "{0").replace("%s", "%d"),
+        "%s {9} <i> http://evil.example 7 %(x)s",
+        " ".join(rng.sample(marks, len(marks))) + "。",
+        m.text,
+        m.text.upper(),
+    ]
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -121,7 +156,9 @@ def test_lost_spans_go_back_where_they_were():
     m = mask("%s files")
     assert restore(m, "ファイル") == "%sファイル"  # it started the source: at the start
     m = mask("You have 3 new messages.")
-    assert restore(m, "新しいメッセージがあります。") == "新しいメッセージがあります3。"  # before the last stop
+    assert (
+        restore(m, "新しいメッセージがあります。") == "新しいメッセージがあります3。"
+    )  # before the last stop
 
 
 def test_a_source_of_only_spans_is_answered_as_it_came():
@@ -144,12 +181,13 @@ def test_split_pieces_fit_and_join_back_the_source():
     pieces = split(text, fits_words(4), find_spans(text))
     assert all(len(p.split()) <= 4 for p in pieces.pieces)
     assert pieces.join(pieces.pieces) == text  # the glue is the source's own whitespace and line breaks
-    assert "Third line %(name)s stays." in pieces.pieces or all("%(name" not in p or "%(name)s" in p
-                                                                  for p in pieces.pieces)
+    assert "Third line %(name)s stays." in pieces.pieces or all(
+        "%(name" not in p or "%(name)s" in p for p in pieces.pieces
+    )
 
 
 def test_split_cuts_sentences_first_and_never_inside_a_span():
-    text = "One two three. Four five six. Seven <a href=\"https://x.org/very/long/path\">link</a> nine."
+    text = 'One two three. Four five six. Seven <a href="https://x.org/very/long/path">link</a> nine.'
     pieces = split(text, fits_words(3), find_spans(text))
     assert pieces.pieces[:2] == ["One two three.", "Four five six."]
     assert any('<a href="https://x.org/very/long/path">' in p for p in pieces.pieces)
@@ -176,7 +214,9 @@ def test_a_line_break_inside_a_span_is_not_a_cut():
 
 def test_spans_the_model_made_up_are_dropped():
     assert restore(mask("Save changes"), "変更を保存 %s <b>") == "変更を保存"
-    assert restore(mask("Save changes"), "変更を 2 回保存") == "変更を 2 回保存"  # a number may be the model's own
+    assert (
+        restore(mask("Save changes"), "変更を 2 回保存") == "変更を 2 回保存"
+    )  # a number may be the model's own
 
 
 def test_a_text_read_as_sent_is_answered_as_the_model_wrote_it():

@@ -13,13 +13,42 @@ from safetensors.torch import load_file
 
 from training import checkpoint
 
-TINY = ["--task", "addition", "--digits", "2", "--n-train", "400", "--n-valid", "40", "--n-test", "40",
-        "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64", "--max-len", "12",
-        "--batch-size", "32", "--warmup", "50", "--eval-max", "40", "--threads", "1"]
+TINY = [
+    "--task",
+    "addition",
+    "--digits",
+    "2",
+    "--n-train",
+    "400",
+    "--n-valid",
+    "40",
+    "--n-test",
+    "40",
+    "--d-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--d-ff",
+    "64",
+    "--max-len",
+    "12",
+    "--batch-size",
+    "32",
+    "--warmup",
+    "50",
+    "--eval-max",
+    "40",
+    "--threads",
+    "1",
+]
 
 
 def s2s(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "s2s.cli", *args], capture_output=True, text=True, check=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "s2s.cli", *args], capture_output=True, text=True, check=True, env=env
+    )
 
 
 def test_resume_continues_from_the_same_state(tmp_path: Path):
@@ -45,8 +74,18 @@ def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path:
     epoch and minutes count on from the checkpoint's, and the rate ramps back up to the schedule."""
     s2s("train", *TINY, "--epochs", "1", "--out", str(tmp_path / "first"))
     first = json.loads((tmp_path / "first/last/metrics.json").read_text())
-    s2s("train", *TINY, "--epochs", "3", "--init-from", str(tmp_path / "first/last"), "--init-warmup", "10",
-        "--out", str(tmp_path / "second"))
+    s2s(
+        "train",
+        *TINY,
+        "--epochs",
+        "3",
+        "--init-from",
+        str(tmp_path / "first/last"),
+        "--init-warmup",
+        "10",
+        "--out",
+        str(tmp_path / "second"),
+    )
     log = [json.loads(x) for x in (tmp_path / "second/metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in log] == [1, 2, 3] and log[0]["step"] == first["step"]
     assert log[-1]["step"] == 3 * first["step"] and log[-1]["time_s"] > first["time_s"]
@@ -58,13 +97,26 @@ def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path:
     cfg = dict(d_model=32, warmup=50, factor=1.0)
     assert steps[0]["lr"] < 0.9 * rate(steps[0]["step"] + 1, **cfg)
     assert steps[-1]["lr"] == pytest.approx(rate(steps[-1]["step"] + 1, **cfg))
-    a, b = load_file(str(tmp_path / "first/last/model.safetensors")), load_file(str(tmp_path / "second/last/model.safetensors"))
+    a, b = (
+        load_file(str(tmp_path / "first/last/model.safetensors")),
+        load_file(str(tmp_path / "second/last/model.safetensors")),
+    )
     assert any(not torch.equal(a[k], b[k]) for k in a)  # it trained on
     with pytest.raises(subprocess.CalledProcessError) as refused:
-        s2s("train", *TINY, "--resume", "--init-from", str(tmp_path / "first/last"), "--out", str(tmp_path / "second"))
+        s2s(
+            "train",
+            *TINY,
+            "--resume",
+            "--init-from",
+            str(tmp_path / "first/last"),
+            "--out",
+            str(tmp_path / "second"),
+        )
     assert refused.value.returncode == 2 and "exclude each other" in refused.value.stderr
     assert "Traceback" not in refused.value.stderr
-    with pytest.raises(subprocess.CalledProcessError) as refused:  # not a checkpoint: named before any data is read
+    with pytest.raises(
+        subprocess.CalledProcessError
+    ) as refused:  # not a checkpoint: named before any data is read
         s2s("train", *TINY, "--init-from", str(tmp_path), "--out", str(tmp_path / "third"))
     assert refused.value.returncode == 2 and "metrics.json missing" in refused.value.stderr
     assert "Traceback" not in refused.value.stderr
@@ -80,9 +132,25 @@ def test_eval_cli_prints_metrics_json(tmp_path: Path):
 @pytest.mark.slow
 def test_two_process_torchrun_stays_in_sync(tmp_path: Path):
     out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "s2s.cli",
-         "train", *TINY, "--epochs", "2", "--out", str(tmp_path / "ddp")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "s2s.cli",
+            "train",
+            *TINY,
+            "--epochs",
+            "2",
+            "--out",
+            str(tmp_path / "ddp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "replicas in sync: True" in out.stdout
@@ -94,8 +162,22 @@ def test_max_steps_and_checkpoint_averaging(tmp_path: Path):
     """--max-steps stops at that step (the partial epoch is evaluated and saved); --average-every
     keeps weight copies and averaged/ holds their mean (§6.1), a loadable checkpoint."""
     out = tmp_path / "run"
-    s2s("train", *TINY, "--epochs", "5", "--max-steps", "20", "--average-every", "5", "--average-last", "3",
-        "--batch-tokens", "120", "--out", str(out))
+    s2s(
+        "train",
+        *TINY,
+        "--epochs",
+        "5",
+        "--max-steps",
+        "20",
+        "--average-every",
+        "5",
+        "--average-last",
+        "3",
+        "--batch-tokens",
+        "120",
+        "--out",
+        str(out),
+    )
     log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert log[-1]["step"] == 20 and log[-1]["train_tgt_tokens_per_s"] > 0
     copies = sorted(int(f.stem.split("-")[1]) for f in (out / "averaging").glob("step-*.safetensors"))

@@ -52,7 +52,9 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], config: ModelConfig
     return Batch(src, (src != sp.pad).long(), tgt_in, tgt_out)
 
 
-def token_batches(chunk: list[int], examples: Sequence[tuple[list[int], list[int]]], max_tokens: int) -> list[list[int]]:
+def token_batches(
+    chunk: list[int], examples: Sequence[tuple[list[int], list[int]]], max_tokens: int
+) -> list[list[int]]:
     """Cut a length-sorted run of example indices into batches of at most ``max_tokens`` padded tokens.
 
     §5.1: "each training batch contained a set of sentence pairs containing approximately 25000

@@ -24,7 +24,13 @@ from contract.config import ModelConfig, TaskConfig, read_json, write_json
 from contract.text import TextCodec
 from training.model import Transformer
 
-WEIGHTS, CONFIG, TOKENIZER, METRICS, STATE = "model.safetensors", "config.json", "tokenizer.json", "metrics.json", "trainer_state.pt"
+WEIGHTS, CONFIG, TOKENIZER, METRICS, STATE = (
+    "model.safetensors",
+    "config.json",
+    "tokenizer.json",
+    "metrics.json",
+    "trainer_state.pt",
+)
 TARGET_TOKENIZER = "target_tokenizer.json"
 
 
@@ -51,7 +57,9 @@ def weights(model: Transformer) -> dict:
     return state
 
 
-def save(folder: Path, model: Transformer, task: TaskConfig, tokenizer: Tokenizer, metrics: dict, train: dict) -> None:
+def save(
+    folder: Path, model: Transformer, task: TaskConfig, tokenizer: Tokenizer, metrics: dict, train: dict
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     save_file(weights(model), str(folder / WEIGHTS))
     write_json(folder / CONFIG, {"model": model.config.to_dict(), "task": task.to_dict(), "train": train})
@@ -63,18 +71,25 @@ def load(folder: Path, device: str = "cpu") -> Checkpoint:
     folder = Path(folder)
     for name in (WEIGHTS, CONFIG, TOKENIZER):
         if not (folder / name).is_file():
-            raise FileNotFoundError(f"{folder / name} is missing: not a checkpoint folder written by `s2s train`")
+            raise FileNotFoundError(
+                f"{folder / name} is missing: not a checkpoint folder written by `s2s train`"
+            )
     cfg = read_json(folder / CONFIG)
     config, task = ModelConfig.from_dict(cfg["model"]), TaskConfig.from_dict(cfg["task"])
     model = Transformer(config)
     state = load_file(str(folder / WEIGHTS), device=device)
     # Checkpoints written before the output projection had its name call it "generator" (the annotated
     # Transformer's word, which here also named the engine's step loop): the same tensors.
-    state = {("output_projection." + k[len("generator."):] if k.startswith("generator.") else k): v for k, v in state.items()}
+    state = {
+        ("output_projection." + k[len("generator.") :] if k.startswith("generator.") else k): v
+        for k, v in state.items()
+    }
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = {"output_projection.weight", "tgt_embed.weight"}
     if unexpected or set(missing) - tied:
-        raise ValueError(f"{folder / WEIGHTS} does not match config.json: missing {missing}, unexpected {unexpected}")
+        raise ValueError(
+            f"{folder / WEIGHTS} does not match config.json: missing {missing}, unexpected {unexpected}"
+        )
     codec = TextCodec.from_file(folder / TOKENIZER, task, config.special, folder / TARGET_TOKENIZER)
     return Checkpoint(model.to(device).eval(), task, codec, folder, cfg.get("train", {}))
 

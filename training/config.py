@@ -26,7 +26,9 @@ class TrainConfig:
     max_len: int = 64
     epochs: int = 20
     batch_size: int = 128
-    batch_tokens: int = 0  # > 0: batches of at most this many padded tokens per rank (§5.1), not batch_size sentences
+    batch_tokens: int = (
+        0  # > 0: batches of at most this many padded tokens per rank (§5.1), not batch_size sentences
+    )
     lr_factor: float = 1.0  # lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     warmup: int = 1000
     label_smoothing: float = 0.1
@@ -38,16 +40,22 @@ class TrainConfig:
     bleu_tokenize: str = "13a"
     threads: int = 0  # torch intra-op threads (0 = torch's default)
     resume: bool = False
-    init_from: str | None = None  # a checkpoint folder: continue from its weights with a fresh optimizer (no trainer state)
+    init_from: str | None = (
+        None  # a checkpoint folder: continue from its weights with a fresh optimizer (no trainer state)
+    )
     init_warmup: int = 100  # --init-from: steps over which the learning rate ramps back up to the schedule
     precision: str = "auto"  # auto | fp32 | bf16 (autocast); auto = bf16 only where the hardware runs it fast
     max_steps: int = 0  # > 0: stop after this many optimizer steps (a time-budgeted run, reproduced exactly)
-    time_budget_min: float = 0  # > 0: stop once training has run this long (then evaluate and save as after an epoch)
+    time_budget_min: float = (
+        0  # > 0: stop once training has run this long (then evaluate and save as after an epoch)
+    )
     average_every: int = 0  # > 0: every this many steps keep a copy of the weights for averaging (§6.1)
     average_last: int = 5  # average this many of the last kept copies into averaged/ at the end
 
     def check(self) -> None:
         """Flag combinations that cannot work, refused before any data is read."""
         if self.resume and self.init_from:
-            raise ValueError("--resume and --init-from exclude each other: --resume continues the run in --out from "
-                             "last/, --init-from starts --out anew from another checkpoint's weights")
+            raise ValueError(
+                "--resume and --init-from exclude each other: --resume continues the run in --out from "
+                "last/, --init-from starts --out anew from another checkpoint's weights"
+            )

@@ -15,6 +15,7 @@ from training.corpus_sources import GROUPS, HELDOUT_CAP, is_reserved
 try:  # tqdm is in the [train] extra; the build still runs (without bars) if it is missing
     from tqdm import tqdm
 except ImportError:  # pragma: no cover
+
     def tqdm(it=None, **_kw):  # type: ignore[no-redef]
         return it
 
@@ -46,8 +47,11 @@ def choose_translations(counts: dict[str, collections.Counter]) -> dict[str, str
     return {en: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for en, c in counts.items()}
 
 
-def build_rows(catalogs: Iterable[Path | str | tuple[str, Path | str]], progress: bool = False,
-               groups: dict[str, str] | None = None) -> BuildResult:
+def build_rows(
+    catalogs: Iterable[Path | str | tuple[str, Path | str]],
+    progress: bool = False,
+    groups: dict[str, str] | None = None,
+) -> BuildResult:
     """The network-free half: catalogs -> cleaned, deduplicated, sorted (english, japanese) rows.
 
     ``catalogs`` holds paths, or (source name, path) pairs so that the stats are per source.
@@ -120,8 +124,13 @@ class Corpus:
     files: dict[str, list[Pair]]  # "permissive", "copyleft", "heldout" -> rows
 
 
-def build_corpus(catalogs: Iterable[tuple[str, Path | str]], groups: dict[str, str] | None = None,
-                 heldout: Iterable[str] = (), cap: int = HELDOUT_CAP, progress: bool = False) -> Corpus:
+def build_corpus(
+    catalogs: Iterable[tuple[str, Path | str]],
+    groups: dict[str, str] | None = None,
+    heldout: Iterable[str] = (),
+    cap: int = HELDOUT_CAP,
+    progress: bool = False,
+) -> Corpus:
     """Training files and the held-out set from (source, catalog) pairs: sources named in
     ``heldout`` feed only the held-out set; the rest are deduplicated together (one translation per
     English string over all of them) and split by ``groups``."""

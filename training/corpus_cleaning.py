@@ -55,7 +55,9 @@ _TILDE_RE = re.compile(r"~(?=\w)")
 _WS_RE = re.compile(r"\s+")
 _LETTERS_RE = re.compile(r"[^\W\d_]{2}")  # two letters in a row, any script
 # kana (incl. half-width katakana), CJK ideographs, iteration/prolonged marks
-_JAPANESE_RE = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f々〆ー]")
+_JAPANESE_RE = re.compile(
+    r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f々〆ー]"
+)
 _IDENTIFIER_RE = re.compile(
     r"""^(?:
         [A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+      # STR_FOO_BAR
@@ -239,4 +241,3 @@ def read_catalog(path: Path) -> tuple[list[polib._BaseEntry], bool, bool]:
     cat = polib.mofile(str(path)) if compiled else polib.pofile(str(path))
     tilde = cat.metadata.get("X-Accelerator-Marker", "").strip() == "~"
     return list(cat), compiled, tilde  # a POFile lists its obsolete (#~) entries too
-

@@ -87,8 +87,14 @@ from pathlib import Path
 from training.corpus_build import build_corpus, write_tsv
 from training.corpus_fetch import FetchError, fetch_all, write_pins
 from training.corpus_notice import notice_markdown, summary_table
-from training.corpus_sources import (DEFAULT_CACHE, DEFAULT_COPYLEFT_OUT, DEFAULT_HELDOUT_OUT, DEFAULT_OUT, PINS_FILE,
-                                     all_sources)
+from training.corpus_sources import (
+    DEFAULT_CACHE,
+    DEFAULT_COPYLEFT_OUT,
+    DEFAULT_HELDOUT_OUT,
+    DEFAULT_OUT,
+    PINS_FILE,
+    all_sources,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,22 +105,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{PINS_FILE.name}). Downloads with pip and apt-get into --cache, writes the permissive and copyleft "
         "training files, the held-out projects' file and NOTICE.md. Rerunning gives byte-identical files.",
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="the permissive (and MPL) training file (default: %(default)s)")
-    parser.add_argument("--copyleft-out", type=Path, default=DEFAULT_COPYLEFT_OUT,
-                        help="the copyleft training file (default: %(default)s)")
-    parser.add_argument("--heldout-out", type=Path, default=DEFAULT_HELDOUT_OUT,
-                        help="the held-out projects' unseen pairs (default: %(default)s)")
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
-                        help="downloads and extracted packages; keep it out of git (default: %(default)s)")
-    parser.add_argument("--notice", type=Path, default=None,
-                        help="the NOTICE file to write (default: NOTICE.md beside --out)")
-    parser.add_argument("--only", action="append", default=None, metavar="SOURCE",
-                        help="build from these sources only (repeatable; for debugging - the NOTICE is not written)")
-    parser.add_argument("--write-pins", action="store_true",
-                        help=f"regenerate {PINS_FILE.name} from --contents indexes instead of building")
-    parser.add_argument("--contents", type=Path, action="append", default=[],
-                        help="a Debian Contents-*.gz index, for --write-pins (repeatable)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="the permissive (and MPL) training file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--copyleft-out",
+        type=Path,
+        default=DEFAULT_COPYLEFT_OUT,
+        help="the copyleft training file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--heldout-out",
+        type=Path,
+        default=DEFAULT_HELDOUT_OUT,
+        help="the held-out projects' unseen pairs (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="downloads and extracted packages; keep it out of git (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--notice", type=Path, default=None, help="the NOTICE file to write (default: NOTICE.md beside --out)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        metavar="SOURCE",
+        help="build from these sources only (repeatable; for debugging - the NOTICE is not written)",
+    )
+    parser.add_argument(
+        "--write-pins",
+        action="store_true",
+        help=f"regenerate {PINS_FILE.name} from --contents indexes instead of building",
+    )
+    parser.add_argument(
+        "--contents",
+        type=Path,
+        action="append",
+        default=[],
+        help="a Debian Contents-*.gz index, for --write-pins (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.write_pins:
         if not args.contents:
@@ -129,15 +165,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     catalogs = [(f.source.name, p) for f in fetched for p in f.catalogs]
-    corpus = build_corpus(catalogs, groups={s.name: s.group for s in sources},
-                          heldout=[s.name for s in sources if s.heldout], progress=True)
+    corpus = build_corpus(
+        catalogs,
+        groups={s.name: s.group for s in sources},
+        heldout=[s.name for s in sources if s.heldout],
+        progress=True,
+    )
     outs = {"permissive": args.out, "copyleft": args.copyleft_out, "heldout": args.heldout_out}
     shas = {k: write_tsv(corpus.files[k], path) for k, path in outs.items()}
     print(summary_table(corpus.train, fetched))
     for k, path in outs.items():
         print(f"wrote {path}: {len(corpus.files[k])} pairs, {path.stat().st_size} bytes, sha256 {shas[k]}")
-    print(f"reserved catalogs dropped: {len(corpus.train.reserved) + len(corpus.heldout.reserved)}; "
-          f"{time.monotonic() - t0:.1f}s")
+    print(
+        f"reserved catalogs dropped: {len(corpus.train.reserved) + len(corpus.heldout.reserved)}; "
+        f"{time.monotonic() - t0:.1f}s"
+    )
     if args.only is None:
         notice = args.notice or args.out.with_name("NOTICE.md")
         notice.write_text(notice_markdown(corpus, fetched, outs, shas), encoding="utf-8")

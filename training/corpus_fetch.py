@@ -16,12 +16,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from training.corpus_licences import LICENSE_FILE_RE, LicenseCheck, check_license, debian_license
-from training.corpus_sources import (DEB_PATTERNS, EXPLICIT_SOURCES, MAX_DEB_BYTES, PINS_FILE, PIP_PYTHON_VERSION,
-                                     Source, is_reserved)
+from training.corpus_sources import (
+    DEB_PATTERNS,
+    EXPLICIT_SOURCES,
+    MAX_DEB_BYTES,
+    PINS_FILE,
+    PIP_PYTHON_VERSION,
+    Source,
+    is_reserved,
+)
 
 try:  # tqdm is in the [train] extra; the build still runs (without bars) if it is missing
     from tqdm import tqdm
 except ImportError:  # pragma: no cover
+
     def tqdm(it=None, **_kw):  # type: ignore[no-redef]
         return it
 
@@ -48,8 +56,19 @@ def fetch_wheel(src: Source, downloads: Path) -> Path:
     found = _wheel_path(src, downloads)
     if found:
         return found
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--python-version", PIP_PYTHON_VERSION, f"{src.package}=={src.version}", "-d", str(downloads)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        PIP_PYTHON_VERSION,
+        f"{src.package}=={src.version}",
+        "-d",
+        str(downloads),
+    ]
     proc = _run(cmd)
     found = _wheel_path(src, downloads)
     if proc.returncode != 0 or found is None:
@@ -69,6 +88,7 @@ def fetch_deb(src: Source, downloads: Path) -> tuple[Path, str]:
 
     Debian moves on (security updates replace the pinned revision): if the pin is no longer
     downloadable the current version is taken, with a warning, and recorded in NOTICE.md."""
+
     def present() -> list[Path]:
         return sorted(downloads.glob(f"{src.package}_*.deb"))
 
@@ -90,8 +110,11 @@ def fetch_deb(src: Source, downloads: Path) -> tuple[Path, str]:
                 deb = new[-1]
                 version = _deb_version(deb)
                 if version != src.version:
-                    print(f"WARNING: {src.package}: pinned {src.version}, downloaded {version} (Debian moved on); "
-                          "proceeding - NOTICE.md records the version used", file=sys.stderr)
+                    print(
+                        f"WARNING: {src.package}: pinned {src.version}, downloaded {version} (Debian moved on); "
+                        "proceeding - NOTICE.md records the version used",
+                        file=sys.stderr,
+                    )
                 return deb, version
             errors.append(f"apt-get download {spec}: {proc.stderr.strip()[-1000:]}")
     raise FetchError(f"could not download {src.package}:\n" + "\n".join(errors))
@@ -99,6 +122,7 @@ def fetch_deb(src: Source, downloads: Path) -> tuple[Path, str]:
 
 def _matches(member: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(member, pat) for pat in patterns)
+
 
 _EXTRACT_FORMAT = "3"  # bump when extract() keeps different members, so caches are refreshed
 
@@ -119,7 +143,8 @@ def extract(src: Source, archive: Path, version: str, extracted: Path) -> Path:
     if src.kind == "wheel":
         with zipfile.ZipFile(archive) as zf:
             members = sorted(
-                m for m in zf.namelist()
+                m
+                for m in zf.namelist()
                 if _matches(m, src.patterns) or m.endswith(".dist-info/METADATA") or LICENSE_FILE_RE.search(m)
             )
             zf.extractall(root, members)
@@ -128,11 +153,16 @@ def extract(src: Source, archive: Path, version: str, extracted: Path) -> Path:
         proc = subprocess.run(
             f"dpkg-deb --fsys-tarfile {shlex.quote(str(archive))} | tar -x -C {shlex.quote(str(root))} "
             "--wildcards " + " ".join(shlex.quote(w) for w in wanted),
-            shell=True, capture_output=True, text=True,
+            shell=True,
+            capture_output=True,
+            text=True,
         )
         # tar exits 2 when a pattern matches nothing (a package without a copyright file of its own)
-        errors = [ln for ln in proc.stderr.splitlines()
-                  if ln.strip() and "Not found in archive" not in ln and "Exiting with failure" not in ln]
+        errors = [
+            ln
+            for ln in proc.stderr.splitlines()
+            if ln.strip() and "Not found in archive" not in ln and "Exiting with failure" not in ln
+        ]
         if errors:
             raise FetchError(f"extracting {archive} failed: {proc.stderr}")
     done.write_text(stamp)
@@ -140,8 +170,9 @@ def extract(src: Source, archive: Path, version: str, extracted: Path) -> Path:
 
 
 def find_catalogs(root: Path, patterns: Sequence[str]) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and _matches(p.relative_to(root).as_posix(), patterns))
-
+    return sorted(
+        p for p in root.rglob("*") if p.is_file() and _matches(p.relative_to(root).as_posix(), patterns)
+    )
 
 
 @dataclass
@@ -166,8 +197,10 @@ def fetch_source(src: Source, cache: Path) -> Fetched:
         raise FetchError(f"{src.package} {version}: no Japanese catalog matches {src.patterns}")
     lic = check_license(src, root)
     if not lic.agrees:
-        print(f"WARNING: {src.package} {version}: pinned licence {src.license}, the package says: {lic.evidence}",
-              file=sys.stderr)
+        print(
+            f"WARNING: {src.package} {version}: pinned licence {src.license}, the package says: {lic.evidence}",
+            file=sys.stderr,
+        )
     return Fetched(src, version, archive, catalogs, lic)
 
 
@@ -178,8 +211,13 @@ def fetch_all(sources: Sequence[Source], cache: Path, progress: bool = True) -> 
     """:func:`fetch_source` for every source, :data:`FETCH_WORKERS` at a time; results in ``sources`` order."""
     with concurrent.futures.ThreadPoolExecutor(FETCH_WORKERS) as pool:
         futures = [pool.submit(fetch_source, src, cache) for src in sources]
-        for _ in tqdm(concurrent.futures.as_completed(futures), total=len(futures), desc="fetch", unit="pkg",
-                      disable=not progress):
+        for _ in tqdm(
+            concurrent.futures.as_completed(futures),
+            total=len(futures),
+            desc="fetch",
+            unit="pkg",
+            disable=not progress,
+        ):
             pass
     return [f.result() for f in futures]  # re-raises the first FetchError
 
@@ -218,7 +256,9 @@ def write_pins(contents: Sequence[Path], cache: Path, out: Path = PINS_FILE) -> 
             info.setdefault(f["Package"], (f["Version"], int(f.get("Size", 0))))
     too_big = sorted(p for p in pkgs if p in info and info[p][1] > MAX_DEB_BYTES)
     missing = sorted(p for p in pkgs if p not in info)
-    cands = [Source(p, "deb", p, info[p][0], "?", DEB_PATTERNS) for p in pkgs if p in info and p not in too_big]
+    cands = [
+        Source(p, "deb", p, info[p][0], "?", DEB_PATTERNS) for p in pkgs if p in info and p not in too_big
+    ]
     rows, empty = [], []
 
     def one(src: Source) -> tuple[Source, str, str, int]:

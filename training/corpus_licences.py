@@ -38,15 +38,27 @@ def check_license(src: Source, root: Path) -> LicenseCheck:
     if src.kind == "wheel":
         for meta in sorted(root.glob("*.dist-info/METADATA"))[:1]:
             lines = meta.read_text(encoding="utf-8", errors="replace").splitlines()
-            said += [f"License-Expression: {ln.split(':', 1)[1].strip()}" for ln in lines if ln.startswith("License-Expression:")]
-            said += [f"classifier: {ln.split('::')[-1].strip()}" for ln in lines if ln.startswith("Classifier: License ::")]
-        lic_files = sorted(p for p in root.glob("*.dist-info/**/*") if p.is_file() and LICENSE_FILE_RE.search(p.as_posix()))
+            said += [
+                f"License-Expression: {ln.split(':', 1)[1].strip()}"
+                for ln in lines
+                if ln.startswith("License-Expression:")
+            ]
+            said += [
+                f"classifier: {ln.split('::')[-1].strip()}"
+                for ln in lines
+                if ln.startswith("Classifier: License ::")
+            ]
+        lic_files = sorted(
+            p for p in root.glob("*.dist-info/**/*") if p.is_file() and LICENSE_FILE_RE.search(p.as_posix())
+        )
         lic_files.sort(key=lambda p: (p.suffix == ".python", p.name))  # Django's LICENSE.python is secondary
         for lic in lic_files[:1]:
             text = lic.read_text(encoding="utf-8", errors="replace")
             kind = classify_license_text(text)
             said.append(f"{lic.name}: {kind or 'unrecognised'} text")
-            copyright_line = next((ln.strip() for ln in text.splitlines() if ln.strip().lower().startswith("copyright")), "")
+            copyright_line = next(
+                (ln.strip() for ln in text.splitlines() if ln.strip().lower().startswith("copyright")), ""
+            )
     else:
         spdx, how, copyright_line = debian_license(root, src.package)
         return LicenseCheck(how, copyright_line, spdx == src.license)
@@ -57,14 +69,35 @@ def check_license(src: Source, root: Path) -> LicenseCheck:
 
 
 _DEB_LICENSES = {
-    "expat": "MIT", "mit": "MIT", "x11": "X11", "isc": "ISC", "zlib": "Zlib", "0bsd": "0BSD",
-    "bsd-2-clause": "BSD-2-Clause", "bsd-3-clause": "BSD-3-Clause", "bsd-4-clause": "BSD-4-Clause",
-    "bsd-2": "BSD-2-Clause", "bsd-3": "BSD-3-Clause",
-    "apache-2.0": "Apache-2.0", "apache-2": "Apache-2.0", "mpl-2.0": "MPL-2.0", "mpl-1.1": "MPL-1.1",
-    "public-domain": "LicenseRef-public-domain", "cc0-1.0": "CC0-1.0", "cc0": "CC0-1.0",
-    "psf-2": "PSF-2.0", "psf": "PSF-2.0", "python": "PSF-2.0", "unlicense": "Unlicense", "bsl-1.0": "BSL-1.0",
-    "artistic": "Artistic-1.0", "artistic-1.0": "Artistic-1.0", "artistic-2.0": "Artistic-2.0",
-    "ftl": "FTL", "postgresql": "PostgreSQL", "permissive": "LicenseRef-permissive",
+    "expat": "MIT",
+    "mit": "MIT",
+    "x11": "X11",
+    "isc": "ISC",
+    "zlib": "Zlib",
+    "0bsd": "0BSD",
+    "bsd-2-clause": "BSD-2-Clause",
+    "bsd-3-clause": "BSD-3-Clause",
+    "bsd-4-clause": "BSD-4-Clause",
+    "bsd-2": "BSD-2-Clause",
+    "bsd-3": "BSD-3-Clause",
+    "apache-2.0": "Apache-2.0",
+    "apache-2": "Apache-2.0",
+    "mpl-2.0": "MPL-2.0",
+    "mpl-1.1": "MPL-1.1",
+    "public-domain": "LicenseRef-public-domain",
+    "cc0-1.0": "CC0-1.0",
+    "cc0": "CC0-1.0",
+    "psf-2": "PSF-2.0",
+    "psf": "PSF-2.0",
+    "python": "PSF-2.0",
+    "unlicense": "Unlicense",
+    "bsl-1.0": "BSL-1.0",
+    "artistic": "Artistic-1.0",
+    "artistic-1.0": "Artistic-1.0",
+    "artistic-2.0": "Artistic-2.0",
+    "ftl": "FTL",
+    "postgresql": "PostgreSQL",
+    "permissive": "LicenseRef-permissive",
 }
 _DEP5_FILES_STAR_RE = re.compile(r"^Files:\s*\*\s*\n((?:[ \t]*\S.*\n)*?)License:\s*(.+)$", re.M)
 
@@ -110,8 +143,10 @@ def _license_from_text(text: str) -> str | None:
     m = re.search(r"GNU (Affero |Lesser |Library |)General Public Licen[cs]e", flat)
     if m:
         fam = {"Affero ": "AGPL", "Lesser ": "LGPL", "Library ": "LGPL", "": "GPL"}[m.group(1)]
-        near = flat[m.start(): m.start() + 400]
-        v = re.search(r"version (\d(?:\.\d)?)", near) or re.search(r"common-licenses/L?A?GPL-(\d(?:\.\d)?)", flat)
+        near = flat[m.start() : m.start() + 400]
+        v = re.search(r"version (\d(?:\.\d)?)", near) or re.search(
+            r"common-licenses/L?A?GPL-(\d(?:\.\d)?)", flat
+        )
         if not v:
             return f"LicenseRef-{fam}"
         ver = v.group(1) if "." in v.group(1) else v.group(1) + ".0"
@@ -136,10 +171,13 @@ def debian_license(root: Path, package: str) -> tuple[str, str, str]:
     if m:
         block = re.sub(r"^Copyright:\s*", "", m.group(1).strip(), flags=re.M)
         holders = "; ".join(ln.strip().rstrip(".") for ln in block.splitlines() if ln.strip())
-        return deb_license_to_spdx(m.group(2)), f"debian/copyright{where} (Files: *): {m.group(2).strip()}", holders
+        return (
+            deb_license_to_spdx(m.group(2)),
+            f"debian/copyright{where} (Files: *): {m.group(2).strip()}",
+            holders,
+        )
     spdx = _license_from_text(text)
     holders = next((ln.strip() for ln in text.splitlines() if ln.strip().lower().startswith("copyright")), "")
     if spdx:
         return spdx, f"debian/copyright{where} (text)", holders
     return "LicenseRef-unknown", f"debian/copyright{where}: licence not recognised", holders
-

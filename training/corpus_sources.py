@@ -19,9 +19,11 @@ MAX_CHARS = 100
 #: version (not the host's): the same pins resolve to the same files on any machine. Django 6 and
 #: indico 3.3 require Python >= 3.12; indico 3.3 requires >= 3.12.2.
 PIP_PYTHON_VERSION = "3.12.2"
-REBUILD_COMMAND = ("python -m training.corpus_en_ja --out data/en-ja/ui-strings.tsv "
-                   "--copyleft-out data/en-ja/ui-strings-copyleft.tsv "
-                   "--heldout-out data/en-ja/heldout-projects.tsv --cache .cache/corpus")
+REBUILD_COMMAND = (
+    "python -m training.corpus_en_ja --out data/en-ja/ui-strings.tsv "
+    "--copyleft-out data/en-ja/ui-strings-copyleft.tsv "
+    "--heldout-out data/en-ja/heldout-projects.tsv --cache .cache/corpus"
+)
 #: The Japanese catalogs of a pinned Debian package: compiled gettext catalogs under any
 #: ``ja``/``ja_JP`` locale directory (``usr/share/locale/ja/LC_MESSAGES/gimp20.mo``,
 #: ``usr/share/phpmyadmin/locale/ja/LC_MESSAGES/phpmyadmin.mo``). fnmatch's ``*`` crosses ``/``.
@@ -36,7 +38,18 @@ MAX_DEB_BYTES = 50_000_000
 #: these names or starting with it followed by ``-_.+`` (``mercurial-common``, ``hg.mo``,
 #: ``plone.app.z3cform``, ``tortoisehg``), with an optional ``python-``/``python3-`` prefix.
 #: Plone's add-on namespaces ``collective.*`` and ``Products.*`` are reserved as prefixes.
-RESERVED_PROJECTS = ("pretix", "weblate", "plone", "mercurial", "hg", "tortoisehg", "hgview", "hgsubversion", "ckan", "ckanext")
+RESERVED_PROJECTS = (
+    "pretix",
+    "weblate",
+    "plone",
+    "mercurial",
+    "hg",
+    "tortoisehg",
+    "hgview",
+    "hgsubversion",
+    "ckan",
+    "ckanext",
+)
 RESERVED_NAMESPACES = ("collective.", "products.")
 _RESERVED_RE = re.compile(
     r"^(?:python3?-)?(?:(?:" + "|".join(map(re.escape, RESERVED_PROJECTS)) + r")(?:[-_.+].*)?"
@@ -50,7 +63,12 @@ _RESERVED_RE = re.compile(
 #: files; ``heldout-projects.tsv`` keeps their pairs whose English is in no training file.
 HELDOUT_PROJECTS: dict[str, tuple[str, ...]] = {
     "GIMP (raster image editor, GTK)": ("gimp-data", "libgimp2.0", "gimp-plugin-registry"),
-    "Okular (document viewer, KDE/Qt)": ("okular", "okular-backend-odp", "okular-backend-odt", "okular-extra-backends"),
+    "Okular (document viewer, KDE/Qt)": (
+        "okular",
+        "okular-backend-odp",
+        "okular-backend-odt",
+        "okular-extra-backends",
+    ),
     "GnuCash (desktop accounting app, GTK)": ("gnucash-common",),
     "phpMyAdmin (web application, PHP)": ("phpmyadmin",),
     "GNU Wget (command-line tool)": ("wget",),
@@ -101,44 +119,71 @@ class Source:
 
 EXPLICIT_SOURCES: tuple[Source, ...] = (
     Source(
-        "jupyterlab", "wheel", "jupyterlab-language-pack-ja-jp", "4.5.post3", "BSD-3-Clause",
+        "jupyterlab",
+        "wheel",
+        "jupyterlab-language-pack-ja-jp",
+        "4.5.post3",
+        "BSD-3-Clause",
         ("jupyterlab_language_pack_ja_JP/locale/ja_JP/LC_MESSAGES/*.mo",),
         "https://github.com/jupyterlab/language-packs",
     ),
     Source(
-        "django", "wheel", "Django", "6.1.3", "BSD-3-Clause",
+        "django",
+        "wheel",
+        "Django",
+        "6.1.3",
+        "BSD-3-Clause",
         ("django/*locale/ja/LC_MESSAGES/*.po",),
         "https://www.djangoproject.com/",
     ),
     Source(
-        "sphinx", "wheel", "Sphinx", "9.1.1", "BSD-2-Clause",
+        "sphinx",
+        "wheel",
+        "Sphinx",
+        "9.1.1",
+        "BSD-2-Clause",
         ("sphinx/locale/ja/LC_MESSAGES/*.po",),
         "https://www.sphinx-doc.org/",
     ),
     Source(
-        "wagtail", "wheel", "wagtail", "8.0.1", "BSD-3-Clause",
+        "wagtail",
+        "wheel",
+        "wagtail",
+        "8.0.1",
+        "BSD-3-Clause",
         ("wagtail/*locale/ja/LC_MESSAGES/*.po",),
         "https://wagtail.org/",
     ),
     Source(
-        "trac", "wheel", "Trac", "1.6", "BSD-3-Clause",
+        "trac",
+        "wheel",
+        "Trac",
+        "1.6",
+        "BSD-3-Clause",
         ("trac/locale/ja/LC_MESSAGES/*.mo",),
         "https://trac.edgewall.org/",
     ),
     Source(
         # messages-all.po is the union of the server (messages.po), JS and React catalogs; the
         # compiled messages.mo and messages-js.po beside it would only count entries twice.
-        "indico", "wheel", "indico", "3.3.14", "MIT",
+        "indico",
+        "wheel",
+        "indico",
+        "3.3.14",
+        "MIT",
         ("indico/translations/ja_JP/LC_MESSAGES/messages-all.po",),
         "https://getindico.io/",
     ),
     Source(
-        "libreoffice", "deb", "libreoffice-l10n-ja", "4:7.4.7-1+deb12u14", "MPL-2.0",
+        "libreoffice",
+        "deb",
+        "libreoffice-l10n-ja",
+        "4:7.4.7-1+deb12u14",
+        "MPL-2.0",
         ("usr/lib/libreoffice/program/resource/ja/LC_MESSAGES/*.mo",),
         "https://www.libreoffice.org/",
     ),
 )
-
 
 
 _PERMISSIVE_RE = re.compile(
@@ -167,8 +212,6 @@ def load_pins(path: Path = PINS_FILE) -> tuple[Source, ...]:
         package, version, license_, *_ = line.split("\t")
         out.append(Source(package, "deb", package, version, license_, DEB_PATTERNS))
     return tuple(out)
-
-
 
 
 def all_sources(pins: Path = PINS_FILE) -> tuple[Source, ...]:

@@ -12,8 +12,9 @@ from training.model import Transformer
 
 
 @torch.no_grad()
-def greedy(model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: int,
-           suppressed: tuple[int, ...] = ()) -> list[list[int]]:
+def greedy(
+    model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: int, suppressed: tuple[int, ...] = ()
+) -> list[list[int]]:
     """Batched greedy decoding with the KV cache. Returns each row's tokens up to (excluding) EOS.
     ``suppressed``: tokens never chosen (an imported model's task.suppressed_ids)."""
     sp = model.config.special
@@ -39,7 +40,9 @@ def greedy(model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: in
 
 
 @torch.no_grad()
-def greedy_uncached(model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
+def greedy_uncached(
+    model: Transformer, src: Tensor, src_mask: Tensor, max_new_tokens: int
+) -> list[list[int]]:
     """Greedy decoding that re-runs the decoder over the whole prefix at every step (no cache)."""
     sp = model.config.special
     b = src.shape[0]

@@ -32,7 +32,14 @@ def teacher_forced(model: Transformer, examples, batch_size: int, device: str) -
 
 
 @torch.no_grad()
-def generate(model: Transformer, codec: TextCodec, sources: Sequence[str], batch_size: int, device: str, max_new_tokens: int) -> list[str]:
+def generate(
+    model: Transformer,
+    codec: TextCodec,
+    sources: Sequence[str],
+    batch_size: int,
+    device: str,
+    max_new_tokens: int,
+) -> list[str]:
     """Greedy outputs for raw source texts, in input order (batches sorted by length for speed)."""
     model.eval()
     # A source longer than the model's positions is cut (the server refuses it; an evaluation scores it).
@@ -48,8 +55,15 @@ def generate(model: Transformer, codec: TextCodec, sources: Sequence[str], batch
 
 
 def evaluate(
-    model: Transformer, codec: TextCodec, pairs: Sequence[Pair], *, batch_size: int = 256, device: str = "cpu",
-    max_new_tokens: int | None = None, translation: bool = False, bleu_tokenize: str = "13a",
+    model: Transformer,
+    codec: TextCodec,
+    pairs: Sequence[Pair],
+    *,
+    batch_size: int = 256,
+    device: str = "cpu",
+    max_new_tokens: int | None = None,
+    translation: bool = False,
+    bleu_tokenize: str = "13a",
 ) -> dict[str, float]:
     examples = encode_pairs(pairs, codec, model.config.max_len)
     metrics = teacher_forced(model, examples, batch_size, device)

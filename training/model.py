@@ -49,18 +49,24 @@ class PositionalEncoding(nn.Module):
         rows = max_len + offset
         if kind == "sinusoid":
             pos = torch.arange(rows, dtype=torch.float32).unsqueeze(1)  # (L, 1)
-            inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+            inv_freq = torch.exp(
+                torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+            )
             pe = torch.zeros(rows, d_model)
             pe[:, 0::2] = torch.sin(pos * inv_freq)
             pe[:, 1::2] = torch.cos(pos * inv_freq)
-        elif kind == "sinusoid_fairseq":  # as fairseq computes it (M2M100SinusoidalPositionalEmbedding), to the bit
+        elif (
+            kind == "sinusoid_fairseq"
+        ):  # as fairseq computes it (M2M100SinusoidalPositionalEmbedding), to the bit
             half = d_model // 2
             freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
             angle = torch.arange(rows, dtype=torch.int64).float().unsqueeze(1) * freq.unsqueeze(0)
             pe = torch.cat([torch.sin(angle), torch.cos(angle), torch.zeros(rows, d_model % 2)], dim=1)
         else:  # sinusoid_half
             pos = torch.arange(rows, dtype=torch.float64).unsqueeze(1)  # (L, 1)
-            angle = pos / torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (L, ceil(d/2))
+            angle = pos / torch.pow(
+                10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+            )  # (L, ceil(d/2))
             pe = torch.cat([torch.sin(angle), torch.cos(angle[:, : d_model // 2])], dim=1).float()
         self.register_buffer("pe", pe, persistent=False)  # a function of the config, not a weight
 
@@ -122,7 +128,9 @@ class MultiHeadAttention(nn.Module):
         # Training: PyTorch's fused kernel, dropout inside (0.96x of the written-out ops in
         # bench/train_speed.py on 2 cores, kept for the memory it saves on longer batches).
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropout.p, scale=self.d_k**-0.5)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropout.p, scale=self.d_k**-0.5
+        )
         return self.w_o(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
 
 
@@ -189,14 +197,18 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.pre = c.norm == "pre"
 
-    def forward(self, y: Tensor, past: KV, self_bias: Tensor, cross: KV, cross_bias: Tensor) -> tuple[Tensor, KV]:
+    def forward(
+        self, y: Tensor, past: KV, self_bias: Tensor, cross: KV, cross_bias: Tensor
+    ) -> tuple[Tensor, KV]:
         h = sublayer_input(self.norm1, y, self.pre)
         k_new, v_new = self.self_attn.project_kv(h)  # (B, H, T, Dh)
         k = torch.cat([past[0], k_new], dim=2)  # (B, H, P+T, Dh)
         v = torch.cat([past[1], v_new], dim=2)
         y = add_norm(self.norm1, y, self.dropout(self.self_attn.attend(h, k, v, self_bias)), self.pre)
         h = sublayer_input(self.norm2, y, self.pre)
-        y = add_norm(self.norm2, y, self.dropout(self.cross_attn.attend(h, cross[0], cross[1], cross_bias)), self.pre)
+        y = add_norm(
+            self.norm2, y, self.dropout(self.cross_attn.attend(h, cross[0], cross[1], cross_bias)), self.pre
+        )
         h = sublayer_input(self.norm3, y, self.pre)
         y = add_norm(self.norm3, y, self.dropout(self.ffn(h)), self.pre)
         return y, (k, v)
@@ -209,7 +221,11 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = c
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.special.pad)
-        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.special.pad)
+        self.tgt_embed = (
+            self.src_embed
+            if c.share_embeddings
+            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.special.pad)
+        )
         self.pos = PositionalEncoding(c.d_model, c.max_len, c.positions, c.position_offset)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
@@ -239,7 +255,9 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src, src_mask: (B, S) ids and 1/0 mask -> memory (B, S, d_model)."""
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
-        bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S): queries may look at real tokens only
+        bias = mask_bias(
+            src_mask.bool()[:, None, None, :]
+        )  # (B, 1, 1, S): queries may look at real tokens only
         x = self.embed(self.src_embed, src, positions)
         for layer in self.encoder:
             x = layer(x, bias)
@@ -252,7 +270,9 @@ class Transformer(nn.Module):
     def empty_past(self, batch: int, device: torch.device | None = None) -> tuple[list[KV], Tensor]:
         c = self.config
         z = torch.zeros(batch, c.n_heads, 0, c.d_head, device=device)
-        return [(z, z) for _ in range(c.n_decoder_layers)], torch.zeros(batch, 0, dtype=torch.long, device=device)
+        return [(z, z) for _ in range(c.n_decoder_layers)], torch.zeros(
+            batch, 0, dtype=torch.long, device=device
+        )
 
     def decode_step(
         self,

@@ -15,12 +15,19 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 
-PANELS = (("seq_acc", "sequence accuracy"), ("token_acc", "token accuracy"), ("loss", "loss"), ("chrf", "chrF"))
+PANELS = (
+    ("seq_acc", "sequence accuracy"),
+    ("token_acc", "token accuracy"),
+    ("loss", "loss"),
+    ("chrf", "chrF"),
+)
 
 
 def read_log(path: Path) -> list[dict]:
     path = Path(path)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    )
 
 
 def learning_curves(log: Path, out: Path, title: str = "") -> Path:
@@ -31,8 +38,13 @@ def learning_curves(log: Path, out: Path, title: str = "") -> Path:
     x = "step" if all("step" in r for r in rows) else "epoch"
     for ax, (key, label) in zip(axes[0], panels):
         if key == "loss" and steps:
-            ax.plot([s["step"] for s in steps], [s["train_loss"] for s in steps], color="0.7", lw=1,
-                    label="train (label-smoothed, per step)")
+            ax.plot(
+                [s["step"] for s in steps],
+                [s["train_loss"] for s in steps],
+                color="0.7",
+                lw=1,
+                label="train (label-smoothed, per step)",
+            )
         for split, style in (("train", "--"), ("valid", "-")):
             pts = [(r[x], r[f"{split}_{key}"]) for r in rows if f"{split}_{key}" in r]
             if pts:

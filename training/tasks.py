@@ -98,7 +98,9 @@ def addition(digits: int, n_train: int, n_valid: int, n_test: int, seed: int) ->
     return Splits([fmt(ab) for ab in train], held_pairs[:n_valid], held_pairs[n_valid:])
 
 
-def symbols(kind: str, min_len: int, max_len: int, n_train: int, n_valid: int, n_test: int, seed: int) -> Splits:
+def symbols(
+    kind: str, min_len: int, max_len: int, n_train: int, n_valid: int, n_test: int, seed: int
+) -> Splits:
     """copy: target = source; reverse: target = source reversed. Sources are random letter strings."""
     rng = random.Random(seed)
     seen: set[str] = set()

@@ -25,12 +25,11 @@ from contract.config import ModelConfig, TaskConfig, read_json, write_json
 from contract.text import TextCodec
 from training import checkpoint, tasks
 from training.batching import batch_indices, collate, encode_pairs
+from training.config import TrainConfig
 from training.evaluate import evaluate
 from training.model import Transformer
-from training.config import TrainConfig
 from training.plots import learning_curves
 from training.vocab import bpe_tokenizer, char_tokenizer
-
 
 LOG_EVERY = 10  # steps between two lines of steps.jsonl
 
@@ -46,7 +45,9 @@ def build_data(cfg: TrainConfig) -> tuple[tasks.Splits, TaskConfig]:
         splits = tasks.addition(cfg.digits, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.seed)
         task = TaskConfig("addition", cfg.reverse_source, "reject", max_new_tokens=cfg.digits + 3)
     elif cfg.task in ("copy", "reverse"):
-        splits = tasks.symbols(cfg.task, cfg.min_len, cfg.max_len_sym, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.seed)
+        splits = tasks.symbols(
+            cfg.task, cfg.min_len, cfg.max_len_sym, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.seed
+        )
         task = TaskConfig(cfg.task, cfg.reverse_source, "reject", max_new_tokens=cfg.max_len_sym + 2)
     elif cfg.task == "translation":
         if not cfg.data:
@@ -135,7 +136,9 @@ class DistEnv:
 def replicas_in_sync(model: torch.nn.Module, env: DistEnv) -> bool:
     """All ranks hold bit-identical weights (DDP's promise; checked, not assumed)."""
     flat = torch.cat([p.detach().flatten().double() for p in model.parameters()]).cpu()
-    digest = torch.tensor([flat.sum().item(), (flat * torch.arange(flat.numel(), dtype=torch.float64)).sum().item()])
+    digest = torch.tensor(
+        [flat.sum().item(), (flat * torch.arange(flat.numel(), dtype=torch.float64)).sum().item()]
+    )
     if env.world == 1:
         return True
     gathered = [torch.zeros_like(digest) for _ in range(env.world)]
@@ -150,8 +153,10 @@ def check(cfg: TrainConfig) -> None:
         need = (checkpoint.WEIGHTS, checkpoint.CONFIG, checkpoint.TOKENIZER, checkpoint.METRICS)
         missing = [f for f in need if not (Path(cfg.init_from) / f).is_file()]
         if missing:
-            raise ValueError(f"--init-from {cfg.init_from}: {', '.join(missing)} missing; give a checkpoint folder "
-                             "written by `s2s train` (e.g. runs/NAME/last or checkpoints/NAME)")
+            raise ValueError(
+                f"--init-from {cfg.init_from}: {', '.join(missing)} missing; give a checkpoint folder "
+                "written by `s2s train` (e.g. runs/NAME/last or checkpoints/NAME)"
+            )
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -174,9 +179,17 @@ def train(cfg: TrainConfig) -> dict:
         tokenizer = build_tokenizer(cfg, splits)
         vocab = tokenizer.get_vocab_size(with_added_tokens=True)
         config = ModelConfig(
-            src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=cfg.d_model, n_heads=cfg.n_heads,
-            n_encoder_layers=cfg.n_layers, n_decoder_layers=cfg.n_layers, d_ff=cfg.d_ff, dropout=cfg.dropout,
-            max_len=cfg.max_len, share_embeddings=cfg.task == "translation", tie_output=True,
+            src_vocab_size=vocab,
+            tgt_vocab_size=vocab,
+            d_model=cfg.d_model,
+            n_heads=cfg.n_heads,
+            n_encoder_layers=cfg.n_layers,
+            n_decoder_layers=cfg.n_layers,
+            d_ff=cfg.d_ff,
+            dropout=cfg.dropout,
+            max_len=cfg.max_len,
+            share_embeddings=cfg.task == "translation",
+            tie_output=True,
         )
         model = Transformer(config)
     model.to(env.device)
@@ -187,9 +200,12 @@ def train(cfg: TrainConfig) -> dict:
 
     if env.main:
         splits.write(out / "data")
-        print(f"task={task.name} train={len(train_ex)} (dropped {dropped} over max_len={config.max_len}) "
-              f"valid={len(splits.valid)} test={len(splits.test)} vocab={codec.vocab_size} "
-              f"params={sum(p.numel() for p in model.parameters()):,} device={env.device} world={env.world}", flush=True)
+        print(
+            f"task={task.name} train={len(train_ex)} (dropped {dropped} over max_len={config.max_len}) "
+            f"valid={len(splits.valid)} test={len(splits.test)} vocab={codec.vocab_size} "
+            f"params={sum(p.numel() for p in model.parameters()):,} device={env.device} world={env.world}",
+            flush=True,
+        )
 
     ddp = torch.nn.parallel.DistributedDataParallel(model) if env.world > 1 else model
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)  # §5.3
@@ -201,8 +217,11 @@ def train(cfg: TrainConfig) -> dict:
         for g in opt.param_groups:
             g["initial_lr"] = g["lr"]
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: rate(s + 1, config.d_model, cfg.warmup, cfg.lr_factor) * (min(1.0, (s + 1 - step0) / max(cfg.init_warmup, 1)) if step0 else 1.0),
-        last_epoch=step0 - 1)
+        opt,
+        lambda s: rate(s + 1, config.d_model, cfg.warmup, cfg.lr_factor)
+        * (min(1.0, (s + 1 - step0) / max(cfg.init_warmup, 1)) if step0 else 1.0),
+        last_epoch=step0 - 1,
+    )
     log_path = out / "metrics.jsonl"
     if cfg.resume:
         state = torch.load(out / "last" / checkpoint.STATE, weights_only=False)
@@ -214,7 +233,9 @@ def train(cfg: TrainConfig) -> dict:
     elif env.main:
         for stale in (log_path, out / "steps.jsonl"):
             stale.unlink(missing_ok=True)
-        if start:  # the curve goes on from the checkpoint's own row (its earlier rows left with its run folder)
+        if (
+            start
+        ):  # the curve goes on from the checkpoint's own row (its earlier rows left with its run folder)
             out.mkdir(parents=True, exist_ok=True)
             log_path.write_text(json.dumps({**start, "init_from": str(cfg.init_from)}) + "\n")
 
@@ -223,8 +244,11 @@ def train(cfg: TrainConfig) -> dict:
     translation = task.name == "translation"
     autocast_dtype, precision_why = resolve_precision(cfg.precision, env.device)
     if env.main:
-        print(f"precision: {precision_why}; batches: "
-              f"{f'{cfg.batch_tokens} padded tokens' if cfg.batch_tokens else f'{cfg.batch_size} sentences'} per rank", flush=True)
+        print(
+            f"precision: {precision_why}; batches: "
+            f"{f'{cfg.batch_tokens} padded tokens' if cfg.batch_tokens else f'{cfg.batch_size} sentences'} per rank",
+            flush=True,
+        )
     kept = out / "averaging"  # weight copies for §6.1 averaging; in the run folder, never published
     t0 = time.time()
     elapsed_before = 0.0
@@ -236,16 +260,28 @@ def train(cfg: TrainConfig) -> dict:
     row: dict = {}
     for epoch in range(start_epoch, cfg.epochs + 1):
         ddp.train()
-        batches = batch_indices(train_ex, cfg.batch_size, cfg.seed + epoch, env.rank, env.world, cfg.batch_tokens)
-        bar = tqdm(batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not env.main, leave=False, unit="batch")
+        batches = batch_indices(
+            train_ex, cfg.batch_size, cfg.seed + epoch, env.rank, env.world, cfg.batch_tokens
+        )
+        bar = tqdm(
+            batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not env.main, leave=False, unit="batch"
+        )
         loss_sum = tok_sum = 0.0
         epoch_t0 = time.time()
         for i, idx in enumerate(bar):
             batch = collate([train_ex[j] for j in idx], config).to(env.device)
-            with torch.autocast(env.device.split(":")[0], dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            with torch.autocast(
+                env.device.split(":")[0],
+                dtype=autocast_dtype or torch.float32,
+                enabled=autocast_dtype is not None,
+            ):
                 logits = ddp(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=config.special.pad,
-                                   label_smoothing=cfg.label_smoothing)  # §5.4 label smoothing
+            loss = F.cross_entropy(
+                logits.float().flatten(0, 1),
+                batch.tgt_out.flatten(),
+                ignore_index=config.special.pad,
+                label_smoothing=cfg.label_smoothing,
+            )  # §5.4 label smoothing
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
@@ -254,12 +290,23 @@ def train(cfg: TrainConfig) -> dict:
             loss_sum += loss.item() * batch.n_tokens
             tok_sum += batch.n_tokens
             tok_s = tok_sum * env.world / max(time.time() - epoch_t0, 1e-9)
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}", tgt_tok_s=f"{tok_s:.0f}")
+            bar.set_postfix(
+                loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}", tgt_tok_s=f"{tok_s:.0f}"
+            )
             step = sched.last_epoch
             if env.main and step % LOG_EVERY == 0:  # the loss curve between evaluations
                 with open(out / "steps.jsonl", "a") as f:
-                    f.write(json.dumps({"step": step, "time_s": round(elapsed_before + time.time() - t0, 1),
-                                        "train_loss": round(loss.item(), 4), "lr": sched.get_last_lr()[0]}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "step": step,
+                                "time_s": round(elapsed_before + time.time() - t0, 1),
+                                "train_loss": round(loss.item(), 4),
+                                "lr": sched.get_last_lr()[0],
+                            }
+                        )
+                        + "\n"
+                    )
             if cfg.average_every and step % cfg.average_every == 0 and env.main:
                 keep_copy(model, kept, step, cfg.average_last)
             if cfg.max_steps and step >= cfg.max_steps:  # every rank counts the same steps
@@ -276,29 +323,67 @@ def train(cfg: TrainConfig) -> dict:
         if env.main:
             model.eval()
             train_s = time.time() - epoch_t0
-            tr = evaluate(model, codec, train_probe, device=env.device, translation=translation, bleu_tokenize=cfg.bleu_tokenize)
-            va = evaluate(model, codec, valid, device=env.device, translation=translation, bleu_tokenize=cfg.bleu_tokenize)
-            row = {"epoch": epoch, "step": sched.last_epoch, "time_s": round(elapsed_before + time.time() - t0, 1),
-                   "train_smoothed_loss": loss_sum / max(tok_sum, 1),
-                   # target tokens (no padding) per second of optimisation, all ranks together
-                   "train_tgt_tokens_per_s": round(tok_sum * env.world / max(train_s, 1e-9), 1),
-                   **{f"train_{k}": v for k, v in tr.items() if k != "n"}, **{f"valid_{k}": v for k, v in va.items() if k != "n"}}
+            tr = evaluate(
+                model,
+                codec,
+                train_probe,
+                device=env.device,
+                translation=translation,
+                bleu_tokenize=cfg.bleu_tokenize,
+            )
+            va = evaluate(
+                model,
+                codec,
+                valid,
+                device=env.device,
+                translation=translation,
+                bleu_tokenize=cfg.bleu_tokenize,
+            )
+            row = {
+                "epoch": epoch,
+                "step": sched.last_epoch,
+                "time_s": round(elapsed_before + time.time() - t0, 1),
+                "train_smoothed_loss": loss_sum / max(tok_sum, 1),
+                # target tokens (no padding) per second of optimisation, all ranks together
+                "train_tgt_tokens_per_s": round(tok_sum * env.world / max(train_s, 1e-9), 1),
+                **{f"train_{k}": v for k, v in tr.items() if k != "n"},
+                **{f"valid_{k}": v for k, v in va.items() if k != "n"},
+            }
             if out_of_time:
                 row["partial_epoch"] = True
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
             score = va["chrf"] if translation else va["seq_acc"]
             summary = " ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("valid_"))
-            print(f"epoch {epoch} ({row['time_s']}s, {row['train_tgt_tokens_per_s']:.0f} tgt tok/s) {summary}", flush=True)
+            print(
+                f"epoch {epoch} ({row['time_s']}s, {row['train_tgt_tokens_per_s']:.0f} tgt tok/s) {summary}",
+                flush=True,
+            )
             train_info = {"config": dataclasses.asdict(cfg), "epoch": epoch, "world": env.world}
             checkpoint.save(out / "last", model, task, tokenizer, row, train_info)
-            torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "epoch": epoch, "best": max(best, score),
-                        "torch_rng": torch.get_rng_state(), "py_rng": random.getstate()}, out / "last" / checkpoint.STATE)
+            torch.save(
+                {
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "epoch": epoch,
+                    "best": max(best, score),
+                    "torch_rng": torch.get_rng_state(),
+                    "py_rng": random.getstate(),
+                },
+                out / "last" / checkpoint.STATE,
+            )
             if score > best:
                 best = score
                 checkpoint.save(out / "best", model, task, tokenizer, row, train_info)
             learning_curves(log_path, out / "learning_curves.png", title=f"{task.name} ({out.name})")
-        stop = torch.tensor([int(out_of_time or (env.main and cfg.stop_at is not None and row.get("valid_seq_acc", 0) >= cfg.stop_at))])
+        stop = torch.tensor(
+            [
+                int(
+                    out_of_time
+                    or (env.main and cfg.stop_at is not None and row.get("valid_seq_acc", 0) >= cfg.stop_at)
+                )
+            ]
+        )
         if env.world > 1:
             dist.broadcast(stop, 0)
         env.barrier()
@@ -306,27 +391,59 @@ def train(cfg: TrainConfig) -> dict:
             break
 
     if env.main and cfg.average_every:
-        copies = sorted(kept.glob("step-*.safetensors"), key=lambda f: int(f.stem.split("-")[1]))[-cfg.average_last :]
+        copies = sorted(kept.glob("step-*.safetensors"), key=lambda f: int(f.stem.split("-")[1]))[
+            -cfg.average_last :
+        ]
         if len(copies) >= 2:
             averaged = Transformer(config)
             averaged.load_state_dict(average_weights(copies), strict=False)
             averaged.eval()
-            va = evaluate(averaged, codec, valid, device="cpu", translation=translation, bleu_tokenize=cfg.bleu_tokenize)
+            va = evaluate(
+                averaged, codec, valid, device="cpu", translation=translation, bleu_tokenize=cfg.bleu_tokenize
+            )
             steps = [int(f.stem.split("-")[1]) for f in copies]
-            arow = {"epoch": row.get("epoch"), "step": steps[-1], "time_s": row.get("time_s"), "averaged_steps": steps,
-                    **{f"valid_{k}": v for k, v in va.items() if k != "n"}}
-            checkpoint.save(out / "averaged", averaged, task, tokenizer, arow,
-                            {"config": dataclasses.asdict(cfg), "averaged_steps": steps, "world": env.world})
-            print("averaged " + ",".join(map(str, steps)) + ": " +
-                  " ".join(f"{k}={v:.4f}" for k, v in arow.items() if k.startswith("valid_")), flush=True)
+            arow = {
+                "epoch": row.get("epoch"),
+                "step": steps[-1],
+                "time_s": row.get("time_s"),
+                "averaged_steps": steps,
+                **{f"valid_{k}": v for k, v in va.items() if k != "n"},
+            }
+            checkpoint.save(
+                out / "averaged",
+                averaged,
+                task,
+                tokenizer,
+                arow,
+                {"config": dataclasses.asdict(cfg), "averaged_steps": steps, "world": env.world},
+            )
+            print(
+                "averaged "
+                + ",".join(map(str, steps))
+                + ": "
+                + " ".join(f"{k}={v:.4f}" for k, v in arow.items() if k.startswith("valid_")),
+                flush=True,
+            )
 
     in_sync = replicas_in_sync(model, env)
     if env.main:
         if env.world > 1:
             print(f"replicas in sync: {in_sync}", flush=True)
-        print(f"done: best validation {'chrF' if translation else 'exact match'} {best:.4f}; checkpoints in {out}", flush=True)
-        write_json(out / "summary.json", {"epochs": row.get("epoch"), "train_time_s": round(time.time() - t0, 1),
-                                         "best_valid": best, "world": env.world, "replicas_in_sync": in_sync, "last": row})
+        print(
+            f"done: best validation {'chrF' if translation else 'exact match'} {best:.4f}; checkpoints in {out}",
+            flush=True,
+        )
+        write_json(
+            out / "summary.json",
+            {
+                "epochs": row.get("epoch"),
+                "train_time_s": round(time.time() - t0, 1),
+                "best_valid": best,
+                "world": env.world,
+                "replicas_in_sync": in_sync,
+                "last": row,
+            },
+        )
     if env.world > 1:
         # Every rank leaves together: a rank that tore down its gloo group while rank 0 was still writing
         # files aborted now and then ("terminate called without an active exception").

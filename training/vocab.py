@@ -34,6 +34,8 @@ def bpe_tokenizer(texts: Iterable[str], vocab_size: int = 8000) -> Tokenizer:
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=2, show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=2, show_progress=False
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     return tok

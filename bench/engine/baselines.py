@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.step_loop import Sequence, pad_batch, run
 from engine.search import Greedy
+from engine.step_loop import Sequence, pad_batch, run
 from engine.translator import Translator
 
 

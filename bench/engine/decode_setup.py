@@ -141,8 +141,8 @@ def load(args: argparse.Namespace, prog: str, argv: list[str] | None) -> Setup |
     import onnxruntime
     import torch
 
-    from export.ctranslate2 import CT2Translator, convert, verify, vocabulary
     from engine import EngineOptions, Translator
+    from export.ctranslate2 import CT2Translator, convert, verify, vocabulary
     from training import checkpoint as ckpt_io
     from training.tasks import read_tsv
 

@@ -76,9 +76,9 @@ def main(argv=None) -> int:
     import sacrebleu
     import torch
 
-    from export.ctranslate2 import CT2Translator, convert, vocabulary
     from bench.engine.baselines import generate
     from engine import EngineOptions, Translator
+    from export.ctranslate2 import CT2Translator, convert, vocabulary
     from export.quantize import INT8, VARIANTS
     from training import checkpoint as ckpt_io
     from training.tasks import read_tsv

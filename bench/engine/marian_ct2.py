@@ -65,16 +65,37 @@ def make_checkpoint(folder: Path, d: int, layers: int, heads: int, ff: int, voca
     v["<pad>"] = vocab - 1
     assert len(v) == vocab and pad <= vocab - 1
     (folder / "vocab.json").write_text(json.dumps(v, ensure_ascii=False))
-    tok = MarianTokenizer(source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"),
-                          vocab=str(folder / "vocab.json"))
+    tok = MarianTokenizer(
+        source_spm=str(folder / "source.spm"),
+        target_spm=str(folder / "target.spm"),
+        vocab=str(folder / "vocab.json"),
+    )
     torch.manual_seed(0)
-    cfg = MarianConfig(vocab_size=vocab, d_model=d, encoder_layers=layers, decoder_layers=layers,
-                       encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=ff,
-                       decoder_ffn_dim=ff, max_position_embeddings=512, activation_function="swish",
-                       scale_embedding=True, pad_token_id=vocab - 1, decoder_start_token_id=vocab - 1, eos_token_id=0)
+    cfg = MarianConfig(
+        vocab_size=vocab,
+        d_model=d,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ff,
+        decoder_ffn_dim=ff,
+        max_position_embeddings=512,
+        activation_function="swish",
+        scale_embedding=True,
+        pad_token_id=vocab - 1,
+        decoder_start_token_id=vocab - 1,
+        eos_token_id=0,
+    )
     model = MarianMTModel(cfg).eval()
-    model.generation_config = GenerationConfig(decoder_start_token_id=vocab - 1, eos_token_id=0, pad_token_id=vocab - 1,
-                                               bad_words_ids=[[vocab - 1]], num_beams=4, max_length=512)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=vocab - 1,
+        eos_token_id=0,
+        pad_token_id=vocab - 1,
+        bad_words_ids=[[vocab - 1]],
+        num_beams=4,
+        max_length=512,
+    )
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
 
@@ -94,7 +115,9 @@ def build(args) -> tuple[Path, Path, Path, Path]:
         bundles.append(repo / name / "1")
     if not (ct2 / "model.bin").is_file():
         converter = Path(sys.executable).with_name("ct2-transformers-converter")
-        subprocess.run([str(converter), "--model", str(ckpt), "--output_dir", str(ct2), "--force"], check=True)
+        subprocess.run(
+            [str(converter), "--model", str(ckpt), "--output_dir", str(ct2), "--force"], check=True
+        )
     return ckpt, bundles[0], bundles[1], ct2
 
 
@@ -109,11 +132,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,16,64")
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="a small model and 4 inputs; writes nothing unless --results")
-    p.add_argument("--results", type=Path, default=None, help="folder of the results JSON (default: docs/bench/)")
-    p.add_argument("--profile", type=int, default=0, metavar="B",
-                   help="only print where a greedy step at batch B goes: the decoder graph per operator "
-                   "(bench/engine/profile_step.py) against the engine's whole step")
+    p.add_argument(
+        "--quick", action="store_true", help="a small model and 4 inputs; writes nothing unless --results"
+    )
+    p.add_argument(
+        "--results", type=Path, default=None, help="folder of the results JSON (default: docs/bench/)"
+    )
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="B",
+        help="only print where a greedy step at batch B goes: the decoder graph per operator "
+        "(bench/engine/profile_step.py) against the engine's whole step",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.d_model, args.layers, args.heads, args.d_ff, args.vocab, args.new_tokens = 64, 2, 4, 128, 2000, 8
@@ -129,12 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     _, f32, i8, ct2_dir = build(args)
     if args.profile:
         return profile(f32, args.profile, args.new_tokens)
-    systems = {"float32": (engine.load(f32, threads=1, device="cpu"),
-                           ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1,
-                                                  intra_threads=1)),
-               "int8": (engine.load(i8, threads=1, device="cpu"),
-                        ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="int8", inter_threads=1,
-                                               intra_threads=1))}
+    systems = {
+        "float32": (
+            engine.load(f32, threads=1, device="cpu"),
+            ctranslate2.Translator(
+                str(ct2_dir), device="cpu", compute_type="float32", inter_threads=1, intra_threads=1
+            ),
+        ),
+        "int8": (
+            engine.load(i8, threads=1, device="cpu"),
+            ctranslate2.Translator(
+                str(ct2_dir), device="cpu", compute_type="int8", inter_threads=1, intra_threads=1
+            ),
+        ),
+    }
     n = args.new_tokens
     rows = []
     for precision, (eng, ct2) in systems.items():
@@ -144,14 +184,22 @@ def main(argv: list[str] | None = None) -> int:
                 tokens = [eng.source_tokens(t) for t in texts]
 
                 def run_engine(eng=eng, texts=texts, beam=beam, batch=batch):
-                    out = eng.generate(texts, beam_size=beam, max_batch_size=batch * beam, min_new_tokens=n,
-                                       max_new_tokens=n)
+                    out = eng.generate(
+                        texts, beam_size=beam, max_batch_size=batch * beam, min_new_tokens=n, max_new_tokens=n
+                    )
                     assert all(len(r.tokens) == n for r in out)
 
                 def run_ct2(ct2=ct2, tokens=tokens, beam=beam, batch=batch):
-                    out = ct2.translate_batch(tokens, beam_size=beam, max_batch_size=batch, min_decoding_length=n,
-                                              max_decoding_length=n)
-                    assert all(len(r.hypotheses[0]) == n for r in out), [len(r.hypotheses[0]) for r in out][:4]
+                    out = ct2.translate_batch(
+                        tokens,
+                        beam_size=beam,
+                        max_batch_size=batch,
+                        min_decoding_length=n,
+                        max_decoding_length=n,
+                    )
+                    assert all(len(r.hypotheses[0]) == n for r in out), [len(r.hypotheses[0]) for r in out][
+                        :4
+                    ]
 
                 times = {"engine": [], "ct2": []}
                 run_engine(), run_ct2()  # warm-up
@@ -162,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                         times[name].append(time.perf_counter() - t0)
                 e, c = len(texts) / min(times["engine"]), len(texts) / min(times["ct2"])
                 rows.append((precision, beam, batch, len(texts), e, c))
-                print(f"{precision} beam {beam} batch {batch}: engine {e:.2f}/s ct2 {c:.2f}/s = {e / c:.2f}x", flush=True)
+                print(
+                    f"{precision} beam {beam} batch {batch}: engine {e:.2f}/s ct2 {c:.2f}/s = {e / c:.2f}x",
+                    flush=True,
+                )
     report = render(args, info, rows)
     print(report.markdown())
     if not args.quick or args.results:
@@ -195,7 +246,9 @@ def profile(folder: Path, batch: int, n: int) -> int:
     t.generate(texts, beam_size=1, max_batch_size=batch, min_new_tokens=n, max_new_tokens=n)
     t0 = time.perf_counter()
     t.generate(texts, beam_size=1, max_batch_size=batch, min_new_tokens=n, max_new_tokens=n)
-    print(f"engine: {(time.perf_counter() - t0) / n * 1e3:.2f} ms per step (whole generate / {n} steps, encoder included)")
+    print(
+        f"engine: {(time.perf_counter() - t0) / n * 1e3:.2f} ms per step (whole generate / {n} steps, encoder included)"
+    )
     return 0
 
 
@@ -209,9 +262,18 @@ def render(args, info: dict, rows: list) -> Report:
         "its own `ct2-transformers-converter` made it (compute_type float32 / int8). "
         f"Exactly {args.new_tokens} tokens per output on both sides (min = max decoding length), one thread each, "
         f"least of {args.repeats} passes in ABBA order after a warm-up; sequences/s. "
-        f"Machine: {info['nproc']} × {info['cpu']}, load average at start {info['loadavg'][0]:.2f}.")
-    t = report.table("speed", "precision", "search", ("batch", "{}"), ("inputs", "{}"), ("engine seq/s", "{:.2f}"),
-                     ("CTranslate2 seq/s", "{:.2f}"), ("engine / CTranslate2", "{:.2f}×"))
+        f"Machine: {info['nproc']} × {info['cpu']}, load average at start {info['loadavg'][0]:.2f}."
+    )
+    t = report.table(
+        "speed",
+        "precision",
+        "search",
+        ("batch", "{}"),
+        ("inputs", "{}"),
+        ("engine seq/s", "{:.2f}"),
+        ("CTranslate2 seq/s", "{:.2f}"),
+        ("engine / CTranslate2", "{:.2f}×"),
+    )
     for precision, beam, batch, k, e, c in rows:
         t.row(precision, "greedy" if beam == 1 else f"beam {beam}", batch, k, e, c, e / c)
     return report

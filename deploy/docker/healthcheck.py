@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with grpc.insecure_channel(args.addr) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
     except grpc.RpcError as e:
         print(f"unhealthy: {args.addr}: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1

@@ -28,14 +28,18 @@ def _serialized(source: str) -> bytes:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "AddSerializedFile":
             return ast.literal_eval(node.args[0])
-    raise ImportError(f"{_NAME}: no AddSerializedFile call in the generated module (regenerate it: make protos)")
+    raise ImportError(
+        f"{_NAME}: no AddSerializedFile call in the generated module (regenerate it: make protos)"
+    )
 
 
 def _load() -> types.ModuleType:
     spec = importlib.util.find_spec(_NAME)
     if spec is None:
         raise ImportError(f"{_NAME} is not generated yet (make protos)")
-    module = types.ModuleType(_NAME, "Generated from protos/inference/grpc_service.proto, in the package's own pool.")
+    module = types.ModuleType(
+        _NAME, "Generated from protos/inference/grpc_service.proto, in the package's own pool."
+    )
     module.__file__ = spec.origin
     module.DESCRIPTOR = POOL.AddSerializedFile(_serialized(spec.loader.get_source(_NAME)))
     builder.BuildMessageAndEnumDescriptors(module.DESCRIPTOR, module.__dict__)

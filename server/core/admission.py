@@ -31,7 +31,9 @@ class QueueView:
 @dataclass(frozen=True)
 class Admission:
     rows: int  # at most this many rows join the batch now
-    wait_until: float | None = None  # ask again at this time.monotonic() (or when the queue changes), admitting nothing
+    wait_until: float | None = (
+        None  # ask again at this time.monotonic() (or when the queue changes), admitting nothing
+    )
 
 
 class Continuous:
@@ -53,7 +55,12 @@ class PerRequest:
     def admit(self, view: QueueView) -> Admission:
         if view.running:
             return Admission(0)
-        if self.delay_s > 0 and view.oldest_arrival is not None and view.queued_rows < self.max_rows and not view.stopping:
+        if (
+            self.delay_s > 0
+            and view.oldest_arrival is not None
+            and view.queued_rows < self.max_rows
+            and not view.stopping
+        ):
             until = view.oldest_arrival + self.delay_s
             if view.now < until:
                 return Admission(0, until)

@@ -37,10 +37,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
+from server.core.events import Event, Failed, Finished
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.core.pipe import frame
 from server.errors import ServingError
-from server.core.events import Event, Failed, Finished
 from server.telemetry.model_telemetry import ModelTelemetry
 
 log = logging.getLogger("s2s.cores")
@@ -115,7 +115,9 @@ class CoreHandle:
     def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry, stall_s: float = 10.0):
         self.spec, self.telemetry, self.stall_s = spec, telemetry, stall_s
         self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
-        self._watch_due = 0.0  # when the watchdog's timer is due (a timer that runs late: the front end paused)
+        self._watch_due = (
+            0.0  # when the watchdog's timer is due (a timer that runs late: the front end paused)
+        )
         self._watchdog: asyncio.TimerHandle | None = None
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
@@ -147,8 +149,12 @@ class CoreHandle:
         self.loop = loop
         ours, theirs = socket.socketpair()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "server.core.process", str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], cwd=_ROOT, env=_child_env())
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "server.core.process", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                cwd=_ROOT,
+                env=_child_env(),
+            )
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
         self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
@@ -177,10 +183,22 @@ class CoreHandle:
             self.heard_at = max(self.heard_at, now)
         silent = now - self.heard_at
         proc = self.proc
-        if self.inflight and self.state.up and silent > self.stall_s and proc is not None and proc.poll() is None:
-            log.warning("engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "
-                        "(--core-stall-s %g): killing it", self.label, self.state.pid, silent, len(self.inflight),
-                        self.stall_s)
+        if (
+            self.inflight
+            and self.state.up
+            and silent > self.stall_s
+            and proc is not None
+            and proc.poll() is None
+        ):
+            log.warning(
+                "engine core %s (pid %s) has said nothing for %.1f s with %d requests in flight "
+                "(--core-stall-s %g): killing it",
+                self.label,
+                self.state.pid,
+                silent,
+                len(self.inflight),
+                self.stall_s,
+            )
             proc.kill()
             self.heard_at = time.monotonic() + self.stall_s  # once: EOF takes it from here
         self._watchdog = self.loop.call_later(self.stall_s / 4, self._watch)
@@ -209,7 +227,12 @@ class CoreHandle:
                     self._forget(req)
             self.telemetry.stats(self.spec.index, msg.stats)
         elif isinstance(msg, Ready):
-            self.state.up, self.state.provider, self.state.io_binding, self.state.pid = True, msg.provider, msg.io_binding, msg.pid
+            self.state.up, self.state.provider, self.state.io_binding, self.state.pid = (
+                True,
+                msg.provider,
+                msg.io_binding,
+                msg.pid,
+            )
             self.state.ready_at = time.monotonic()
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(self)
@@ -245,11 +268,18 @@ class CoreHandle:
         self.inflight.clear()
         self.rows = 0
         for req in failed:
-            req.events.put_nowait(Failed(req.id, CoreUnavailable.code, f"model {self.spec.model!r}: its engine core "
-                                         "stopped while decoding this request; retry"))
+            req.events.put_nowait(
+                Failed(
+                    req.id,
+                    CoreUnavailable.code,
+                    f"model {self.spec.model!r}: its engine core stopped while decoding this request; retry",
+                )
+            )
         self._exited.set()
         if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})"))
+            self._ready.set_exception(
+                CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})")
+            )
         self.telemetry.core_state(self.spec.index, False, self.state.restarts)
         if self.stopping:
             return
@@ -257,8 +287,15 @@ class CoreHandle:
         quick = time.monotonic() - self.state.ready_at < 30
         self.state.deaths_in_a_row = self.state.deaths_in_a_row + 1 if quick else 1
         delay = RESTART_DELAYS_S[min(self.state.deaths_in_a_row, len(RESTART_DELAYS_S)) - 1]
-        log.warning("engine core %s (pid %s) died (exit code %s) with %d requests in flight%s; restarting in %.1f s",
-                    self.label, self.state.pid, code, len(failed), "" if was_up else " while loading", delay)
+        log.warning(
+            "engine core %s (pid %s) died (exit code %s) with %d requests in flight%s; restarting in %.1f s",
+            self.label,
+            self.state.pid,
+            code,
+            len(failed),
+            "" if was_up else " while loading",
+            delay,
+        )
         self._restart = loop.call_later(delay, self._respawn)
 
     def _respawn(self) -> None:
@@ -266,17 +303,29 @@ class CoreHandle:
             return
         self.state.restarts += 1
         fut = self.start(self.loop)
-        fut.add_done_callback(lambda f: f.exception() and log.error("engine core %s failed to restart: %s",
-                                                                   self.label, f.exception()))
+        fut.add_done_callback(
+            lambda f: f.exception()
+            and log.error("engine core %s failed to restart: %s", self.label, f.exception())
+        )
 
     # ---- requests --------------------------------------------------------------------------------
-    def submit(self, sequences: list[tuple[list[int], list[int]]], options: DecodingOptions, stream: bool,
-               deadline: float | None, arrival: float) -> InFlight:
+    def submit(
+        self,
+        sequences: list[tuple[list[int], list[int]]],
+        options: DecodingOptions,
+        stream: bool,
+        deadline: float | None,
+        arrival: float,
+    ) -> InFlight:
         """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes)."""
         if not self.state.up or self.conn is None:
-            raise CoreUnavailable(f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry")
+            raise CoreUnavailable(
+                f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry"
+            )
         req = InFlight(next(_request_ids), len(sequences) * options.beam_size, len(sequences))
-        if not self.inflight:  # the silence the watchdog measures starts now, not when the core last went idle
+        if (
+            not self.inflight
+        ):  # the silence the watchdog measures starts now, not when the core last went idle
             self.heard_at = time.monotonic()
         self.inflight[req.id] = req
         self.rows += req.rows
@@ -304,7 +353,7 @@ class CoreHandle:
         sock = self._wsock
         try:
             while self._unsent:
-                del self._unsent[:sock.send(self._unsent, socket.MSG_DONTWAIT)]
+                del self._unsent[: sock.send(self._unsent, socket.MSG_DONTWAIT)]
         except BlockingIOError:
             if not self._writing:
                 self.loop.add_writer(sock.fileno(), self._write)

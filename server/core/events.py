@@ -29,7 +29,9 @@ class Finished:
     tokens: list[int]
     admitted: float
     first_token: float
-    hypotheses: list[Hypothesis] = field(default_factory=list)  # n-best, best first; empty: just tokens, unscored
+    hypotheses: list[Hypothesis] = field(
+        default_factory=list
+    )  # n-best, best first; empty: just tokens, unscored
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,17 @@ class Stats:
     active: int = 0  # sequences decoding, now
 
     def take(self) -> Stats:
-        out = Stats(self.step_s, self.batch_rows, self.queue_s, self.ttft_s, self.tpot_s, self.generated,
-                    self.encoded_ahead, self.queued, self.active)
+        out = Stats(
+            self.step_s,
+            self.batch_rows,
+            self.queue_s,
+            self.ttft_s,
+            self.tpot_s,
+            self.generated,
+            self.encoded_ahead,
+            self.queued,
+            self.active,
+        )
         self.step_s, self.batch_rows, self.queue_s, self.ttft_s, self.tpot_s = [], [], [], [], []
         self.generated = self.encoded_ahead = 0
         return out

@@ -28,10 +28,10 @@ from multiprocessing.connection import Connection
 from contract.decoding import DecodingOptions
 from engine import Runner, Sequence
 from server.core.events import Failed, Stats
-from server.core.pipe import dumps
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.errors import ServingError
+from server.core.pipe import dumps
 from server.core.scheduler import Scheduler
+from server.errors import ServingError
 
 log = logging.getLogger("s2s.core")
 
@@ -54,8 +54,10 @@ def main(conn: Connection, spec: CoreSpec) -> None:
     sys.setswitchinterval(0.0005)
     # Ctrl-C reaches the whole process group: the front end drains the cores, in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=spec.log_level.upper(),
-                        format=f"%(asctime)s %(levelname)s %(name)s[{spec.model}#{spec.index}]: %(message)s")
+    logging.basicConfig(
+        level=spec.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s %(name)s[{spec.model}#{spec.index}]: %(message)s",
+    )
     try:
         engine = Runner(spec.folder, spec.engine)
     except Exception as e:  # BundleError names the file; anything else is reported, not raised into the void
@@ -107,7 +109,10 @@ def _handle(msg, sched: Scheduler, send, start_drain) -> None:
     """One front-end message."""
     if isinstance(msg, Submit):
         o = DecodingOptions.from_tuple(msg.options)
-        seqs = [Sequence(ids, o.max_new_tokens, stream=msg.stream, options=o, prefix=prefix) for ids, prefix in msg.sequences]
+        seqs = [
+            Sequence(ids, o.max_new_tokens, stream=msg.stream, options=o, prefix=prefix)
+            for ids, prefix in msg.sequences
+        ]
         try:
             sched.submit(msg.request, seqs, msg.deadline, msg.arrival)
         except ServingError as e:

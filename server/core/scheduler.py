@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import StepLoop, Runner, Sequence
-from server.core.admission import POLICIES, QueueView
+from engine import Runner, Sequence, StepLoop
 from server.config import SchedulerConfig
+from server.core.admission import POLICIES, QueueView
 from server.core.events import Failed, Finished, Stats, Token
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
@@ -84,8 +84,11 @@ class Scheduler:
         self.reported = 0.0  # when the last report went out
         self.idle_reported = True  # the figures at the last idle moment went out
         self.thread = threading.Thread(target=self._run, name=f"scheduler-{name}", daemon=True)
-        self.encoder_thread = threading.Thread(target=self._encode_ahead, name=f"encoder-{name}", daemon=True) \
-            if config.encoder_thread else None
+        self.encoder_thread = (
+            threading.Thread(target=self._encode_ahead, name=f"encoder-{name}", daemon=True)
+            if config.encoder_thread
+            else None
+        )
 
     # ---- any thread ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -93,7 +96,9 @@ class Scheduler:
         if self.encoder_thread is not None:
             self.encoder_thread.start()
 
-    def submit(self, request_id: int, seqs: list[Sequence], deadline: float | None, arrival: float | None = None) -> None:
+    def submit(
+        self, request_id: int, seqs: list[Sequence], deadline: float | None, arrival: float | None = None
+    ) -> None:
         """Queue all of a request's sequences or none: beyond max_queue_size it is refused at once (raises)."""
         req = Request(request_id, arrival or time.monotonic(), deadline, left=len(seqs))
         jobs = [Job(seq, req, i) for i, seq in enumerate(seqs)]
@@ -103,8 +108,10 @@ class Scheduler:
             queued = self.queued_rows()
             need = sum(j.rows for j in jobs)
             if queued + need > self.config.max_queue_size:
-                raise QueueFull(f"model {self.name!r}: queue full ({queued} of {self.config.max_queue_size} rows waiting); "
-                                "retry with backoff")
+                raise QueueFull(
+                    f"model {self.name!r}: queue full ({queued} of {self.config.max_queue_size} rows waiting); "
+                    "retry with backoff"
+                )
             self.requests[request_id] = jobs
             self.pending.extend(jobs)
             self.stats.queued = queued + need
@@ -142,8 +149,14 @@ class Scheduler:
     def _view(self) -> QueueView:
         """What the batching policy sees (under self.cv)."""
         waiting = [q[0].request.arrival for q in (self.ready, self.pending) if q]
-        return QueueView(time.monotonic(), self.gen.n_rows, len(self.gen), self.queued_rows(),
-                         min(waiting) if waiting else None, self.stopping)
+        return QueueView(
+            time.monotonic(),
+            self.gen.n_rows,
+            len(self.gen),
+            self.queued_rows(),
+            min(waiting) if waiting else None,
+            self.stopping,
+        )
 
     def queued_rows(self) -> int:
         return sum(j.rows for q in (self.pending, self.ready, self.encoding) for j in q)
@@ -181,7 +194,9 @@ class Scheduler:
         if job.cancelled:
             return Cancelled("cancelled before it started")
         if job.request.deadline is not None and now > job.request.deadline:
-            return DeadlineExceeded(f"deadline exceeded while queued ({now - job.request.arrival:.3f} s waiting)")
+            return DeadlineExceeded(
+                f"deadline exceeded while queued ({now - job.request.arrival:.3f} s waiting)"
+            )
         return None
 
     def _drop_expired(self, job: Job, now: float) -> bool:
@@ -230,8 +245,11 @@ class Scheduler:
         limit = self.config.max_batch_size
         while True:
             with self.cv:
-                while not (self.aborting or (self.stopping and not self.pending) or
-                           (self.pending and self.decoding and sum(j.rows for j in self.ready) < limit)):
+                while not (
+                    self.aborting
+                    or (self.stopping and not self.pending)
+                    or (self.pending and self.decoding and sum(j.rows for j in self.ready) < limit)
+                ):
                     self.cv.wait()
                 if self.aborting or (self.stopping and not self.pending):
                     return
@@ -248,7 +266,9 @@ class Scheduler:
                 self.gen.encode([j.seq for j in take])
             except Exception as e:  # fails these requests, never the thread
                 log.exception("model %s: encoder failed", self.name)
-                failed = EngineFailure(f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log")
+                failed = EngineFailure(
+                    f"model {self.name!r}: encoder failed ({type(e).__name__}); see server log"
+                )
             with self.cv:
                 self.encoding.clear()
                 if failed is not None or self.aborting:
@@ -267,10 +287,18 @@ class Scheduler:
     def _run(self) -> None:
         while True:
             with self.cv:
-                while not (self.aborting or self.ready or self.pending or len(self.gen) or self.outbox or
-                           (self.stopping and not self.encoding)):
+                while not (
+                    self.aborting
+                    or self.ready
+                    or self.pending
+                    or len(self.gen)
+                    or self.outbox
+                    or (self.stopping and not self.encoding)
+                ):
                     self.decoding = False
-                    if not self.idle_reported:  # going idle: the last figures (active and queued now 0) go out now
+                    if (
+                        not self.idle_reported
+                    ):  # going idle: the last figures (active and queued now 0) go out now
                         self.idle_reported = True
                         self.stats.active, self.stats.queued = len(self.active), self.queued_rows()
                         self._emit(force=True)
@@ -303,7 +331,9 @@ class Scheduler:
                     self._step()
             except Exception as e:  # an engine failure fails the affected requests, never the loop
                 log.exception("model %s: decode step failed", self.name)
-                err = EngineFailure(f"model {self.name!r}: inference failed ({type(e).__name__}); see server log")
+                err = EngineFailure(
+                    f"model {self.name!r}: inference failed ({type(e).__name__}); see server log"
+                )
                 with self.cv:
                     for job in list(self.active.values()):
                         self._fail(job, err)
@@ -333,8 +363,11 @@ class Scheduler:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        gone = [j for j in self.active.values()
-                if j.cancelled or (j.request.deadline is not None and now > j.request.deadline)]
+        gone = [
+            j
+            for j in self.active.values()
+            if j.cancelled or (j.request.deadline is not None and now > j.request.deadline)
+        ]
         if not gone:
             return
         self.gen.remove([j.seq for j in gone])
@@ -342,7 +375,9 @@ class Scheduler:
             for job in gone:
                 del self.active[job.seq.id]
                 if not job.cancelled:
-                    self._fail(job, DeadlineExceeded(f"deadline exceeded after {job.n_tokens} generated tokens"))
+                    self._fail(
+                        job, DeadlineExceeded(f"deadline exceeded after {job.n_tokens} generated tokens")
+                    )
 
     def _step(self) -> None:
         rows = self.gen.n_rows
@@ -376,7 +411,9 @@ class Scheduler:
             # A lone unscored hypothesis is ``tokens`` itself: not sent twice through the pipe.
             o = seq.options
             nbest = (seq.hypotheses or []) if o.num_hypotheses > 1 or o.return_scores else []
-            self.outbox.append(Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token, nbest))
+            self.outbox.append(
+                Finished(req.id, job.index, list(seq.result or []), job.admitted, job.first_token, nbest)
+            )
             req.left -= 1
             if req.left == 0:
                 req.over = True

@@ -62,12 +62,16 @@ def default_cores(config: ServerConfig, beam: int = 1) -> tuple[int, str]:
         return 1, "CUDA: one core per model batches on the GPU"
     per_core = max(1, config.intra_op_threads)
     if beam > 1:
-        return max(1, cpus // per_core), (f"{where}, the model's default search a beam of {beam} (the front end's "
-                                          f"share is small against a beam's decoding), / {per_core} intra-op "
-                                          "thread(s) per engine core")
+        return max(1, cpus // per_core), (
+            f"{where}, the model's default search a beam of {beam} (the front end's "
+            f"share is small against a beam's decoding), / {per_core} intra-op "
+            "thread(s) per engine core"
+        )
     n = max(1, int(cpus / (1 + FRONT_END_SHARE)) // per_core)
-    return n, (f"{where}, less the front end's share (~{FRONT_END_SHARE:g} CPU per busy engine core), "
-               f"/ {per_core} intra-op thread(s) per engine core")
+    return n, (
+        f"{where}, less the front end's share (~{FRONT_END_SHARE:g} CPU per busy engine core), "
+        f"/ {per_core} intra-op thread(s) per engine core"
+    )
 
 
 def encoder_thread(config: ServerConfig, n_cores: int) -> tuple[bool, str]:

@@ -21,8 +21,13 @@ from server.transport.http_auth import BearerAuth
 class HttpDoor:
     """What every HTTP door's routes are built with."""
 
-    def __init__(self, repo: ServedModels, tracker: RequestTracker, config: ServerConfig,
-                 control: ModelControl | None = None):
+    def __init__(
+        self,
+        repo: ServedModels,
+        tracker: RequestTracker,
+        config: ServerConfig,
+        control: ModelControl | None = None,
+    ):
         self.repo, self.tracker, self.config = repo, tracker, config
         self.control = control or ModelControl(repo)
         self.auth = BearerAuth(config.auth_token, tracker)

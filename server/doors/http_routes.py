@@ -10,5 +10,10 @@ from server.kserve import repository_rest, rest_binding
 
 
 def http_routes(door: HttpDoor) -> list[web.RouteDef]:
-    return [*rest_binding.routes(door), *repository_rest.routes(door), *libretranslate.routes(door),
-            *playground.routes(door), *openapi.routes(door)]
+    return [
+        *rest_binding.routes(door),
+        *repository_rest.routes(door),
+        *libretranslate.routes(door),
+        *playground.routes(door),
+        *openapi.routes(door),
+    ]

@@ -43,14 +43,14 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiDict
 
-from server.errors import InvalidInput, clip
-from server.transport.http_body import parse_json_off_loop, read_body, read_json, deadline_of, json_response
-from server.transport.http_forms import multipart, urlencoded
-from server.transport.offload import off_loop
+from contract.decoding import DecodingOptions
 from server.doors.http_door import HttpDoor
 from server.doors.libretranslate_html import check_html, parse_all
-from contract.decoding import DecodingOptions
+from server.errors import InvalidInput, clip
 from server.models.text_plan import TextOptions
+from server.transport.http_body import deadline_of, json_response, parse_json_off_loop, read_body, read_json
+from server.transport.http_forms import multipart, urlencoded
+from server.transport.offload import off_loop
 
 AUTO = "auto"
 _COUNT = re.compile(r"\s*[0-9]{1,9}\s*")
@@ -58,14 +58,52 @@ FORMATS = ("text", "html")
 
 # English names of common ISO 639-1 codes (LibreTranslate lists a name with every code); others show the code.
 LANGUAGE_NAMES = {
-    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
-    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish",
-    "et": "Estonian", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew",
-    "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
-    "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian Bokmål", "nl": "Dutch", "pl": "Polish",
-    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian",
-    "sv": "Swedish", "th": "Thai", "tl": "Tagalog", "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu",
-    "vi": "Vietnamese", "zh": "Chinese", "zh-Hans": "Chinese (Simplified)", "zh-Hant": "Chinese (Traditional)",
+    "ar": "Arabic",
+    "az": "Azerbaijani",
+    "bg": "Bulgarian",
+    "bn": "Bengali",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "eo": "Esperanto",
+    "es": "Spanish",
+    "et": "Estonian",
+    "fa": "Persian",
+    "fi": "Finnish",
+    "fr": "French",
+    "ga": "Irish",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "hu": "Hungarian",
+    "id": "Indonesian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "lt": "Lithuanian",
+    "lv": "Latvian",
+    "ms": "Malay",
+    "nb": "Norwegian Bokmål",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sk": "Slovak",
+    "sl": "Slovenian",
+    "sq": "Albanian",
+    "sv": "Swedish",
+    "th": "Thai",
+    "tl": "Tagalog",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "ur": "Urdu",
+    "vi": "Vietnamese",
+    "zh": "Chinese",
+    "zh-Hans": "Chinese (Simplified)",
+    "zh-Hant": "Chinese (Traditional)",
 }
 
 
@@ -95,12 +133,16 @@ def unloaded_model(doors: HttpDoor, source: str, target: str) -> str:
 
 
 def _describe(pairs: dict[tuple[str, str], str]) -> str:
-    return ", ".join(f"{s} -> {t}" for s, t in sorted(pairs)) or "none (no served model declares its languages)"
+    return (
+        ", ".join(f"{s} -> {t}" for s, t in sorted(pairs)) or "none (no served model declares its languages)"
+    )
 
 
 def languages(pairs: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
     codes = sorted({c for pair in pairs for c in pair})
-    return [{"code": c, "name": language_name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
+    return [
+        {"code": c, "name": language_name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes
+    ]
 
 
 def resolve(pairs: dict[tuple[str, str], str], source: str, target: str) -> tuple[str, str]:
@@ -111,9 +153,13 @@ def resolve(pairs: dict[tuple[str, str], str], source: str, target: str) -> tupl
         if len(choices) == 1:
             return pairs[(choices[0], target)], choices[0]
         if not choices:
-            raise InvalidInput(f"source=auto: no served model translates to {clip(target)}; served: {_describe(pairs)}")
-        raise InvalidInput(f"source=auto: this server has no language detector and several source languages translate "
-                           f"to {clip(target)} ({', '.join(choices)}); send one of them as source")
+            raise InvalidInput(
+                f"source=auto: no served model translates to {clip(target)}; served: {_describe(pairs)}"
+            )
+        raise InvalidInput(
+            f"source=auto: this server has no language detector and several source languages translate "
+            f"to {clip(target)} ({', '.join(choices)}); send one of them as source"
+        )
     if (source, target) not in pairs:
         raise InvalidInput(f"{clip(source)} -> {clip(target)} is not served; served: {_describe(pairs)}")
     return pairs[(source, target)], source
@@ -129,7 +175,9 @@ async def _params(request: web.Request) -> MultiDict | dict:
     if request.content_type == "application/json":
         return await read_json(request)
     if request.content_type == "multipart/form-data" and request.method == "POST":
-        return MultiDict({**fields, **await multipart(request.headers.get("Content-Type", ""), await read_body(request))})
+        return MultiDict(
+            {**fields, **await multipart(request.headers.get("Content-Type", ""), await read_body(request))}
+        )
     text = _utf8(await read_body(request))
     if text.lstrip().startswith("{"):  # JSON sent without its content type (curl -d '{...}')
         return await parse_json_off_loop(text)
@@ -151,7 +199,10 @@ async def _read(doors: HttpDoor, request: web.Request, method: str) -> MultiDict
     except InvalidInput:
         doors.check_auth(request)  # an unreadable body carries no key: only the header can authenticate
         raise
-    except (asyncio.CancelledError, ConnectionError):  # hung up mid-body: counted as a cancelled call of its own
+    except (
+        asyncio.CancelledError,
+        ConnectionError,
+    ):  # hung up mid-body: counted as a cancelled call of its own
         doors.tracker.count(method, "http", "CANCELLED")
         raise
     key = params.get("api_key")
@@ -192,20 +243,28 @@ def parse_translate(params) -> TranslateRequest:
         if bad is not None:
             raise InvalidInput(f"Invalid request: q[{bad}] must be a string, not {type(q[bad]).__name__}")
     elif not isinstance(q, str):
-        raise InvalidInput(f"Invalid request: q must be a string or a list of strings, not {type(q).__name__}")
+        raise InvalidInput(
+            f"Invalid request: q must be a string or a list of strings, not {type(q).__name__}"
+        )
     source, target = _string(params, "source"), _string(params, "target")
     fmt = _string(params, "format", required=False) or "text"
     if fmt not in FORMATS:
         raise InvalidInput(f"Invalid request: format must be 'text' or 'html', not {clip(fmt)}")
     alt = params.get("alternatives", 0)
-    if isinstance(alt, str) and _COUNT.fullmatch(alt):  # ASCII digits only: str.isdigit() takes "²", int() does not
+    if isinstance(alt, str) and _COUNT.fullmatch(
+        alt
+    ):  # ASCII digits only: str.isdigit() takes "²", int() does not
         alt = int(alt)
     if alt in (None, ""):
         alt = 0
     if not isinstance(alt, int) or isinstance(alt, bool) or alt < 0:
-        raise InvalidInput(f"Invalid request: alternatives must be a non-negative integer, not {clip(str(alt))}")
+        raise InvalidInput(
+            f"Invalid request: alternatives must be a non-negative integer, not {clip(str(alt))}"
+        )
     text = TextOptions(**{key: _flag(params, key) for key in ("protect_spans", "keep_numbers", "split_long")})
-    return TranslateRequest(q if isinstance(q, list) else [q], isinstance(q, list), source, target, fmt, alt, text)
+    return TranslateRequest(
+        q if isinstance(q, list) else [q], isinstance(q, list), source, target, fmt, alt, text
+    )
 
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -240,20 +299,26 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
             docs = None
             if req.format == "html":
                 check_html(req.texts)  # cheap counts first; the parser runs off the event loop
-                docs = await off_loop(parse_all, req.texts)  # in the one parse lane: many at once wait their turn
+                docs = await off_loop(
+                    parse_all, req.texts
+                )  # in the one parse lane: many at once wait their turn
             # Looked up after the parse, not before: a reload while it ran retires the version read before it.
             model = doors.repo.get(name)
             if docs is not None:
                 texts = [t for d in docs for t in d.texts()]
                 if len(texts) > model.limits.max_inputs:
-                    raise InvalidInput(f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "
-                                       f"{model.limits.max_inputs} in one request (each text node is one input)")
+                    raise InvalidInput(
+                        f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "
+                        f"{model.limits.max_inputs} in one request (each text node is one input)"
+                    )
             else:
                 docs, texts = None, req.texts
             n = req.alternatives + 1
             if n > model.limits.max_beam:
-                raise InvalidInput(f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
-                                   f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)")
+                raise InvalidInput(
+                    f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
+                    f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)"
+                )
             # Alternatives are shown to a person: distinct texts (server/models/distinct.py widens the beam as needed).
             options = DecodingOptions(num_hypotheses=n, distinct_hypotheses=n > 1)
             nbest: list[list[str]] = []  # per input, best first
@@ -261,7 +326,9 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
                 try:
                     prepared = model.prepare(texts, options, text=req.text)
                 except InvalidInput as e:
-                    raise InvalidInput(f"format=html, each text node is one input: {e}" if docs else str(e)) from None
+                    raise InvalidInput(
+                        f"format=html, each text node is one input: {e}" if docs else str(e)
+                    ) from None
                 g = await model.generate(prepared, deadline_of(request))
                 nbest = [[h.text for h in o.hypotheses] for o in g.outputs]
 
@@ -272,7 +339,7 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
                     return outputs
                 out, k = [], 0
                 for d in docs:
-                    out.append(d.render(outputs[k:k + len(d.nodes)]))
+                    out.append(d.render(outputs[k : k + len(d.nodes)]))
                     k += len(d.nodes)
                 return out
 
@@ -286,8 +353,10 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
                 alternatives = [rendered(rank) for rank in range(1, n)]  # [rank][q]
                 # Distinct from the translation and from each other (an html document can repeat one where
                 # its text nodes ran out of different hypotheses); fewer only where the model has no more.
-                per_q = [list(dict.fromkeys(alt[q] for alt in alternatives if alt[q] != results[q]))
-                         for q in range(len(results))]
+                per_q = [
+                    list(dict.fromkeys(alt[q] for alt in alternatives if alt[q] != results[q]))
+                    for q in range(len(results))
+                ]
                 body["alternatives"] = per_q if req.as_list else per_q[0]
             return json_response(body)
 
@@ -301,11 +370,18 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
         pairs = served_pairs(doors)
         sources = sorted({s for s, _ in pairs})
         if len(sources) != 1:
-            why = ("no served model declares its languages" if not sources else
-                   f"this server has no language detector and serves several source languages ({', '.join(sources)})")
+            why = (
+                "no served model declares its languages"
+                if not sources
+                else f"this server has no language detector and serves several source languages ({', '.join(sources)})"
+            )
             raise InvalidInput(f"language detection is not available: {why}; send source explicitly")
         # Honest without a detector: every model here reads this one language, so it is the only source this
         # server can translate from; for any text it can translate, this is the language to send.
         return json_response([{"confidence": 100.0, "language": sources[0]}])
 
-    return [web.post("/translate", translate), web.get("/languages", list_languages), web.post("/detect", detect)]
+    return [
+        web.post("/translate", translate),
+        web.get("/languages", list_languages),
+        web.post("/detect", detect),
+    ]

@@ -25,14 +25,18 @@ def check_html(texts: list[str]) -> None:
     """The cheap limits on format=html input, before any parsing; InvalidInput naming the limit."""
     chars = sum(len(t) for t in texts)
     if chars > MAX_HTML_CHARS:
-        raise InvalidInput(f"format=html: q has {chars} characters; at most {MAX_HTML_CHARS} are parsed in one request")
+        raise InvalidInput(
+            f"format=html: q has {chars} characters; at most {MAX_HTML_CHARS} are parsed in one request"
+        )
     tags = sum(t.count("<") for t in texts)
     if tags > MAX_HTML_TAGS:
         raise InvalidInput(f"format=html: q has {tags} '<' (tags); at most {MAX_HTML_TAGS} in one request")
     entities = sum(t.count("&") for t in texts)
     if entities > MAX_HTML_ENTITIES:
-        raise InvalidInput(f"format=html: q has {entities} '&' (character references); at most {MAX_HTML_ENTITIES} "
-                           "in one request")
+        raise InvalidInput(
+            f"format=html: q has {entities} '&' (character references); at most {MAX_HTML_ENTITIES} "
+            "in one request"
+        )
 
 
 def parse_all(texts: list[str]) -> list[HtmlDoc]:
@@ -50,7 +54,9 @@ class _Segments(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.source = source
         self.line_starts = [0] + [i + 1 for i, c in enumerate(source) if c == "\n"]
-        self.events: list[tuple[int, str | None]] = []  # (offset, decoded text of a text node, or None: markup)
+        self.events: list[
+            tuple[int, str | None]
+        ] = []  # (offset, decoded text of a text node, or None: markup)
         self.raw_text = 0  # depth inside <script>/<style>, whose content is not text to translate
 
     def _mark(self, data: str | None = None) -> None:
@@ -91,8 +97,10 @@ class _Segments(HTMLParser):
         self.close()
         out: list[tuple[str, str | None]] = []
         ends = [off for off, _ in self.events[1:]] + [len(self.source)]
-        if self.events and self.events[0][0] > 0:  # nothing should precede the first event; keep it if it does
-            out.append((self.source[:self.events[0][0]], None))
+        if (
+            self.events and self.events[0][0] > 0
+        ):  # nothing should precede the first event; keep it if it does
+            out.append((self.source[: self.events[0][0]], None))
         for (start, text), end in zip(self.events, ends):
             raw = self.source[start:end]
             if text is not None and out and out[-1][1] is not None:  # one text node split in two events
@@ -121,6 +129,6 @@ class HtmlDoc:
         parts = [raw for raw, _ in self.segments]
         for i, out in zip(self.nodes, translations):
             text = self.segments[i][1]
-            lead, trail = text[:len(text) - len(text.lstrip())], text[len(text.rstrip()):]
+            lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
             parts[i] = lead + html.escape(out, quote=False) + trail
         return "".join(parts)

@@ -22,7 +22,6 @@ from protos.inference import grpc_service_pb2_grpc as pb_grpc
 from s2s import __version__
 from server.config import StreamConfig
 from server.errors import ModelNotFound, ModelNotReady, ServingError, clip, clip_details
-from server.transport.grpc_interceptors import deadline_of
 from server.kserve.infer import InferAnswer, infer
 from server.kserve.parse import flag
 from server.kserve.protocol import EXTENSIONS, MAX_ID_CHARS, model_config, model_metadata
@@ -31,6 +30,7 @@ from server.kserve.tensors import InferInput, InferRequest, encode_values
 from server.models.control import ModelControl
 from server.models.registry import ServedModels
 from server.telemetry.request_tracker import RequestTracker
+from server.transport.grpc_interceptors import deadline_of
 
 log = logging.getLogger("s2s.kserve")
 
@@ -44,8 +44,10 @@ def from_message(request) -> InferRequest:
     problem = ""
     if raw:
         if len(raw) != len(request.inputs):
-            problem = (f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs; "
-                       "send one per input, in the order of inputs")
+            problem = (
+                f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs; "
+                "send one per input, in the order of inputs"
+            )
         for t in request.inputs:
             if t.HasField("contents") and not problem:
                 problem = f"input {t.name!r} sets contents while the request uses raw_input_contents; use one or the other"
@@ -58,8 +60,16 @@ def from_message(request) -> InferRequest:
     for key, p in request.parameters.items():
         kind = p.WhichOneof("parameter_choice") or ""
         params[key] = (kind, getattr(p, kind) if kind else None)
-    return InferRequest(request.model_name, request.model_version, request.id, inputs,
-                        [o.name for o in request.outputs], params, bool(raw), problem)
+    return InferRequest(
+        request.model_name,
+        request.model_version,
+        request.id,
+        inputs,
+        [o.name for o in request.outputs],
+        params,
+        bool(raw),
+        problem,
+    )
 
 
 def to_message(a: InferAnswer):
@@ -82,7 +92,9 @@ def to_message(a: InferAnswer):
 class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
     pb = pb  # for the repository RPCs (server/kserve/repository_grpc.py)
 
-    def __init__(self, repo: ServedModels, stream: StreamConfig, tracker: RequestTracker, control: ModelControl):
+    def __init__(
+        self, repo: ServedModels, stream: StreamConfig, tracker: RequestTracker, control: ModelControl
+    ):
         self.repo, self.stream, self.tracker, self.control = repo, stream, tracker, control
 
     # ---- health and metadata -------------------------------------------------------------------
@@ -132,7 +144,9 @@ class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
             return pb.ModelStreamInferResponse(infer_response=resp)
         except ServingError as e:  # fails this request of the stream only: an error message, not a status
             message = clip_details(str(e))
-        except Exception as e:  # a bug must fail this request, not the stream (the tracker counted it INTERNAL)
+        except (
+            Exception
+        ) as e:  # a bug must fail this request, not the stream (the tracker counted it INTERNAL)
             log.exception("ModelStreamInfer: request %s failed", clip(request.id))
             message = f"internal error ({type(e).__name__}); see server log"
         if rid:  # as Triton: the client can tell which request of the stream failed
@@ -140,7 +154,10 @@ class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
         name = request.model_name if len(request.model_name) <= MAX_ID_CHARS else ""
         return pb.ModelStreamInferResponse(
             error_message=message,
-            infer_response=pb.ModelInferResponse(model_name=name, model_version=request.model_version[:MAX_ID_CHARS], id=rid))
+            infer_response=pb.ModelInferResponse(
+                model_name=name, model_version=request.model_version[:MAX_ID_CHARS], id=rid
+            ),
+        )
 
     async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator:
         """Each request runs as soon as it arrives, concurrently with the others (so they batch); each
@@ -216,6 +233,11 @@ class Window:
         self.freed.set()
 
 
-def add_kserve(server: grpc.aio.Server, repo: ServedModels, stream: StreamConfig, tracker: RequestTracker,
-               control: ModelControl) -> None:
+def add_kserve(
+    server: grpc.aio.Server,
+    repo: ServedModels,
+    stream: StreamConfig,
+    tracker: RequestTracker,
+    control: ModelControl,
+) -> None:
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(repo, stream, tracker, control), server)

@@ -38,18 +38,37 @@ class InferAnswer:
 def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
     n = p.options.num_hypotheses
     nbest = [list(o.hypotheses) + [None] * (n - len(o.hypotheses)) for o in g.outputs]
-    per = {"input_tokens": [o.input_tokens for o in g.outputs], "output_tokens": [o.output_tokens for o in g.outputs],
-           "hypotheses": [h.text if h else "" for row in nbest for h in row],
-           "scores": [h.score if h else 0.0 for row in nbest for h in row],
-           "protected_spans": [json.dumps([{"kind": s.kind, "text": s.text, "start": s.start, "end": s.end}
-                                           for s in o.protected], ensure_ascii=False) for o in g.outputs],
-           "pieces": [o.pieces for o in g.outputs]}
+    per = {
+        "input_tokens": [o.input_tokens for o in g.outputs],
+        "output_tokens": [o.output_tokens for o in g.outputs],
+        "hypotheses": [h.text if h else "" for row in nbest for h in row],
+        "scores": [h.score if h else 0.0 for row in nbest for h in row],
+        "protected_spans": [
+            json.dumps(
+                [{"kind": s.kind, "text": s.text, "start": s.start, "end": s.end} for s in o.protected],
+                ensure_ascii=False,
+            )
+            for o in g.outputs
+        ],
+        "pieces": [o.pieces for o in g.outputs],
+    }
     outputs = [OutputTensor(TEXT_OUTPUT, "BYTES", p.shape, [o.text for o in g.outputs])]
-    outputs += [OutputTensor(key, EXTRA_OUTPUTS[key], p.shape if key in PER_INPUT_OUTPUTS else [p.shape[0], n], per[key])
-                for key in p.counts]
+    outputs += [
+        OutputTensor(
+            key, EXTRA_OUTPUTS[key], p.shape if key in PER_INPUT_OUTPUTS else [p.shape[0], n], per[key]
+        )
+        for key in p.counts
+    ]
     t = g.timings
-    timings = {"queue_seconds": t.queue_seconds, "time_to_first_token_seconds": t.time_to_first_token_seconds,
-               "total_seconds": t.total_seconds} if p.timings else {}
+    timings = (
+        {
+            "queue_seconds": t.queue_seconds,
+            "time_to_first_token_seconds": t.time_to_first_token_seconds,
+            "total_seconds": t.total_seconds,
+        }
+        if p.timings
+        else {}
+    )
     return InferAnswer(g.model, g.version, request_id, outputs, p.raw, timings)
 
 

@@ -12,14 +12,16 @@ from server.errors import InvalidInput, clip
 from server.kserve.infer import InferAnswer
 from server.kserve.tensors import InferInput, InferRequest, Param, encode_values
 
-_INT_RANGES = {"INT64": (-2**63, 2**63 - 1), "INT32": (-2**31, 2**31 - 1)}  # JSON integers have no bound
+_INT_RANGES = {"INT64": (-(2**63), 2**63 - 1), "INT32": (-(2**31), 2**31 - 1)}  # JSON integers have no bound
 
 
 def _check_ints(values: list, datatype: str, what: str) -> None:
     low, high = _INT_RANGES[datatype]
     for i, v in enumerate(values):
         if not isinstance(v, int) or isinstance(v, bool):
-            raise InvalidInput(f"{what}: {datatype} data must be integers (element {i} is {type(v).__name__})")
+            raise InvalidInput(
+                f"{what}: {datatype} data must be integers (element {i} is {type(v).__name__})"
+            )
         if not low <= v <= high:
             raise InvalidInput(f"{what}: element {i} is out of the {datatype} range ({low} to {high})")
 
@@ -38,7 +40,7 @@ def _parameter(key: str, value: Any) -> Param:
     if isinstance(value, bool):
         return "bool_param", value
     if isinstance(value, int):
-        if not -2**63 <= value < 2**63:
+        if not -(2**63) <= value < 2**63:
             raise InvalidInput(f"parameter {clip(key)} is out of the int64 range (-2^63 to 2^63 - 1)")
         return "int64_param", value
     if isinstance(value, float):
@@ -47,7 +49,9 @@ def _parameter(key: str, value: Any) -> Param:
         return "double_param", value
     if isinstance(value, str):
         return "string_param", value
-    raise InvalidInput(f"parameter {clip(key)} must be a boolean, number or string, not {type(value).__name__}")
+    raise InvalidInput(
+        f"parameter {clip(key)} must be a boolean, number or string, not {type(value).__name__}"
+    )
 
 
 def _flatten(data: Any, what: str) -> list:
@@ -70,7 +74,9 @@ def _values(t: dict, datatype: str, what: str, binary_request: bool) -> list | N
     if datatype == "BYTES":
         values = _flatten(t.get("data"), what)
         if not all(isinstance(v, str) for v in values):
-            raise InvalidInput(f"{what}: BYTES data must be strings" + ("" if binary_request else " (or send binary data)"))
+            raise InvalidInput(
+                f"{what}: BYTES data must be strings" + ("" if binary_request else " (or send binary data)")
+            )
         return [v.encode("utf-8") for v in values]
     if datatype in _INT_RANGES:
         values = _flatten(t.get("data"), what)
@@ -78,7 +84,9 @@ def _values(t: dict, datatype: str, what: str, binary_request: bool) -> list | N
         return values
     if binary_request:
         _flatten(t.get("data"), what)
-        raise InvalidInput(f"{what} has datatype {clip(str(datatype))}; this server's inputs are BYTES, INT64 or INT32")
+        raise InvalidInput(
+            f"{what} has datatype {clip(str(datatype))}; this server's inputs are BYTES, INT64 or INT32"
+        )
     return None
 
 
@@ -93,12 +101,18 @@ def from_json(model: str, version: str, header: dict, binary: bytes) -> tuple[In
     if not isinstance(params, dict):
         raise InvalidInput("'parameters' must be a JSON object")
     binary_out = bool(params.get("binary_data_output", False))
-    req.parameters = {key: _parameter(key, value) for key, value in params.items() if key != "binary_data_output"}
+    req.parameters = {
+        key: _parameter(key, value) for key, value in params.items() if key != "binary_data_output"
+    }
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise InvalidInput("'inputs' must be a non-empty JSON array of tensors")
-    req.raw = any(isinstance(t, dict) and isinstance(t.get("parameters"), dict) and "binary_data_size" in t["parameters"]
-                  for t in inputs)
+    req.raw = any(
+        isinstance(t, dict)
+        and isinstance(t.get("parameters"), dict)
+        and "binary_data_size" in t["parameters"]
+        for t in inputs
+    )
     offset = 0
     for i, t in enumerate(inputs):
         if not isinstance(t, dict):
@@ -107,21 +121,29 @@ def from_json(model: str, version: str, header: dict, binary: bytes) -> tuple[In
         name, datatype, shape = t.get("name"), t.get("datatype"), t.get("shape")
         if not isinstance(name, str) or not isinstance(datatype, str):
             raise InvalidInput(f"inputs[{i}] needs a string 'name' and 'datatype'")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in shape
+        ):
             raise InvalidInput(f"{what}: 'shape' must be an array of integers")
         if not all(0 <= d < 2**63 for d in shape):
-            raise InvalidInput(f"{what}: 'shape' {clip(str(shape))} has a dimension out of range (0 to 2^63 - 1)")
+            raise InvalidInput(
+                f"{what}: 'shape' {clip(str(shape))} has a dimension out of range (0 to 2^63 - 1)"
+            )
         size = _tensor_parameters(t, what).get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
-                raise InvalidInput(f"{what}: binary_data_size {size!r} runs past the {len(binary)} bytes of binary data "
-                                   f"after the JSON header (from byte {offset})")
-            req.inputs.append(InferInput(name, datatype, shape, raw=binary[offset:offset + size]))
+                raise InvalidInput(
+                    f"{what}: binary_data_size {size!r} runs past the {len(binary)} bytes of binary data "
+                    f"after the JSON header (from byte {offset})"
+                )
+            req.inputs.append(InferInput(name, datatype, shape, raw=binary[offset : offset + size]))
             offset += size
         else:
             req.inputs.append(InferInput(name, datatype, shape, values=_values(t, datatype, what, req.raw)))
     if offset != len(binary):
-        raise InvalidInput(f"{len(binary) - offset} bytes of binary data after the JSON header belong to no input")
+        raise InvalidInput(
+            f"{len(binary) - offset} bytes of binary data after the JSON header belong to no input"
+        )
     outputs = header.get("outputs") or []
     if not isinstance(outputs, list):
         raise InvalidInput("'outputs' must be a JSON array")

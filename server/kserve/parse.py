@@ -13,12 +13,22 @@ from dataclasses import dataclass
 
 from contract.decoding import DecodingOptions
 from server.errors import InvalidInput, ModelNotReady, clip
-from server.kserve.protocol import (ALIASES, DECODING_PARAMETERS, EXTRA_OUTPUTS, MAX_ID_CHARS, OPTIONS, TARGET_PREFIX,
-                                    TEXT_INPUT, TEXT_OUTPUT, TEXT_PARAMETERS, TIMINGS)
+from server.kserve.protocol import (
+    ALIASES,
+    DECODING_PARAMETERS,
+    EXTRA_OUTPUTS,
+    MAX_ID_CHARS,
+    OPTIONS,
+    TARGET_PREFIX,
+    TEXT_INPUT,
+    TEXT_OUTPUT,
+    TEXT_PARAMETERS,
+    TIMINGS,
+)
 from server.kserve.tensors import InferInput, InferRequest, Param, shape_str, split_bytes
-from server.models.served_version import ServedVersion
 from server.models.prepare import Limits
 from server.models.registry import ServedModels
+from server.models.served_version import ServedVersion
 from server.models.text_plan import TextOptions
 
 
@@ -42,8 +52,10 @@ def _texts(model: str, t: InferInput, lim: Limits) -> tuple[list[str], list[int]
         raise InvalidInput(f"input {name!r} has datatype {t.datatype!r}; model {model!r} expects 'BYTES'")
     dims = list(t.shape)
     if not (len(dims) == 1 or (len(dims) == 2 and dims[1] == 1)) or dims[0] < 0:
-        raise InvalidInput(f"input {name!r} has shape {shape_str(dims)}; model {model!r} expects [-1] or [-1, 1] "
-                           "(one text per row)")
+        raise InvalidInput(
+            f"input {name!r} has shape {shape_str(dims)}; model {model!r} expects [-1] or [-1, 1] "
+            "(one text per row)"
+        )
     if dims[0] > lim.max_inputs:  # before any element is split or decoded
         raise InvalidInput(f"model {model!r}: {dims[0]} inputs in one request; the limit is {lim.max_inputs}")
     if t.raw is not None:
@@ -53,18 +65,24 @@ def _texts(model: str, t: InferInput, lim: Limits) -> tuple[list[str], list[int]
         items = t.values or []
         where = "contents.bytes_contents"
     if len(items) != dims[0]:
-        raise InvalidInput(f"input {name!r} has {len(items)} elements in {where} but its shape {shape_str(dims)} "
-                           f"needs {dims[0]}")
+        raise InvalidInput(
+            f"input {name!r} has {len(items)} elements in {where} but its shape {shape_str(dims)} "
+            f"needs {dims[0]}"
+        )
     for i, b in enumerate(items):
         if len(b) > lim.max_input_bytes:
-            raise InvalidInput(f"input {name!r} element {i} has {len(b)} bytes; model {model!r} accepts at most "
-                               f"{lim.max_input_chars} characters ({lim.max_input_tokens} tokens)")
+            raise InvalidInput(
+                f"input {name!r} element {i} has {len(b)} bytes; model {model!r} accepts at most "
+                f"{lim.max_input_chars} characters ({lim.max_input_tokens} tokens)"
+            )
     texts = []
     for i, b in enumerate(items):
         try:
             texts.append(b.decode("utf-8"))
         except UnicodeDecodeError as e:
-            raise InvalidInput(f"input {name!r} element {i} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+            raise InvalidInput(
+                f"input {name!r} element {i} is not valid UTF-8 ({e.reason} at byte {e.start})"
+            ) from None
     return texts, dims
 
 
@@ -78,7 +96,9 @@ def _scalar(t: InferInput) -> int:
     if t.raw is not None:
         size = 8 if t.datatype == "INT64" else 4
         if len(t.raw) != size:
-            raise InvalidInput(f"raw_input_contents for input {t.name!r} has {len(t.raw)} bytes; one {t.datatype} is {size}")
+            raise InvalidInput(
+                f"raw_input_contents for input {t.name!r} has {len(t.raw)} bytes; one {t.datatype} is {size}"
+            )
         return int.from_bytes(t.raw, "little", signed=True)
     values = t.values or []
     if len(values) != 1:
@@ -107,8 +127,12 @@ def _param(params: dict[str, Param], key: str, want: type):
         return float(value)
     if (want is bool and got == "bool_param") or (want is str and got == "string_param"):
         return value
-    name = {int: "an integer (int64_param)", float: "a number (double_param)", bool: "a boolean (bool_param)",
-            str: "a string (string_param)"}[want]
+    name = {
+        int: "an integer (int64_param)",
+        float: "a number (double_param)",
+        bool: "a boolean (bool_param)",
+        str: "a string (string_param)",
+    }[want]
     raise InvalidInput(f"parameter {key!r} must be {name}, got {got or 'no value'}")
 
 
@@ -123,17 +147,21 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
     model = repo.get(request.model, request.version)
     lim = model.limits
     if not model.ready:  # before any element is decoded; the model API would refuse it anyway
-        raise ModelNotReady(f"model {model.name!r} version {model.version} is not ready (shutting down, or no engine "
-                            "core running); retry")
+        raise ModelNotReady(
+            f"model {model.name!r} version {model.version} is not ready (shutting down, or no engine "
+            "core running); retry"
+        )
     name = model.name
     if request.problem:
         raise InvalidInput(request.problem)
     given: dict[str, InferInput] = {}
     for t in request.inputs:
         if t.name not in (TEXT_INPUT, TARGET_PREFIX) and t.name not in OPTIONS:
-            raise InvalidInput(f"unexpected inference input {clip(t.name)} for model {name!r}; its inputs are "
-                               f"{TEXT_INPUT!r} (BYTES), optional {TARGET_PREFIX!r} (BYTES) and optional "
-                               f"{' and '.join(map(repr, OPTIONS))} (INT64)")
+            raise InvalidInput(
+                f"unexpected inference input {clip(t.name)} for model {name!r}; its inputs are "
+                f"{TEXT_INPUT!r} (BYTES), optional {TARGET_PREFIX!r} (BYTES) and optional "
+                f"{' and '.join(map(repr, OPTIONS))} (INT64)"
+            )
         if t.name in given:
             raise InvalidInput(f"input {clip(t.name)} appears more than once")
         given[t.name] = t
@@ -145,28 +173,45 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
     if TARGET_PREFIX in given:
         prefixes, pshape = _texts(name, given[TARGET_PREFIX], lim)
         if pshape[0] != shape[0]:
-            raise InvalidInput(f"input {TARGET_PREFIX!r} has shape {shape_str(pshape)}; it needs one prefix per text "
-                               f"({shape_str(shape)}, \"\" for none)")
+            raise InvalidInput(
+                f"input {TARGET_PREFIX!r} has shape {shape_str(pshape)}; it needs one prefix per text "
+                f'({shape_str(shape)}, "" for none)'
+            )
     for out in request.outputs:
         if out != TEXT_OUTPUT and out not in EXTRA_OUTPUTS:
-            raise InvalidInput(f"unexpected inference output {clip(out)} for model {name!r}; its outputs are "
-                               f"{TEXT_OUTPUT!r} and optional "
-                               + ", ".join(f"{k!r} ({v})" for k, v in EXTRA_OUTPUTS.items()))
+            raise InvalidInput(
+                f"unexpected inference output {clip(out)} for model {name!r}; its outputs are "
+                f"{TEXT_OUTPUT!r} and optional " + ", ".join(f"{k!r} ({v})" for k, v in EXTRA_OUTPUTS.items())
+            )
         if out in EXTRA_OUTPUTS and out not in counts:
             counts.append(out)
     options = _decoding_options(request.parameters, given, name, lim)
     timeout_us = _int_param(request.parameters, "timeout")
     if timeout_us:
         if timeout_us < 0:
-            raise InvalidInput(f"parameter 'timeout' is {timeout_us}; it is in microseconds and must be positive")
+            raise InvalidInput(
+                f"parameter 'timeout' is {timeout_us}; it is in microseconds and must be positive"
+            )
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
     text = TextOptions(**{key: _param(request.parameters, key, bool) is not False for key in TEXT_PARAMETERS})
-    return Parsed(model, texts, shape, options, request.raw, deadline, tuple(counts), prefixes,
-                  flag(request.parameters, TIMINGS), text)
+    return Parsed(
+        model,
+        texts,
+        shape,
+        options,
+        request.raw,
+        deadline,
+        tuple(counts),
+        prefixes,
+        flag(request.parameters, TIMINGS),
+        text,
+    )
 
 
-def _decoding_options(params: dict[str, Param], given: dict[str, InferInput], name: str, lim: Limits) -> DecodingOptions:
+def _decoding_options(
+    params: dict[str, Param], given: dict[str, InferInput], name: str, lim: Limits
+) -> DecodingOptions:
     """Request parameters (and the two optional inputs) -> DecodingOptions; 0 = the default for the widths."""
     kw = {}
     for key, kind in DECODING_PARAMETERS.items():
@@ -185,8 +230,14 @@ def _decoding_options(params: dict[str, Param], given: dict[str, InferInput], na
                 raise InvalidInput(f"{key!r} and {ours!r} are the same option; send one of them")
             top = lim.max_new_tokens if key == "max_tokens" else lim.max_beam
             if not 0 <= value <= top:  # Triton's names: the range is named as the client sent it
-                raise InvalidInput(f"{key}={value} is out of range for model {name!r}: "
-                                   + (f"0 (model default) to {top}" if key == "max_tokens" else f"0 (model default) to {top}; 1 = greedy"))
+                raise InvalidInput(
+                    f"{key}={value} is out of range for model {name!r}: "
+                    + (
+                        f"0 (model default) to {top}"
+                        if key == "max_tokens"
+                        else f"0 (model default) to {top}; 1 = greedy"
+                    )
+                )
             kw[ours] = value
     kw["num_hypotheses"] = max(1, kw.get("num_hypotheses", 1))
     if kw.get("length_penalty_type") == "":

@@ -9,20 +9,26 @@ from __future__ import annotations
 
 import types
 
-from server.telemetry.request_tracker import RequestTracker
 from server.models.control import ModelControl
+from server.telemetry.request_tracker import RequestTracker
 
 
 def parameters_of(params) -> dict:
     """A ModelRepositoryParameter map as plain values."""
-    return {key: getattr(p, p.WhichOneof("parameter_choice")) if p.WhichOneof("parameter_choice") else None
-            for key, p in params.items()}
+    return {
+        key: getattr(p, p.WhichOneof("parameter_choice")) if p.WhichOneof("parameter_choice") else None
+        for key, p in params.items()
+    }
 
 
 def index_response(pb: types.ModuleType, control: ModelControl, ready_only: bool):
     entry = pb.RepositoryIndexResponse.ModelIndex
-    return pb.RepositoryIndexResponse(models=[entry(name=e.name, version=e.version, state=e.state, reason=e.reason)
-                                              for e in control.index(ready_only)])
+    return pb.RepositoryIndexResponse(
+        models=[
+            entry(name=e.name, version=e.version, state=e.state, reason=e.reason)
+            for e in control.index(ready_only)
+        ]
+    )
 
 
 class RepositoryServicer:

@@ -22,9 +22,9 @@ from dataclasses import asdict
 
 from aiohttp import web
 
-from server.errors import InvalidInput, PermissionDenied
-from server.transport.http_body import read_json, json_response
 from server.doors.http_door import HttpDoor
+from server.errors import InvalidInput, PermissionDenied
+from server.transport.http_body import json_response, read_json
 
 
 async def _parameters(request: web.Request) -> dict:
@@ -47,12 +47,22 @@ def _cross_site(request: web.Request) -> bool:
 
 def check_state_change(doors: HttpDoor, request: web.Request) -> None:
     """Refuse a load or unload a page of another site made a browser send (see the module's docstring)."""
-    if doors.auth.expected is not None or request.content_type == "application/json" or not _cross_site(request):
+    if (
+        doors.auth.expected is not None
+        or request.content_type == "application/json"
+        or not _cross_site(request)
+    ):
         return
-    doors.tracker.refused(request.path.rsplit("/", 1)[-1], "http", "PERMISSION_DENIED",
-                          f"HTTP POST {request.path[:80]}: a cross-site browser request without JSON")
-    raise PermissionDenied("a load or unload from a page of another site is refused: send Content-Type: "
-                          "application/json (or run the server with --auth-token and send the token)")
+    doors.tracker.refused(
+        request.path.rsplit("/", 1)[-1],
+        "http",
+        "PERMISSION_DENIED",
+        f"HTTP POST {request.path[:80]}: a cross-site browser request without JSON",
+    )
+    raise PermissionDenied(
+        "a load or unload from a page of another site is refused: send Content-Type: "
+        "application/json (or run the server with --auth-token and send the token)"
+    )
 
 
 def routes(doors: HttpDoor) -> list[web.RouteDef]:
@@ -62,8 +72,12 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
         ready_only = False
         if request.can_read_body:
             ready_only = bool((await read_json(request)).get("ready", False))
-        return json_response([{k: v for k, v in asdict(e).items() if v != "" or k in ("name", "state")}
-                              for e in control.index(ready_only)])
+        return json_response(
+            [
+                {k: v for k, v in asdict(e).items() if v != "" or k in ("name", "state")}
+                for e in control.index(ready_only)
+            ]
+        )
 
     async def load(request: web.Request) -> web.Response:
         name = request.match_info["model"]

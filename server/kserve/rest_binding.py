@@ -18,12 +18,12 @@ import json
 from aiohttp import web
 
 from s2s import __version__
-from server.errors import InvalidInput, ModelNotFound, ModelNotReady
-from server.transport.http_body import parse_json_off_loop, read_body, read_json, deadline_of, json_response
 from server.doors.http_door import HttpDoor
-from server.kserve.json_codec import from_json, to_json
+from server.errors import InvalidInput, ModelNotFound, ModelNotReady
 from server.kserve.infer import InferAnswer, infer
+from server.kserve.json_codec import from_json, to_json
 from server.kserve.protocol import EXTENSIONS, model_config, model_metadata
+from server.transport.http_body import deadline_of, json_response, parse_json_off_loop, read_body, read_json
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -32,7 +32,9 @@ async def _body(request: web.Request) -> tuple[dict, bytes]:
     length = request.headers.get(HEADER_LENGTH)
     if length is None:
         return await read_json(request), b""
-    if not (length.isascii() and length.isdigit() and len(length) <= 12):  # int() would take "+1", " 1", "1_0" and "²"
+    if not (
+        length.isascii() and length.isdigit() and len(length) <= 12
+    ):  # int() would take "+1", " 1", "1_0" and "²"
         raise InvalidInput(f"header {HEADER_LENGTH} must be a non-negative integer, not {length[:40]!r}")
     body = await read_body(request)
     n = int(length)
@@ -49,8 +51,11 @@ def _answer(a: InferAnswer, binary: bool) -> web.Response:
     if not binary:
         return json_response(head)
     header = json.dumps(head, ensure_ascii=False).encode()
-    return web.Response(body=header + b"".join(blobs), content_type="application/octet-stream",
-                        headers={HEADER_LENGTH: str(len(header))})
+    return web.Response(
+        body=header + b"".join(blobs),
+        content_type="application/octet-stream",
+        headers={HEADER_LENGTH: str(len(header))},
+    )
 
 
 def routes(door: HttpDoor) -> list[web.RouteDef]:
@@ -79,7 +84,9 @@ def routes(door: HttpDoor) -> list[web.RouteDef]:
         except ModelNotFound:
             return json_response({"ready": False}, status=404)
         except ModelNotReady:  # unloaded
-            return json_response({"name": request.match_info["model"], "ready": False}, status=503)  # tritonclient: anything but 200 is "not ready"
+            return json_response(
+                {"name": request.match_info["model"], "ready": False}, status=503
+            )  # tritonclient: anything but 200 is "not ready"
         return json_response({"name": model.name, "ready": model.ready}, status=200 if model.ready else 503)
 
     async def config(request: web.Request) -> web.Response:
@@ -91,13 +98,22 @@ def routes(door: HttpDoor) -> list[web.RouteDef]:
             repo.get(name, version)  # an unknown model is 404 whatever the body holds (as Triton answers)
             header, binary = await _body(request)
             req, binary_out = from_json(name, version, header, binary)
-            answer = await infer(repo, req, deadline_of(request))  # X-Timeout-Seconds; the 'timeout' parameter too
+            answer = await infer(
+                repo, req, deadline_of(request)
+            )  # X-Timeout-Seconds; the 'timeout' parameter too
             return _answer(answer, binary_out)
 
     m, v = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
     return [
-        web.get("/v2/health/live", live), web.get("/v2/health/ready", ready), web.get("/v2", server_metadata),
-        web.get(m, metadata), web.get(v, metadata), web.get(m + "/ready", model_ready), web.get(v + "/ready", model_ready),
-        web.get(m + "/config", config), web.get(v + "/config", config),
-        web.post(m + "/infer", infer_route), web.post(v + "/infer", infer_route),
+        web.get("/v2/health/live", live),
+        web.get("/v2/health/ready", ready),
+        web.get("/v2", server_metadata),
+        web.get(m, metadata),
+        web.get(v, metadata),
+        web.get(m + "/ready", model_ready),
+        web.get(v + "/ready", model_ready),
+        web.get(m + "/config", config),
+        web.get(v + "/config", config),
+        web.post(m + "/infer", infer_route),
+        web.post(v + "/infer", infer_route),
     ]

@@ -35,7 +35,9 @@ class InferRequest:
     outputs: list[str] = field(default_factory=list)
     parameters: dict[str, Param] = field(default_factory=dict)
     raw: bool = False  # the inputs came as raw bytes: answer the same way
-    problem: str = ""  # a framing problem the binding found (raised as INVALID_ARGUMENT once the model is known)
+    problem: str = (
+        ""  # a framing problem the binding found (raised as INVALID_ARGUMENT once the model is known)
+    )
 
 
 def shape_str(dims) -> str:
@@ -47,14 +49,18 @@ def split_bytes(buf: bytes, what: str) -> list[bytes]:
     out, off, n = [], 0, len(buf)
     while off < n:
         if n - off < 4:
-            raise InvalidInput(f"{what} is malformed: element {len(out)} at byte {off} has a truncated length prefix "
-                               f"({n - off} of 4 bytes)")
+            raise InvalidInput(
+                f"{what} is malformed: element {len(out)} at byte {off} has a truncated length prefix "
+                f"({n - off} of 4 bytes)"
+            )
         (size,) = struct.unpack_from("<I", buf, off)
         off += 4
         if size > n - off:
-            raise InvalidInput(f"{what} is malformed: element {len(out)} declares {size} bytes but only {n - off} "
-                               f"remain (each element is a 4-byte little-endian length, then the bytes)")
-        out.append(buf[off:off + size])
+            raise InvalidInput(
+                f"{what} is malformed: element {len(out)} declares {size} bytes but only {n - off} "
+                f"remain (each element is a 4-byte little-endian length, then the bytes)"
+            )
+        out.append(buf[off : off + size])
         off += size
     return out
 

@@ -25,11 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.bundle import BundleError, read_bundle
-from server.errors import InvalidInput, ModelControlDisabled, ModelLoadFailed, ModelNotFound, ServingError, ShuttingDown, clip
-from server.models.served_version import ServedVersion
+from server.errors import (
+    InvalidInput,
+    ModelControlDisabled,
+    ModelLoadFailed,
+    ModelNotFound,
+    ServingError,
+    ShuttingDown,
+    clip,
+)
 from server.models.disk import model_folders
 from server.models.names import check_name, shown
 from server.models.registry import ServedModels
+from server.models.served_version import ServedVersion
 from server.telemetry.refusal_log import RefusalLog
 
 log = logging.getLogger("s2s.control")
@@ -97,7 +105,9 @@ class ModelControl:
 
     def _refuse_if_closing(self) -> None:
         if self.closing:
-            raise ShuttingDown("server is shutting down: no model is loaded or unloaded now; retry on another replica")
+            raise ShuttingDown(
+                "server is shutting down: no model is loaded or unloaded now; retry on another replica"
+            )
 
     async def _run(self, change) -> object:
         """Run a change (a coroutine) as a task of its own and wait for it; the caller's cancellation does not
@@ -105,7 +115,9 @@ class ModelControl:
         task = asyncio.ensure_future(change)
         self._changes.add(task)
         task.add_done_callback(self._changes.discard)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no "never retrieved" line
+        task.add_done_callback(
+            lambda t: t.cancelled() or t.exception()
+        )  # retrieved: no "never retrieved" line
         return await asyncio.shield(task)
 
     @contextlib.asynccontextmanager
@@ -129,10 +141,16 @@ class ModelControl:
 
     def _explicit(self, what: str) -> None:
         if self.mode != "explicit":
-            raise ModelControlDisabled(f"{what} needs --model-control-mode explicit; this server runs in mode "
-                                       f"{self.mode!r} (" + ("it serves what the repository held at start: restart "
-                                       "to change it)" if self.mode == "none" else "it follows the repository on disk "
-                                       "every --repository-poll-secs: add or remove version folders)"))
+            raise ModelControlDisabled(
+                f"{what} needs --model-control-mode explicit; this server runs in mode "
+                f"{self.mode!r} ("
+                + (
+                    "it serves what the repository held at start: restart to change it)"
+                    if self.mode == "none"
+                    else "it follows the repository on disk "
+                    "every --repository-poll-secs: add or remove version folders)"
+                )
+            )
 
     # ---- the repository API ------------------------------------------------------------------------
     async def load(self, name: str, parameters: dict | None = None) -> None:
@@ -141,8 +159,10 @@ class ModelControl:
         check_name(name)
         self._refuse_if_closing()
         if parameters:
-            raise InvalidInput(f"load parameters {', '.join(sorted(map(clip, parameters)))} are not supported: the "
-                               "bundle is served as it is on disk (export a new version to change it)")
+            raise InvalidInput(
+                f"load parameters {', '.join(sorted(map(clip, parameters)))} are not supported: the "
+                "bundle is served as it is on disk (export a new version to change it)"
+            )
         await self._run(self.apply(name))
 
     async def unload(self, name: str, parameters: dict | None = None) -> None:
@@ -151,8 +171,10 @@ class ModelControl:
         self._refuse_if_closing()
         unknown = sorted(set(parameters or ()) - set(UNLOAD_PARAMETERS))
         if unknown:
-            raise InvalidInput(f"unload parameters {', '.join(map(clip, unknown))} are not supported (known: "
-                               f"{', '.join(UNLOAD_PARAMETERS)})")
+            raise InvalidInput(
+                f"unload parameters {', '.join(map(clip, unknown))} are not supported (known: "
+                f"{', '.join(UNLOAD_PARAMETERS)})"
+            )
         await self._run(self.remove(name))
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
@@ -201,7 +223,9 @@ class ModelControl:
             new.stage()
         except BundleError as e:  # names the file
             raise self._failed_load(name, version, str(e)) from None
-        except Exception as e:  # a tokenizer.json that hashes right but does not parse (an edited config.json)
+        except (
+            Exception
+        ) as e:  # a tokenizer.json that hashes right but does not parse (an edited config.json)
             raise self._failed_load(name, version, f"{folder}: {type(e).__name__}: {e}") from None
         step = "start"
         try:
@@ -234,8 +258,12 @@ class ModelControl:
                 repo.metrics.forget_version(name, v)
             repo.metrics.forget_cores(name, range(len(new.cores), len(api.cores)))
         if old:
-            log.info("model %s: version %s serves; %s drained and stopped", name, version,
-                     ", ".join(f"version {v}" for v in old))
+            log.info(
+                "model %s: version %s serves; %s drained and stopped",
+                name,
+                version,
+                ", ".join(f"version {v}" for v in old),
+            )
         return new
 
     async def _drain(self, api: ServedVersion) -> None:
@@ -245,7 +273,7 @@ class ModelControl:
 
     def _failed_load(self, name: str, version: str, why: str) -> ModelLoadFailed:
         serving = self.repo.models.get(name)
-        still = (f"; version {', '.join(serving)} goes on serving" if serving else "")
+        still = f"; version {', '.join(serving)} goes on serving" if serving else ""
         self._load_errors(name, f"model {name} version {version} failed to load: {why}{still}")
         self._failures[name] = f"version {version} failed to load: {why}"
         if not serving:
@@ -268,13 +296,14 @@ class ModelControl:
             if versions is None:
                 if name in repo.unloaded or name in model_folders(self.config.model_repo):
                     return  # not loaded: nothing to do (as Triton answers)
-                raise ModelNotFound(f"model {shown(name)} is neither loaded nor in the repository "
-                                    f"{self.config.model_repo}")
+                raise ModelNotFound(
+                    f"model {shown(name)} is neither loaded nor in the repository {self.config.model_repo}"
+                )
             self._busy[name] = "UNLOADING"
             self._failures.pop(name, None)  # older news than this unload
             repo.unloaded.add(name)
             try:
-                for v, api in versions.items():
+                for api in versions.values():
                     api.retire(f"model {name!r} is being unloaded ({why}); load it again to serve it")
                 repo.telemetry.changed()
                 log.info("unloading model %s (%s): finishing requests in flight", name, why)

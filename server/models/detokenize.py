@@ -21,10 +21,10 @@ class StreamingText:
         sent = self.sent[index]
         if text != sent and text.startswith(sent):
             self.sent[index] = text
-            return text[len(sent):]
+            return text[len(sent) :]
         return ""
 
     def rest(self, index: int, final: str) -> str:
         """What the final text adds to what was sent ("" if it does not extend it)."""
         sent = self.sent[index]
-        return final[len(sent):] if final.startswith(sent) else ""
+        return final[len(sent) :] if final.startswith(sent) else ""

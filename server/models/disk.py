@@ -28,7 +28,9 @@ def parse_model(item: str) -> tuple[str, str, int | None]:
     spec, _, cores = item.partition("@")
     name, _, version = spec.partition(":")
     if cores and not (cores.isdigit() and int(cores) > 0):
-        raise BundleError(f"--models {item!r}: the number of engine cores after '@' must be a positive integer")
+        raise BundleError(
+            f"--models {item!r}: the number of engine cores after '@' must be a positive integer"
+        )
     if version and not is_version(version):
         raise BundleError(f"--models {item!r}: the version after ':' must be a number (ASCII digits, e.g. 1)")
     if why := name_problem(name):
@@ -39,7 +41,9 @@ def parse_model(item: str) -> tuple[str, str, int | None]:
 def select(repo: Path, wanted: tuple[str, ...]) -> list[tuple[str, int, int | None]]:
     """(name, version, cores) to serve: every model at its latest version, or NAME[:VERSION][@CORES] as asked."""
     if not repo.is_dir():
-        raise BundleError(f"{repo}: model repository not found (expected {repo}/<name>/<version>/config.json)")
+        raise BundleError(
+            f"{repo}: model repository not found (expected {repo}/<name>/<version>/config.json)"
+        )
     if wanted:
         out = []
         for item in wanted:

@@ -16,7 +16,7 @@ from contract.decoding import DecodingOptions
 from contract.text import TextCodec, UnknownCharactersError
 from server.config import SchedulerConfig
 from server.errors import InvalidInput
-from server.models.text_plan import MAX_TEXT_CHARS, AS_SENT, Plan, TextOptions, plan
+from server.models.text_plan import AS_SENT, MAX_TEXT_CHARS, Plan, TextOptions, plan
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,12 @@ class Limits:
     max_rows: int
     vocab_size: int = 0  # sampling_topk's bound
     max_prefix_tokens: int = 0  # a target prefix leaves room for at least one new token
-    default_beam: int = 1  # a request's beam when it names none (the bundle's task.beam_size, within max_beam)
-    options: list[decoding.Range] = field(default_factory=list)  # every option's range, as ListModels shows them
+    default_beam: int = (
+        1  # a request's beam when it names none (the bundle's task.beam_size, within max_beam)
+    )
+    options: list[decoding.Range] = field(
+        default_factory=list
+    )  # every option's range, as ListModels shows them
     max_unsplit_chars: int = 0  # the most characters max_input_tokens can hold (0: max_input_chars)
 
     @property
@@ -53,8 +57,12 @@ class Prepared:
     src_ids: list[list[int]]
     options: DecodingOptions
     prefixes: list[list[int]]
-    plan: Plan | None = None  # the inputs as the model reads them (spans protected, long ones split), if changed
-    protected: bool = False  # spans protected: an output has none its input has not (made-up ones are dropped)
+    plan: Plan | None = (
+        None  # the inputs as the model reads them (spans protected, long ones split), if changed
+    )
+    protected: bool = (
+        False  # spans protected: an output has none its input has not (made-up ones are dropped)
+    )
 
     @property
     def max_new_tokens(self) -> int:
@@ -76,12 +84,26 @@ def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Li
     default_beam = max(1, min(config.task.beam_size, max_beam))
     unsplit = codec.max_chars(m.max_len)
     chars = max(unsplit, MAX_TEXT_CHARS) if config.task.name == "translation" else unsplit
-    return Limits(max_input_tokens=m.max_len, max_input_chars=chars, max_unsplit_chars=unsplit,
-                  max_new_tokens=m.max_len - 1, max_inputs=sched.max_inputs_per_request, max_beam=max_beam,
-                  max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam),
-                  vocab_size=m.tgt_vocab_size, max_prefix_tokens=max_prefix, default_beam=default_beam,
-                  options=decoding.ranges(max_beam, m.max_len - 1, m.tgt_vocab_size, max_prefix, default_beam,
-                                          config.task.length_penalty_type))
+    return Limits(
+        max_input_tokens=m.max_len,
+        max_input_chars=chars,
+        max_unsplit_chars=unsplit,
+        max_new_tokens=m.max_len - 1,
+        max_inputs=sched.max_inputs_per_request,
+        max_beam=max_beam,
+        max_rows=min(sched.max_queue_size, sched.max_inputs_per_request * max_beam),
+        vocab_size=m.tgt_vocab_size,
+        max_prefix_tokens=max_prefix,
+        default_beam=default_beam,
+        options=decoding.ranges(
+            max_beam,
+            m.max_len - 1,
+            m.tgt_vocab_size,
+            max_prefix,
+            default_beam,
+            config.task.length_penalty_type,
+        ),
+    )
 
 
 def check_options(options: DecodingOptions, lim: Limits) -> None:
@@ -91,49 +113,77 @@ def check_options(options: DecodingOptions, lim: Limits) -> None:
         raise InvalidInput(str(e)) from None
 
 
-def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str], options: DecodingOptions,
-            lim: Limits, target_prefixes: list[str] | None = None, text: TextOptions = AS_SENT) -> Prepared:
+def prepare(
+    name: str,
+    config: BundleConfig,
+    codec: TextCodec,
+    texts: list[str],
+    options: DecodingOptions,
+    lim: Limits,
+    target_prefixes: list[str] | None = None,
+    text: TextOptions = AS_SENT,
+) -> Prepared:
     if not texts:
         raise InvalidInput(f"model {name!r}: the request has no inputs; send at least one text")
     if len(texts) > lim.max_inputs:
-        raise InvalidInput(f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}")
+        raise InvalidInput(
+            f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}"
+        )
     check_options(options, lim)  # the request's own values, as the client sent them, in any message
     # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
     task = config.task
-    resolved = options.resolved(lim.default_beam, task.max_new_tokens, task.length_penalty_type, task.length_penalty,
-                                task.no_repeat_ngram_size)
+    resolved = options.resolved(
+        lim.default_beam,
+        task.max_new_tokens,
+        task.length_penalty_type,
+        task.length_penalty,
+        task.no_repeat_ngram_size,
+    )
     if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
         check_options(resolved, lim)
     options = resolved
     beam = options.beam_size
     if target_prefixes and len(target_prefixes) != len(texts):
-        raise InvalidInput(f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "
-                           "(empty for no prefix)")
+        raise InvalidInput(
+            f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "
+            "(empty for no prefix)"
+        )
     if len(texts) * beam > lim.max_rows:
-        raise InvalidInput(f"model {name!r}: {len(texts)} inputs x beam_size {beam} = {len(texts) * beam} "
-                           f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
-                           "inputs per request or a narrower beam")
+        raise InvalidInput(
+            f"model {name!r}: {len(texts)} inputs x beam_size {beam} = {len(texts) * beam} "
+            f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
+            "inputs per request or a narrower beam"
+        )
     # Cheap checks on every input before any is tokenized: one oversized text costs nothing.
     split = text.split_long and lim.max_input_chars > lim.max_unsplit_chars
     max_chars = lim.max_input_chars if split or not lim.max_unsplit_chars else lim.max_unsplit_chars
     for i, t in enumerate(texts):
         if len(t) > max_chars:
-            raise InvalidInput(f"input {i} has {len(t)} characters; model {name!r} accepts at most {max_chars}"
-                               + (" (max_input_chars; inputs longer than the model reads are split into pieces up to "
-                                  "this)" if split else f" ({lim.max_input_tokens} tokens"
-                                  + ("; split_long splits longer inputs)" if text is not AS_SENT else ")")))
+            raise InvalidInput(
+                f"input {i} has {len(t)} characters; model {name!r} accepts at most {max_chars}"
+                + (
+                    " (max_input_chars; inputs longer than the model reads are split into pieces up to this)"
+                    if split
+                    else f" ({lim.max_input_tokens} tokens"
+                    + ("; split_long splits longer inputs)" if text is not AS_SENT else ")")
+                )
+            )
         if not t.strip():
             raise InvalidInput(f"input {i} is empty")
     for i, p in enumerate(target_prefixes or ()):
         if len(p) > lim.max_input_chars:
-            raise InvalidInput(f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
-                               f"{lim.max_input_chars}")
+            raise InvalidInput(
+                f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
+                f"{lim.max_input_chars}"
+            )
     planned = plan(name, codec, texts, target_prefixes, text, lim.max_input_tokens) if text.any else None
     if planned is not None:
         if planned.changed and planned.rows * beam > lim.max_rows:
-            raise InvalidInput(f"model {name!r}: the inputs are read as {planned.rows} pieces x beam_size {beam} = "
-                               f"{planned.rows * beam} rows; one request may have at most {lim.max_rows} "
-                               "(max_rows_per_request): send fewer or shorter inputs, or a narrower beam")
+            raise InvalidInput(
+                f"model {name!r}: the inputs are read as {planned.rows} pieces x beam_size {beam} = "
+                f"{planned.rows * beam} rows; one request may have at most {lim.max_rows} "
+                "(max_rows_per_request): send fewer or shorter inputs, or a narrower beam"
+            )
         out, target_prefixes = planned.ids, planned.prefixes
     else:
         out = []
@@ -143,13 +193,22 @@ def prepare(name: str, config: BundleConfig, codec: TextCodec, texts: list[str],
             except UnknownCharactersError as e:
                 raise InvalidInput(f"input {i}: {e}") from None
             if len(ids) > lim.max_input_tokens:
-                raise InvalidInput(f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {lim.max_input_tokens}")
+                raise InvalidInput(
+                    f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {lim.max_input_tokens}"
+                )
             out.append(ids)
     prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(out))]
-    if options.sampling and options.seed is None:  # drawn here, so the core (and a retry of the same request) has one
+    if (
+        options.sampling and options.seed is None
+    ):  # drawn here, so the core (and a retry of the same request) has one
         options = options.replace(seed=secrets.randbits(63))
-    return Prepared(out, options, prefixes, planned if planned is not None and planned.changed else None,
-                    text.protect_spans and not target_prefixes)
+    return Prepared(
+        out,
+        options,
+        prefixes,
+        planned if planned is not None and planned.changed else None,
+        text.protect_spans and not target_prefixes,
+    )
 
 
 def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> list[int]:
@@ -164,6 +223,8 @@ def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> 
     if {sp.pad, sp.bos, sp.eos} & set(ids):
         raise InvalidInput(f"target prefix {i} holds a special token (<pad>, <bos> or <eos>); send text only")
     if len(ids) > lim.max_prefix_tokens:
-        raise InvalidInput(f"target prefix {i} has {len(ids)} tokens; model {name!r} accepts at most "
-                           f"{lim.max_prefix_tokens} (target_prefix_tokens), leaving room for new ones")
+        raise InvalidInput(
+            f"target prefix {i} has {len(ids)} tokens; model {name!r} accepts at most "
+            f"{lim.max_prefix_tokens} (target_prefix_tokens), leaving room for new ones"
+        )
     return ids

@@ -11,11 +11,11 @@ from server.config import ServerConfig
 from server.core.client import CoreLoadError
 from server.core.sizing import default_beam, default_cores, encoder_thread
 from server.errors import ModelNotFound, ModelNotReady, clip
-from server.telemetry.metrics import Metrics
-from server.telemetry.model_telemetry import Telemetry
 from server.models.disk import model_folders, parse_model, select, versions_on_disk
 from server.models.names import check_name, inside
 from server.models.served_version import ServedVersion
+from server.telemetry.metrics import Metrics
+from server.telemetry.model_telemetry import Telemetry
 
 log = logging.getLogger("s2s.repository")
 
@@ -27,7 +27,9 @@ class ServedModels:
     def __init__(self, config: ServerConfig, telemetry: Telemetry):
         self.models: dict[str, dict[str, ServedVersion]] = {}
         self.unloaded: set[str] = set()  # unloaded through the API (or their folder removed, in poll mode)
-        self.languages: dict[str, tuple[str, str]] = {}  # model -> (source, target) its last serving version declared
+        self.languages: dict[
+            str, tuple[str, str]
+        ] = {}  # model -> (source, target) its last serving version declared
         self.config, self.telemetry, self.metrics = config, telemetry, telemetry.metrics
         self.device = config.device
         self._logged: set[str] = set()  # providers already logged
@@ -48,7 +50,7 @@ class ServedModels:
             for item in config.models:
                 self._remember(*parse_model(item))
             chosen = select(config.model_repo, config.models)
-        for name, version, cores in chosen:
+        for name, version, _cores in chosen:
             self.models.setdefault(name, {})[str(version)] = self.build(name, str(version))
 
     def _remember(self, name: str, version: str, cores: int | None) -> None:
@@ -63,15 +65,21 @@ class ServedModels:
 
     def wanted_version(self, name: str) -> str:
         """The version to serve: the pinned one, else the latest on disk (Triton's default version policy)."""
-        folder = inside(self.config.model_repo, name, follow_any=self.follow_links)  # InvalidInput for a bad name
+        folder = inside(
+            self.config.model_repo, name, follow_any=self.follow_links
+        )  # InvalidInput for a bad name
         on_disk = versions_on_disk(folder) if folder.is_dir() else []
         if not on_disk:
-            raise ModelNotFound(f"{folder}: model {clip(name)} not found in the repository (expected "
-                                f"{folder}/<version>/config.json)")
+            raise ModelNotFound(
+                f"{folder}: model {clip(name)} not found in the repository (expected "
+                f"{folder}/<version>/config.json)"
+            )
         pinned = self.pins.get(name)
         if pinned and int(pinned) not in on_disk:
-            raise ModelNotFound(f"{folder / pinned}: version {pinned} of model {name!r} (pinned by --models or "
-                                "--load-model) is not in the repository")
+            raise ModelNotFound(
+                f"{folder / pinned}: version {pinned} of model {name!r} (pinned by --models or "
+                "--load-model) is not in the repository"
+            )
         return pinned or str(on_disk[-1])
 
     def build(self, name: str, version: str) -> ServedVersion:
@@ -86,8 +94,15 @@ class ServedModels:
         encoder, encoder_why = encoder_thread(self.config, n)
         folder = inside(self.config.model_repo, name, version, follow_any=self.follow_links)
         api = ServedVersion(name, version, folder, self.config, self.telemetry, n, encoder)
-        log.info("model %s version %s: %d engine core(s) (%s), encoder thread %s (%s)", name, version, n, reason,
-                 "on" if encoder else "off", encoder_why)
+        log.info(
+            "model %s version %s: %d engine core(s) (%s), encoder thread %s (%s)",
+            name,
+            version,
+            n,
+            reason,
+            "on" if encoder else "off",
+            encoder_why,
+        )
         return api
 
     async def start(self, loop: asyncio.AbstractEventLoop, metrics: Metrics) -> None:
@@ -105,7 +120,12 @@ class ServedModels:
         """A version that now serves: logged and in s2s_model_info."""
         if api.provider not in self._logged:  # one line per provider, not one per core
             self._logged.add(api.provider)
-            log.info("ONNX Runtime runs %s (--device %s: %s)", api.provider, self.device, provider_reason(self.device))
+            log.info(
+                "ONNX Runtime runs %s (--device %s: %s)",
+                api.provider,
+                self.device,
+                provider_reason(self.device),
+            )
         self.metrics.model_info.labels(api.name, api.version, api.provider, api.bundle.quantization).set(1)
         if api.bundle.source_language and api.bundle.target_language:
             self.languages[api.name] = (api.bundle.source_language, api.bundle.target_language)
@@ -116,15 +136,19 @@ class ServedModels:
         if not versions:
             check_name(name)  # a name that cannot be one: said so, not "not served"
             if name in self.unloaded:
-                raise ModelNotReady(f"model {clip(name)} is unloaded; load it again to serve it (KServe "
-                                    f"RepositoryModelLoad, POST /v2/repository/models/{name}/load, or "
-                                    f"`s2s models load {name}`)")
+                raise ModelNotReady(
+                    f"model {clip(name)} is unloaded; load it again to serve it (KServe "
+                    f"RepositoryModelLoad, POST /v2/repository/models/{name}/load, or "
+                    f"`s2s models load {name}`)"
+                )
             known = ", ".join(sorted(self.models)) or "none"
             raise ModelNotFound(f"model {clip(name)} is not served here (served: {known})")
         if not version:
             return versions[max(versions, key=int)]
         if version not in versions:
-            raise ModelNotFound(f"model {clip(name)} has no version {clip(version)} loaded (loaded: {', '.join(sorted(versions))})")
+            raise ModelNotFound(
+                f"model {clip(name)} has no version {clip(version)} loaded (loaded: {', '.join(sorted(versions))})"
+            )
         return versions[version]
 
     def all(self) -> list[ServedVersion]:

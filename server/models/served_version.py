@@ -19,53 +19,72 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from contract import bundle
+from contract.decoding import DecodingOptions
 from contract.text import TextCodec
 from engine import EngineOptions, TextHypothesis
 from server.config import ServerConfig
+from server.core.client import CoreHandle, InFlight, Router
 from server.core.events import Failed, Finished, Token
 from server.core.messages import CoreSpec
-from server.core.client import CoreHandle, InFlight, Router
-from server.models.detokenize import StreamingText
 from server.errors import DeadlineExceeded, ShuttingDown
-from contract.decoding import DecodingOptions
 from server.models import distinct
+from server.models.detokenize import StreamingText
 from server.models.prepare import Prepared, limits, prepare
-from server.models.text_plan import AS_SENT, TextOptions, without_made_up
 from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
+from server.models.text_plan import AS_SENT, TextOptions, without_made_up
 from server.telemetry.model_telemetry import Telemetry
 
 log = logging.getLogger("s2s.model")
 
 
 class ServedVersion:
-    def __init__(self, name: str, version: str, folder: Path, config: ServerConfig, telemetry: Telemetry, n_cores: int,
-                 encoder_thread: bool = False):
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        folder: Path,
+        config: ServerConfig,
+        telemetry: Telemetry,
+        n_cores: int,
+        encoder_thread: bool = False,
+    ):
         self.name, self.version, self.folder = name, version, folder
-        self.bundle = bundle.read_bundle(folder, verify_hashes=False)  # each core verifies every hash as it loads
+        self.bundle = bundle.read_bundle(
+            folder, verify_hashes=False
+        )  # each core verifies every hash as it loads
         if self.bundle.languages is not None:
             # Its rows need their target-language token forced; no door asks for a language yet, and decoding without
             # one would answer in whichever language the model drifts to.
             raise bundle.BundleError(
                 f"{folder / bundle.CONFIG_FILE}: a multilingual bundle ({len(self.bundle.languages.tokens)} languages); "
                 "the server does not take a target language per request yet: decode it in process with "
-                "engine.load(folder).generate(texts, target_languages=[...])")
+                "engine.load(folder).generate(texts, target_languages=[...])"
+            )
         m = self.bundle.model
-        self.codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special,
-                                        folder / bundle.TARGET_TOKENIZER_FILE)
+        self.codec = TextCodec.from_file(
+            folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special, folder / bundle.TARGET_TOKENIZER_FILE
+        )
         self.sched = config.scheduler
         self.limits = limits(self.bundle, self.codec, config.scheduler)
         self.telemetry = telemetry.model(name, n_cores)
         self.stopping = False
         self.stop_reason = "server is shutting down; retry on another replica"
-        self.retired = False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
+        self.retired = (
+            False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
+        )
         # Calls that submit more than once (distinct hypotheses) and are between submissions: a retired version
         # lets them finish before its cores drain.
         self._multi_pass = 0
         self._settled = asyncio.Event()
         self._settled.set()
-        opts = EngineOptions(device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding)
+        opts = EngineOptions(
+            device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding
+        )
         core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
-        specs = [CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s) for i in range(n_cores)]
+        specs = [
+            CoreSpec(name, version, folder, i, opts, core_sched, config.log_level, config.grace_s)
+            for i in range(n_cores)
+        ]
         self.router = Router([CoreHandle(s, self.telemetry, config.core_stall_s) for s in specs])
 
     # ---- state -----------------------------------------------------------------------------------
@@ -82,8 +101,16 @@ class ServedVersion:
         return next((c.state.provider for c in self.cores if c.state.provider), "")
 
     def info(self) -> ModelInfo:
-        return ModelInfo(self.name, self.version, self.bundle.task.name, self.provider, self.bundle.quantization,
-                         self.limits, len(self.cores), sum(c.state.up for c in self.cores))
+        return ModelInfo(
+            self.name,
+            self.version,
+            self.bundle.task.name,
+            self.provider,
+            self.bundle.quantization,
+            self.limits,
+            len(self.cores),
+            sum(c.state.up for c in self.cores),
+        )
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
         await asyncio.gather(*(core.start(loop) for core in self.cores))
@@ -101,15 +128,27 @@ class ServedVersion:
         return self.telemetry.encoded_ahead
 
     # ---- requests --------------------------------------------------------------------------------
-    def prepare(self, texts: list[str], options: DecodingOptions = DecodingOptions(),
-                target_prefixes: list[str] | None = None, text: TextOptions = TextOptions()) -> Prepared:
+    def prepare(
+        self,
+        texts: list[str],
+        options: DecodingOptions = DecodingOptions(),
+        target_prefixes: list[str] | None = None,
+        text: TextOptions = TextOptions(),
+    ) -> Prepared:
         """Validate and tokenize; raises InvalidInput naming the limit. ``text``: protected spans and long inputs
         split, for translation models (other tasks read their inputs as sent)."""
         text = text if self.bundle.task.name == "translation" else AS_SENT
         return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text)
 
-    def _submit(self, p: Prepared, deadline: float | None, t0: float, stream: bool,
-                core: CoreHandle | None = None, accepted: bool = False) -> tuple[CoreHandle, InFlight]:
+    def _submit(
+        self,
+        p: Prepared,
+        deadline: float | None,
+        t0: float,
+        stream: bool,
+        core: CoreHandle | None = None,
+        accepted: bool = False,
+    ) -> tuple[CoreHandle, InFlight]:
         if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
             raise ShuttingDown(self.stop_reason)
         core = core or self.router.pick()
@@ -119,15 +158,19 @@ class ServedVersion:
 
     def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
         scored = p.options.return_scores
-        hyps = tuple(TextHypothesis(self.codec.decode(h.tokens), h.tokens, h.score if scored else 0.0)
-                     for h in ev.hypotheses) or (TextHypothesis(self.codec.decode(ev.tokens), ev.tokens, 0.0),)
+        hyps = tuple(
+            TextHypothesis(self.codec.decode(h.tokens), h.tokens, h.score if scored else 0.0)
+            for h in ev.hypotheses
+        ) or (TextHypothesis(self.codec.decode(ev.tokens), ev.tokens, 0.0),)
         return Output(hyps[0].text, len(p.src_ids[i]), hyps[0].output_tokens, hyps)
 
     @staticmethod
     def _timings(done: list[Finished], t0: float) -> Timings:
-        return Timings(queue_seconds=max(d.admitted for d in done) - t0,
-                       time_to_first_token_seconds=min(d.first_token for d in done) - t0,
-                       total_seconds=time.monotonic() - t0)
+        return Timings(
+            queue_seconds=max(d.admitted for d in done) - t0,
+            time_to_first_token_seconds=min(d.first_token for d in done) - t0,
+            total_seconds=time.monotonic() - t0,
+        )
 
     async def generate(self, p: Prepared, deadline: float | None) -> Generation:
         """All outputs at once; raises ServingError (the request's status) on failure."""
@@ -153,7 +196,11 @@ class ServedVersion:
         self._settled.clear()
         try:
             for beam in distinct.widths(p.options, self.limits, len(p.src_ids)):
-                sub = Prepared([p.src_ids[i] for i in todo], distinct.widened(p.options, beam), [p.prefixes[i] for i in todo])
+                sub = Prepared(
+                    [p.src_ids[i] for i in todo],
+                    distinct.widened(p.options, beam),
+                    [p.prefixes[i] for i in todo],
+                )
                 g = await self._generate(sub, deadline, accepted=True)
                 first = first or g.timings
                 for i, o in zip(todo, g.outputs):  # the texts of a narrower pass first, then the new ones
@@ -169,8 +216,9 @@ class ServedVersion:
         timings = Timings(first.queue_seconds, first.time_to_first_token_seconds, time.monotonic() - t0)
         return Generation(self.name, self.version, outputs, timings)
 
-    async def _generate(self, p: Prepared, deadline: float | None, core: CoreHandle | None = None,
-                        accepted: bool = False) -> Generation:
+    async def _generate(
+        self, p: Prepared, deadline: float | None, core: CoreHandle | None = None, accepted: bool = False
+    ) -> Generation:
         t0 = time.monotonic()
         core, req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
         done: list[Finished | None] = [None] * len(p.src_ids)
@@ -210,7 +258,9 @@ class ServedVersion:
         try:
             while left:
                 try:
-                    async with _deadline(deadline):  # not around the yield: the consumer's time is not ours to cut
+                    async with _deadline(
+                        deadline
+                    ):  # not around the yield: the consumer's time is not ours to cut
                         ev = await req.events.get()
                 except TimeoutError:
                     raise _late() from None
@@ -227,7 +277,9 @@ class ServedVersion:
             raise
         for i, ev in enumerate(done):
             out = self._output(p, i, ev)
-            if p.plan is not None:  # repaired: the finished event's text is the answer, its deltas the model's
+            if (
+                p.plan is not None
+            ):  # repaired: the finished event's text is the answer, its deltas the model's
                 out = p.plan.answer_one(i, out, Output)
             elif p.protected:
                 out = without_made_up([out])[0]
@@ -264,8 +316,13 @@ class ServedVersion:
         try:
             await asyncio.wait_for(self._settled.wait(), timeout)
         except asyncio.TimeoutError:
-            log.warning("model %s version %s: %d call(s) still between passes after %.0f s; draining anyway",
-                        self.name, self.version, self._multi_pass, timeout)
+            log.warning(
+                "model %s version %s: %d call(s) still between passes after %.0f s; draining anyway",
+                self.name,
+                self.version,
+                self._multi_pass,
+                timeout,
+            )
 
     async def drain(self, grace_s: float) -> None:
         for core in self.cores:

@@ -101,18 +101,34 @@ def _answer(ip: InputPlan, outputs: list, output_type: type):
             if o is None:
                 texts.append(restore(m, ""))
                 continue
-            h = o.hypotheses[min(k, len(o.hypotheses) - 1)] if o.hypotheses else TextHypothesis(o.text, [], 0.0)
+            h = (
+                o.hypotheses[min(k, len(o.hypotheses) - 1)]
+                if o.hypotheses
+                else TextHypothesis(o.text, [], 0.0)
+            )
             texts.append(restore(m, h.text))
             tokens += h.tokens
             score += h.score
         text = ip.pieces.join(texts) if ip.pieces else texts[0]
         hyps.append(TextHypothesis(text, tokens, score))
-    return output_type(hyps[0].text, sum(o.input_tokens for o in outs if o), hyps[0].output_tokens, tuple(hyps),
-                  protected=ip.protected, pieces=len(ip.masks))
+    return output_type(
+        hyps[0].text,
+        sum(o.input_tokens for o in outs if o),
+        hyps[0].output_tokens,
+        tuple(hyps),
+        protected=ip.protected,
+        pieces=len(ip.masks),
+    )
 
 
-def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | None, opts: TextOptions,
-         max_tokens: int) -> Plan:
+def plan(
+    name: str,
+    codec: TextCodec,
+    texts: list[str],
+    prefixes: list[str] | None,
+    opts: TextOptions,
+    max_tokens: int,
+) -> Plan:
     """The rows the model reads for ``texts`` and their ids (tokenized once, also where they are the texts as
     sent: ``changed`` False). Raises InvalidInput naming the input and the limit."""
     memo: dict[str, list[int]] = {}
@@ -135,16 +151,21 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
         lines = "\n" in text.strip() or "\r" in text.strip()
         if not opts.split_long or prefix or (fits and not lines):
             if not fits:
-                raise InvalidInput(f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {max_tokens}"
-                                   + ("" if prefix else " (send split_long to have it split into pieces)"))
+                raise InvalidInput(
+                    f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {max_tokens}"
+                    + ("" if prefix else " (send split_long to have it split into pieces)")
+                )
             pieces, masks = None, (whole,)
         else:
+
             def fit(piece: str, i=i) -> bool:
                 m = mask(piece, numbers) if opts.protect_spans else Masked(piece, piece, as_sent=True)
                 return not m.text or len(ids_of(m.text, i)) <= max_tokens
 
             pieces = split(text, fit, find_spans(text, numbers) if opts.protect_spans else [])
-            masks = tuple(mask(p, numbers) if opts.protect_spans else Masked(p, p, as_sent=True) for p in pieces.pieces)
+            masks = tuple(
+                mask(p, numbers) if opts.protect_spans else Masked(p, p, as_sent=True) for p in pieces.pieces
+            )
         row_of = []
         for m in masks:
             if m.text:
@@ -153,12 +174,17 @@ def plan(name: str, codec: TextCodec, texts: list[str], prefixes: list[str] | No
                 row_ids.append(ids_of(m.text, i))
                 row_prefix.append(prefix)
                 if len(row_ids[-1]) > max_tokens:  # a span longer than the model reads, kept whole
-                    raise InvalidInput(f"input {i} has a piece of {len(row_ids[-1])} tokens that cannot be cut "
-                                       f"(one span); model {name!r} reads at most {max_tokens}")
+                    raise InvalidInput(
+                        f"input {i} has a piece of {len(row_ids[-1])} tokens that cannot be cut "
+                        f"(one span); model {name!r} reads at most {max_tokens}"
+                    )
             else:
                 row_of.append(-1)
-        protected = (whole.found if pieces is None else tuple(find_spans(text, numbers))) \
-            if opts.protect_spans and not prefix else ()
+        protected = (
+            (whole.found if pieces is None else tuple(find_spans(text, numbers)))
+            if opts.protect_spans and not prefix
+            else ()
+        )
         changed = changed or pieces is not None or whole.changed or row_of != [i]
         inputs.append(InputPlan(text, masks, tuple(row_of), pieces, protected))
     return Plan(tuple(inputs), rows, row_ids, row_prefix if prefixes else None, changed)

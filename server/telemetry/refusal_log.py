@@ -24,5 +24,11 @@ class RefusalLog:
             return
         skipped = self.skipped.pop(kind, 0)
         self.last[kind] = now
-        log.log(self.level, "%s (%s): %s%s", self.label, kind, message,
-                f" [{skipped} more like it not logged]" if skipped else "")
+        log.log(
+            self.level,
+            "%s (%s): %s%s",
+            self.label,
+            kind,
+            message,
+            f" [{skipped} more like it not logged]" if skipped else "",
+        )

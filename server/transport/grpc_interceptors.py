@@ -113,8 +113,11 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
         method = details.method
-        if self._expected is not None and not method.startswith(UNAUTHENTICATED_METHODS) \
-                and not self._authorized(details.invocation_metadata):
+        if (
+            self._expected is not None
+            and not method.startswith(UNAUTHENTICATED_METHODS)
+            and not self._authorized(details.invocation_metadata)
+        ):
             # Unknown methods too: without a token nobody learns which methods exist.
             return self._deny(method, handler)
         if handler is None:
@@ -158,6 +161,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 yield request
 
         if kind == "unary_unary":
+
             async def behavior(request, context):
                 if isinstance(request, Undecodable):
                     await refuse(request, context)
@@ -167,6 +171,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 except ServingError as e:
                     await abort(context, e)
         elif kind == "unary_stream":
+
             async def behavior(request, context):
                 if isinstance(request, Undecodable):
                     await refuse(request, context)
@@ -176,6 +181,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 except ServingError as e:
                     await abort(context, e)
         elif kind == "stream_unary":
+
             async def behavior(requests, context):
                 try:
                     result = inner(checked(requests, context), context)
@@ -183,6 +189,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 except ServingError as e:
                     await abort(context, e)
         else:
+
             async def behavior(requests, context):
                 try:
                     async for response in _responses(inner(checked(requests, context), context)):

@@ -24,12 +24,11 @@ from aiohttp import web
 
 from server.config import ServerConfig
 from server.errors import HTTP_STATUS, ServingError, clip_details
-from server.transport.http_body import READ_TIMEOUT_S
-from server.transport.http_cors import cors_middleware, parse_origins
-from server.transport.http_connections import Connections, ProtocolLog
-from server.transport.http_auth import BearerAuth
-from server.transport.http_body import json_response
 from server.telemetry.request_tracker import RequestTracker
+from server.transport.http_auth import BearerAuth
+from server.transport.http_body import READ_TIMEOUT_S, json_response
+from server.transport.http_connections import Connections, ProtocolLog
+from server.transport.http_cors import cors_middleware, parse_origins
 
 log = logging.getLogger("s2s.http")
 
@@ -51,7 +50,12 @@ def _auth_middleware(bearer: BearerAuth):
     @web.middleware
     async def auth(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
         path = request.path
-        if bearer.expected is None or path in OPEN_EXACT or path in SELF_AUTH_PATHS or path.startswith(OPEN_PATHS):
+        if (
+            bearer.expected is None
+            or path in OPEN_EXACT
+            or path in SELF_AUTH_PATHS
+            or path.startswith(OPEN_PATHS)
+        ):
             return await handler(request)
         bearer.check(request)
         return await handler(request)
@@ -62,6 +66,7 @@ def _auth_middleware(bearer: BearerAuth):
 def _guard_middleware(connections: Connections):
     """Marks a connection busy while its request is in a handler (its header timer stops) and counts the
     requests in flight, which the drain waits for."""
+
     @web.middleware
     async def guard(request: web.Request, handler):
         connections.started(request.protocol)
@@ -69,6 +74,7 @@ def _guard_middleware(connections: Connections):
             return await handler(request)
         finally:
             connections.finished(request.protocol)
+
     return guard
 
 
@@ -82,19 +88,34 @@ def _errors_middleware(tracker: RequestTracker):
             return error_response(e.code, str(e))
         except web.HTTPException as e:  # aiohttp's own: 404 route, 405 method, 413 body too large
             if e.status == 413:
-                return json_response({"error": f"the request body is over the limit of {request.app[MAX_BYTES]} "
-                                               "bytes (--max-message-bytes)"}, status=413)
+                return json_response(
+                    {
+                        "error": f"the request body is over the limit of {request.app[MAX_BYTES]} "
+                        "bytes (--max-message-bytes)"
+                    },
+                    status=413,
+                )
             if e.status == 404:
-                return json_response({"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404)
+                return json_response(
+                    {"error": f"no such path: {request.path[:80]} (see /openapi.json)"}, status=404
+                )
             if e.status == 405:
-                return json_response({"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405)
+                return json_response(
+                    {"error": f"{request.method} is not allowed on {request.path[:80]}"}, status=405
+                )
             return json_response({"error": e.reason}, status=e.status)
-        except ConnectionError as e:  # the client hung up mid-body: nobody to answer, a line in the log at most
-            tracker.refusals("HANGUP", f"HTTP {request.method} {request.path[:80]}: the client hung up ({type(e).__name__})")
+        except (
+            ConnectionError
+        ) as e:  # the client hung up mid-body: nobody to answer, a line in the log at most
+            tracker.refusals(
+                "HANGUP",
+                f"HTTP {request.method} {request.path[:80]}: the client hung up ({type(e).__name__})",
+            )
             return web.Response(status=499)
         except Exception:
             log.exception("HTTP %s %s failed", request.method, request.path[:80])
             return error_response("INTERNAL", "internal error; see server log")
+
     return errors
 
 
@@ -106,6 +127,7 @@ class HttpServer:
         """The drain: keep accepting (new requests get 503 "shutting down" from the model API, as gRPC
         answers UNAVAILABLE) until the requests in flight, here and in ``others`` (gRPC's and the engine
         cores' drain), are answered or the grace period ends; then close the port and every connection."""
+
         async def quiet() -> None:
             if others is not None:
                 await asyncio.wait([others])  # waits without cancelling it
@@ -120,8 +142,9 @@ class HttpServer:
         await self.listener.wait_closed()
 
 
-async def start_http(config: ServerConfig, tracker: RequestTracker, auth: BearerAuth,
-                     routes: list[web.RouteDef]) -> HttpServer:
+async def start_http(
+    config: ServerConfig, tracker: RequestTracker, auth: BearerAuth, routes: list[web.RouteDef]
+) -> HttpServer:
     """The HTTP port with the doors' ``routes`` behind the app's middlewares (connection guard, CORS, the
     one error mapping, auth)."""
     ssl_context = None
@@ -132,8 +155,14 @@ async def start_http(config: ServerConfig, tracker: RequestTracker, auth: Bearer
             ssl_context.load_verify_locations(config.tls_client_ca)
             ssl_context.verify_mode = ssl.CERT_REQUIRED
     # With TLS the guard counts a connection once its handshake is done (server/transport/http_connections.py).
-    connections = Connections(config.http_max_connections, config.http_read_timeout_s, tracker,
-                              config.http_max_connections_per_peer, ssl_context, config.tls_handshake_timeout_s)
+    connections = Connections(
+        config.http_max_connections,
+        config.http_read_timeout_s,
+        tracker,
+        config.http_max_connections_per_peer,
+        ssl_context,
+        config.tls_handshake_timeout_s,
+    )
     middlewares = [_guard_middleware(connections)]
     origins = parse_origins(config.cors_allow_origin)
     if origins:
@@ -145,17 +174,27 @@ async def start_http(config: ServerConfig, tracker: RequestTracker, auth: Bearer
     app.add_routes(routes)
     # handler_cancellation: a client that hangs up cancels its handler, so its rows leave the batch at once
     # (as a cancelled gRPC call's do) instead of decoding to the end for nobody.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handle_signals=False,
-                           handler_cancellation=True, logger=ProtocolLog(tracker))
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=1.0,
+        handle_signals=False,
+        handler_cancellation=True,
+        logger=ProtocolLog(tracker),
+    )
     await runner.setup()
     connections.handlers = runner.server  # aiohttp's factory of connection handlers, which the guards wrap
     try:
-        tls = {"ssl": ssl_context, "ssl_handshake_timeout": config.tls_handshake_timeout_s} if ssl_context else {}
+        tls = (
+            {"ssl": ssl_context, "ssl_handshake_timeout": config.tls_handshake_timeout_s}
+            if ssl_context
+            else {}
+        )
         listener = await asyncio.get_running_loop().create_server(
-            connections, config.host, config.http_port, backlog=128, reuse_address=True, **tls)
+            connections, config.host, config.http_port, backlog=128, reuse_address=True, **tls
+        )
     except BaseException:
         await runner.cleanup()
         raise
     port = listener.sockets[0].getsockname()[1]
     return HttpServer(runner, listener, connections, port)
-

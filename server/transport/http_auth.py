@@ -13,8 +13,10 @@ from aiohttp import web
 from server.errors import Unauthenticated
 from server.telemetry.request_tracker import RequestTracker
 
-AUTH_HELP = ("missing or wrong bearer token: send one header 'Authorization: Bearer <token>' (LibreTranslate "
-             "clients: api_key)")
+AUTH_HELP = (
+    "missing or wrong bearer token: send one header 'Authorization: Bearer <token>' (LibreTranslate "
+    "clients: api_key)"
+)
 
 
 class BearerAuth:
@@ -33,10 +35,17 @@ class BearerAuth:
         # surrogateescape); they are a wrong token, not an encoding error.
         if len(given) == 1 and hmac.compare_digest(given[0].encode("utf-8", "surrogatepass"), self.expected):
             return
-        if not given and api_key is not None and hmac.compare_digest(f"Bearer {api_key}".encode("utf-8", "surrogatepass"),
-                                                                     self.expected):
+        if (
+            not given
+            and api_key is not None
+            and hmac.compare_digest(f"Bearer {api_key}".encode("utf-8", "surrogatepass"), self.expected)
+        ):
             return
         path = request.path
-        self.tracker.refused(path.rsplit("/", 1)[-1] or path, "http", "UNAUTHENTICATED",
-                             f"HTTP {request.method} {path[:80]}: no valid bearer token")
+        self.tracker.refused(
+            path.rsplit("/", 1)[-1] or path,
+            "http",
+            "UNAUTHENTICATED",
+            f"HTTP {request.method} {path[:80]}: no valid bearer token",
+        )
         raise Unauthenticated(AUTH_HELP)

@@ -40,7 +40,9 @@ async def read_body(request: web.Request) -> bytes:
         async with asyncio.timeout(limit):
             return await request.read()
     except TimeoutError:
-        raise RequestTimeout(f"the request body did not arrive within {limit:g} s (--http-read-timeout-s)") from None
+        raise RequestTimeout(
+            f"the request body did not arrive within {limit:g} s (--http-read-timeout-s)"
+        ) from None
 
 
 def parse_json(raw: bytes | str, what: str = "the request body") -> Any:
@@ -48,15 +50,21 @@ def parse_json(raw: bytes | str, what: str = "the request body") -> Any:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise InvalidInput(f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise InvalidInput(
+            f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        ) from None
     except UnicodeDecodeError as e:
         raise InvalidInput(f"{what} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except RecursionError:
-        raise InvalidInput(f"{what} nests JSON arrays or objects too deeply (at most {MAX_DEPTH} levels)") from None
+        raise InvalidInput(
+            f"{what} nests JSON arrays or objects too deeply (at most {MAX_DEPTH} levels)"
+        ) from None
     if type(value) in (dict, list):
         _check(value, what, raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass"))
     elif type(value) is str and _SURROGATE.search(value):
-        raise InvalidInput(f"{what} is a string with a lone UTF-16 surrogate (\\ud800-\\udfff without its pair)")
+        raise InvalidInput(
+            f"{what} is a string with a lone UTF-16 surrogate (\\ud800-\\udfff without its pair)"
+        )
     return value
 
 
@@ -65,24 +73,32 @@ def _check(value: Any, what: str, raw: bytes) -> None:
     the text has a surrogate escape at all: JSON text itself is UTF-8, so most bodies skip the string checks).
     Paths are built only for the error message: a 4 MB array of numbers costs one type check per element."""
     strings = bool(_SURROGATE_ESCAPE.search(raw))
-    stack: list[tuple[Any, Any, int]] = [(value, None, 0)]  # (item, where: None | (parent's where, key), depth)
+    stack: list[tuple[Any, Any, int]] = [
+        (value, None, 0)
+    ]  # (item, where: None | (parent's where, key), depth)
     while stack:
         item, where, depth = stack.pop()
         if type(item) is str:
             if _SURROGATE.search(item):
-                raise InvalidInput(f"{what}: {_path(where) or 'the value'} holds a lone UTF-16 surrogate "
-                                   "(\\ud800-\\udfff without its pair), which is not text")
+                raise InvalidInput(
+                    f"{what}: {_path(where) or 'the value'} holds a lone UTF-16 surrogate "
+                    "(\\ud800-\\udfff without its pair), which is not text"
+                )
             continue
         if depth >= MAX_DEPTH:
-            raise InvalidInput(f"{what} nests JSON arrays or objects too deeply (at most {MAX_DEPTH} levels, at "
-                               f"{_path(where) or 'the top'})")
-        for key, v in (item.items() if type(item) is dict else enumerate(item)):
+            raise InvalidInput(
+                f"{what} nests JSON arrays or objects too deeply (at most {MAX_DEPTH} levels, at "
+                f"{_path(where) or 'the top'})"
+            )
+        for key, v in item.items() if type(item) is dict else enumerate(item):
             t = type(v)
             if t is dict or t is list or (strings and t is str):
                 stack.append((v, (where, key), depth + 1))
             if strings and type(key) is str and _SURROGATE.search(key):
-                raise InvalidInput(f"{what}: a key at {_path(where) or 'the top'} holds a lone UTF-16 surrogate "
-                                   "(\\ud800-\\udfff without its pair), which is not text")
+                raise InvalidInput(
+                    f"{what}: a key at {_path(where) or 'the top'} holds a lone UTF-16 surrogate "
+                    "(\\ud800-\\udfff without its pair), which is not text"
+                )
 
 
 def _path(where) -> str:

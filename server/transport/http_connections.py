@@ -65,33 +65,54 @@ class ProtocolLog:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
         if isinstance(exc, HttpProcessingError):
             reason = " ".join(str(getattr(exc, "message", exc) or type(exc).__name__).split())[:200]
-            self.tracker.refused("HTTP", "http", "INVALID_ARGUMENT",
-                                 f"{msg % args if args else msg}: malformed HTTP request ({reason})", "HTTP_PROTOCOL")
+            self.tracker.refused(
+                "HTTP",
+                "http",
+                "INVALID_ARGUMENT",
+                f"{msg % args if args else msg}: malformed HTTP request ({reason})",
+                "HTTP_PROTOCOL",
+            )
         elif isinstance(exc, (ConnectionError, asyncio.CancelledError)):
-            self.tracker.refused("HTTP", "http", "CANCELLED",
-                                 f"{msg % args if args else msg}: the client hung up ({type(exc).__name__})", "HANGUP")
+            self.tracker.refused(
+                "HTTP",
+                "http",
+                "CANCELLED",
+                f"{msg % args if args else msg}: the client hung up ({type(exc).__name__})",
+                "HANGUP",
+            )
         else:
             log.error(msg, *args, exc_info=exc_info, **kw)
 
 
 def _refusal(status: str, message: str) -> bytes:
     body = json.dumps({"error": message}).encode()
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
 
 
 class Connections:
     """The listening socket's protocol factory: aiohttp's handler per connection, capped and timed."""
 
-    def __init__(self, max_connections: int, read_timeout_s: float, tracker: RequestTracker, per_peer: int = 0,
-                 tls: ssl.SSLContext | None = None, handshake_timeout_s: float = 10.0):
+    def __init__(
+        self,
+        max_connections: int,
+        read_timeout_s: float,
+        tracker: RequestTracker,
+        per_peer: int = 0,
+        tls: ssl.SSLContext | None = None,
+        handshake_timeout_s: float = 10.0,
+    ):
         self.handlers: web.Server | None = None  # set once the runner is set up
         self.max, self.read_timeout_s = max_connections, read_timeout_s
         self.per_peer, self.tls, self.handshake_timeout_s = per_peer, tls, handshake_timeout_s
         self.tracker = tracker
         self.open = 0
         self.peers: dict[str, int] = {}  # client address -> its connections open
-        self.guards: dict[object, _Guard] = {}  # aiohttp's handler -> its guard (the middleware knows the handler)
+        self.guards: dict[
+            object, _Guard
+        ] = {}  # aiohttp's handler -> its guard (the middleware knows the handler)
         self.active = 0  # requests in a handler now
         self.idle = asyncio.Event()
         self.idle.set()
@@ -110,8 +131,12 @@ class Connections:
     def over_share(self, peer: str) -> bool:
         """A new connection of ``peer`` (counted already) goes over its share while the last quarter of the port
         is all that is free."""
-        return bool(self.per_peer and self.max and self.peers.get(peer, 0) > self.per_peer
-                    and self.open > self.max * 3 // 4)
+        return bool(
+            self.per_peer
+            and self.max
+            and self.peers.get(peer, 0) > self.per_peer
+            and self.open > self.max * 3 // 4
+        )
 
     # ---- called by the middleware around every request -------------------------------------------
     def started(self, protocol: object) -> None:
@@ -140,10 +165,19 @@ class _Refuse(asyncio.Protocol):
         self.owner = owner
 
     def connection_made(self, transport) -> None:
-        self.owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.owner.open} connections open, "
-                                   f"the limit is {self.owner.max} (--http-max-connections): refused one")
-        transport.write(_refusal("503 Service Unavailable", f"too many connections open ({self.owner.max}, "
-                                                            "--http-max-connections); retry"))
+        self.owner.tracker.refused(
+            "HTTP",
+            "http",
+            "RESOURCE_EXHAUSTED",
+            f"HTTP: {self.owner.open} connections open, "
+            f"the limit is {self.owner.max} (--http-max-connections): refused one",
+        )
+        transport.write(
+            _refusal(
+                "503 Service Unavailable",
+                f"too many connections open ({self.owner.max}, --http-max-connections); retry",
+            )
+        )
         transport.close()
 
 
@@ -173,12 +207,23 @@ class _Guard(asyncio.Protocol):
         owner.peers[self.peer] = owner.peers.get(self.peer, 0) + 1
         if owner.over_share(self.peer):
             held = owner.peers[self.peer] - 1
-            owner.tracker.refused("HTTP", "http", "RESOURCE_EXHAUSTED", f"HTTP: {self.peer} holds {held} connections, "
-                                  f"its share is {owner.per_peer} (--http-max-connections-per-peer) and the port is "
-                                  "three quarters full: refused one", "HTTP_PEER_SHARE")
-            transport.write(_refusal("503 Service Unavailable", f"this client address holds {held} connections, "
-                                     f"over its share of {owner.per_peer} (--http-max-connections-per-peer), "
-                                     "and the rest of the port is kept for other clients; retry"))
+            owner.tracker.refused(
+                "HTTP",
+                "http",
+                "RESOURCE_EXHAUSTED",
+                f"HTTP: {self.peer} holds {held} connections, "
+                f"its share is {owner.per_peer} (--http-max-connections-per-peer) and the port is "
+                "three quarters full: refused one",
+                "HTTP_PEER_SHARE",
+            )
+            transport.write(
+                _refusal(
+                    "503 Service Unavailable",
+                    f"this client address holds {held} connections, "
+                    f"over its share of {owner.per_peer} (--http-max-connections-per-peer), "
+                    "and the rest of the port is kept for other clients; retry",
+                )
+            )
             self._release()  # at once: a flood from one address must not fill the port's cap while it closes
             transport.close()
             return
@@ -243,9 +288,19 @@ class _Guard(asyncio.Protocol):
         if self.requests or self.transport is None:
             return
         if self.received:  # part of a request came, not the whole of its headers: a slow or stuck client
-            self.owner.tracker.refused("HTTP", "http", "DEADLINE_EXCEEDED", f"HTTP: no whole request within "
-                                       f"{self.owner.read_timeout_s:g} s (--http-read-timeout-s); connection closed",
-                                       "HTTP_READ_TIMEOUT")
-            self.transport.write(_refusal("408 Request Timeout", "the request's headers did not arrive within "
-                                          f"{self.owner.read_timeout_s:g} s (--http-read-timeout-s)"))
+            self.owner.tracker.refused(
+                "HTTP",
+                "http",
+                "DEADLINE_EXCEEDED",
+                f"HTTP: no whole request within "
+                f"{self.owner.read_timeout_s:g} s (--http-read-timeout-s); connection closed",
+                "HTTP_READ_TIMEOUT",
+            )
+            self.transport.write(
+                _refusal(
+                    "408 Request Timeout",
+                    "the request's headers did not arrive within "
+                    f"{self.owner.read_timeout_s:g} s (--http-read-timeout-s)",
+                )
+            )
         self.transport.close()  # an idle keep-alive connection: closed quietly, as keep-alive timeouts are

@@ -39,9 +39,16 @@ def cors_middleware(origins: tuple[str, ...]):
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
             if allow is None:  # not an allowed origin: no CORS headers, so the browser blocks the call
                 return web.Response(status=403, text="origin not allowed (--cors-allow-origin)")
-            return web.Response(status=204, headers={
-                "Access-Control-Allow-Origin": allow, "Access-Control-Allow-Methods": ALLOW_METHODS,
-                "Access-Control-Allow-Headers": ALLOW_HEADERS, "Access-Control-Max-Age": MAX_AGE_S, "Vary": "Origin"})
+            return web.Response(
+                status=204,
+                headers={
+                    "Access-Control-Allow-Origin": allow,
+                    "Access-Control-Allow-Methods": ALLOW_METHODS,
+                    "Access-Control-Allow-Headers": ALLOW_HEADERS,
+                    "Access-Control-Max-Age": MAX_AGE_S,
+                    "Vary": "Origin",
+                },
+            )
         response = await handler(request)
         if allow is not None:
             response.headers["Access-Control-Allow-Origin"] = allow
