@@ -24,7 +24,6 @@ the count again.
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import os
@@ -37,7 +36,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from server.core.events import Event, Failed, Finished
+from server.core.events import Failed, Finished
+from server.core.inflight import InFlight
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.core.pipe import frame
 from server.errors import ServingError
@@ -62,42 +62,6 @@ class CoreUnavailable(ServingError):
 
 class CoreLoadError(RuntimeError):
     pass
-
-
-class EventQueue:
-    """One request's events, in order, for its one reader: a deque and at most one waiting future (an
-    ``asyncio.Queue`` also builds an Event and two waiter deques for every request)."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self) -> None:
-        self._items: collections.deque[Event] = collections.deque()
-        self._waiter: asyncio.Future | None = None
-
-    def put_nowait(self, event: Event) -> None:
-        self._items.append(event)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def get(self) -> Event:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.popleft()
-
-
-@dataclass(eq=False)
-class InFlight:
-    """A request sent to a core, as its caller holds it: the core's typed events for it arrive on ``events``
-    in order (``Token`` while streaming, one ``Finished`` per input, or one ``Failed`` that ends it)."""
-
-    id: int
-    rows: int
-    left: int  # inputs not finished yet
-    events: EventQueue = field(default_factory=EventQueue)
 
 
 @dataclass

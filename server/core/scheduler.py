@@ -22,12 +22,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from engine import Runner, Sequence, StepLoop
 from server.config import SchedulerConfig
 from server.core.admission import POLICIES, QueueView
 from server.core.events import Failed, Finished, Stats, Token
+from server.core.jobs import Job, Request
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
 log = logging.getLogger("s2s.scheduler")
@@ -35,33 +35,6 @@ log = logging.getLogger("s2s.scheduler")
 
 Sink = Callable[[list, Stats], None]
 STATS_EVERY_S = 0.05  # the most a report of stats alone waits (Prometheus scrapes every 5 s)
-
-
-# ---- requests and jobs ---------------------------------------------------------------------------
-@dataclass(eq=False)
-class Request:
-    id: int
-    arrival: float
-    deadline: float | None  # time.monotonic() after which it is dropped
-    left: int = 0  # jobs not finished yet
-    over: bool = False  # failed, cancelled or done: nothing more is reported for it
-
-
-@dataclass(eq=False)
-class Job:
-    """One input's generation, as the scheduler tracks it."""
-
-    seq: Sequence
-    request: Request
-    index: int
-    admitted: float | None = None
-    first_token: float | None = None
-    n_tokens: int = 0
-    cancelled: bool = False
-
-    @property
-    def rows(self) -> int:
-        return self.seq.n_rows
 
 
 class Scheduler:

@@ -23,8 +23,9 @@ from contract.decoding import DecodingOptions
 from contract.text import TextCodec
 from engine import EngineOptions, TextHypothesis
 from server.config import ServerConfig
-from server.core.client import CoreHandle, InFlight, Router
+from server.core.client import CoreHandle, Router
 from server.core.events import Failed, Finished, Token
+from server.core.inflight import InFlight
 from server.core.messages import CoreSpec
 from server.errors import DeadlineExceeded, ShuttingDown
 from server.models import distinct

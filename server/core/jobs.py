@@ -1,0 +1,33 @@
+"""What an engine core's scheduler tracks: each request it accepted, and each input's generation (a job)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine import Sequence
+
+
+@dataclass(eq=False)
+class Request:
+    id: int
+    arrival: float
+    deadline: float | None  # time.monotonic() after which it is dropped
+    left: int = 0  # jobs not finished yet
+    over: bool = False  # failed, cancelled or done: nothing more is reported for it
+
+
+@dataclass(eq=False)
+class Job:
+    """One input's generation, as the scheduler tracks it."""
+
+    seq: Sequence
+    request: Request
+    index: int
+    admitted: float | None = None
+    first_token: float | None = None
+    n_tokens: int = 0
+    cancelled: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.seq.n_rows
