@@ -171,3 +171,13 @@ def test_the_in_process_api_decodes_like_the_server(server, model_repo):
             assert [r.text for r in local.generate(texts, beam_size=beam)] == served
     results = local.generate(["Save changes"])
     assert results[0].tokens and results[0].input_tokens == len(local.codec.source_ids("Save changes"))
+
+
+def test_cores_start_where_the_server_package_is_importable():
+    """A core is started with this folder as its working directory and on its PYTHONPATH: the one that holds the
+    ``server`` package (a relative --model-repo such as `make serve`'s `models` is read from there too)."""
+    from server.core import client
+
+    assert (client._ROOT / "server" / "__init__.py").is_file() and (client._ROOT / "models").is_dir(), (
+        client._ROOT
+    )

@@ -46,7 +46,7 @@ from server.telemetry.model_telemetry import ModelTelemetry
 log = logging.getLogger("s2s.cores")
 
 _request_ids = itertools.count(1)
-_ROOT = Path(__file__).resolve().parents[1]  # where ``server`` is importable from, installed or not
+_ROOT = Path(__file__).resolve().parents[2]  # where ``server`` is importable from, installed or not
 RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... death in a row
 
 
