@@ -144,7 +144,7 @@ class Beam:
             if self.done:
                 self.finished.append((0.0, self.hyps[0]))
             return np.full(k, tok), np.zeros(k, np.int64)
-        # Right after a prefix only row 0 is live, and an end ranked below the best is not taken (CTranslate2 #277:
+        # Right after a prefix only row 0 is live, and an end ranked below the best is not taken (as CTranslate2 does:
         # short ends there dominate when nothing normalizes length); that slot stays empty for a step.
         # transformers' generate() takes such an end (its forced BOS is this engine's one-token prefix).
         after_prefix = step == len(self.prefix) and step > 0 and self.kind != "transformers"
