@@ -28,11 +28,12 @@ import functools
 from dataclasses import dataclass
 
 LENGTH_PENALTY_TYPES = ("gnmt", "ctranslate2", "transformers")
+# the paper's; CTranslate2's; generate()'s
 DEFAULT_LENGTH_PENALTY = {
     "gnmt": 0.6,
     "ctranslate2": 1.0,
     "transformers": 1.0,
-}  # the paper's; CTranslate2's; generate()'s
+}
 
 # Model-independent bounds (inclusive unless said). Model-dependent ones (beam width, token budgets, the
 # vocabulary for top-k) come from the model and server config: ``ranges``.
@@ -123,16 +124,14 @@ class DecodingOptions:
         return tuple(self.__dict__.values())
 
     @staticmethod
-    @functools.lru_cache(
-        maxsize=1024
-    )  # requests mostly repeat a few option sets; sampled ones differ by seed
+    # requests mostly repeat a few option sets; sampled ones differ by seed
+    @functools.lru_cache(maxsize=1024)
     def from_tuple(values: tuple) -> DecodingOptions:
         return DecodingOptions(*values)
 
 
-@functools.lru_cache(
-    maxsize=256
-)  # requests mostly repeat a few option sets: dataclasses.replace costs ~20 us
+# requests mostly repeat a few option sets: dataclasses.replace costs ~20 us
+@functools.lru_cache(maxsize=256)
 def _resolved(
     o: DecodingOptions, beam: int, max_new_tokens: int, kind: str, alpha: float | None, no_repeat: int
 ) -> DecodingOptions:

@@ -63,9 +63,8 @@ def conventional(model_code: str) -> str | None:
 @dataclass(frozen=True)
 class Languages:
     tokens: dict[str, int]  # the model's own code -> the id of its token ("jpn_Jpan": 256079)
-    codes: dict[str, str] = field(
-        default_factory=dict
-    )  # conventional code -> the model's own ("ja": "jpn_Jpan")
+    # conventional code -> the model's own ("ja": "jpn_Jpan")
+    codes: dict[str, str] = field(default_factory=dict)
     target: str = "forced_bos"
     source: str = "prefix"
 

@@ -70,9 +70,8 @@ class DecodeBatch:
         # Device-resident copies (IOBinding): when dev_past is set it is the cache and ``past`` is stale.
         self.dev_past: list | None = None
         self.dev_cross: list | None = None  # mirrors ``cross``; dropped whenever cross changes
-        self.host_syncs = getattr(
-            self, "host_syncs", 0
-        )  # device -> host round trips so far (kept across resets)
+        # device -> host round trips so far (kept across resets)
+        self.host_syncs = getattr(self, "host_syncs", 0)
 
     def _host(self) -> None:
         """Bring a device-resident cache back into numpy before a row operation."""
@@ -213,9 +212,8 @@ class DecodeBatch:
         self.tokens = next_tokens.reshape(-1, 1).astype(np.int64)
         self.positions = self.positions + 1
         self.steps += 1
-        if (
-            self.free
-        ):  # released rows wait at position 0 attending to nothing but their own token (finite, ignored)
+        # released rows wait at position 0 attending to nothing but their own token (finite, ignored)
+        if self.free:
             self.past_mask[self.free] = 0
             self.positions[self.free] = 0
 

@@ -87,9 +87,8 @@ class RowOptions:
         ``history`` (B, L) their tokens, right-aligned, -1 before a row's first (needed for penalties/n-grams)."""
         x = logits[self.rows]  # (R, V), a copy
         pos = positions[self.rows]
-        if (
-            self.rep_at.size
-        ):  # CTranslate2: a token already generated gets logit * p if negative, / p otherwise
+        # CTranslate2: a token already generated gets logit * p if negative, / p otherwise
+        if self.rep_at.size:
             h = history[self.rows[self.rep_at]]
             seen = np.zeros((len(h), x.shape[1] + 1), bool)  # the extra column takes the -1 padding
             seen[np.arange(len(h))[:, None], h] = True
@@ -129,9 +128,8 @@ class RowOptions:
         tok[forced] = self.prefix[forced, p[forced]]
         logp = np.zeros(len(tok))
         if self.scored.size:
-            z = xs[
-                self.scored
-            ]  # float32, as the beams' log-softmax (engine/topk.py) and CTranslate2: float64 cost 2x the time
+            # float32, as the beams' log-softmax (engine/topk.py) and CTranslate2: float64 cost 2x the time
+            z = xs[self.scored]
             m = z.max(-1, keepdims=True)
             lse = (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))[:, 0]
             logp[self.scored] = z[np.arange(len(z)), tok[self.scored]].astype(np.float64) - lse

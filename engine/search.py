@@ -33,9 +33,8 @@ def top_sorted(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     n = min(n, v)
     idx = np.argpartition(x, v - n, axis=-1)[:, v - n :] if n < v else np.broadcast_to(np.arange(v), x.shape)
     val = np.take_along_axis(x, idx, axis=-1)
-    if (
-        n < v
-    ):  # argpartition keeps any of the values tied at the n-th: where a tie straddles it, take the lowest ids
+    # argpartition keeps any of the values tied at the n-th: where a tie straddles it, take the lowest ids
+    if n < v:
         thr = val.min(axis=-1, keepdims=True)
         for r in np.flatnonzero((x == thr).sum(-1) > (val == thr).sum(-1)):
             idx[r] = np.argsort(-x[r], kind="stable")[:n]
@@ -235,9 +234,8 @@ class Beam:
                 self.done = best_live / self.lp(self.step) <= kth
             self.done = self.done or last or not math.isfinite(best_live)
         elif self.kind == "ctranslate2":
-            if (
-                self.alpha == 0
-            ):  # nothing normalizes length: once the best beam has ended, nothing can beat it
+            # nothing normalizes length: once the best beam has ended, nothing can beat it
+            if self.alpha == 0:
                 enough = self.top_ended and len(self.finished) >= self.n_best
             else:
                 enough = len(self.finished) >= k

@@ -110,9 +110,8 @@ class StepLoop:
         self.row_options: RowOptions | None = (
             None  # their options as vectors; None: rebuild before the next step
         )
-        self.early: list[
-            Sequence
-        ] = []  # finished while joining (at their first step): the next step reports them
+        # finished while joining (at their first step): the next step reports them
+        self.early: list[Sequence] = []
 
     def __len__(self) -> int:
         return len(self.seqs) + len(self.early)
@@ -137,9 +136,8 @@ class StepLoop:
         ids, mask = pad_batch([s.src_ids for s in todo], self.engine.special.pad)
         cross = self.engine.encode(ids, mask)
         for i, s in enumerate(todo):
-            n = len(
-                s.src_ids
-            )  # its own length: the batch's padding would widen the running batch for nothing
+            # its own length: the batch's padding would widen the running batch for nothing
+            n = len(s.src_ids)
             s.encoded = ([c[i, :, :n] for c in cross], mask[i, :n])
 
     def add(self, seqs: list[Sequence]) -> None:
@@ -186,10 +184,11 @@ class StepLoop:
             if s.search.done:  # ended at its first step (a budget of one token, or every beam ended)
                 self._finish(s)
         seqs = [s for s in seqs if not s.search.done]
+        # first-step-done rows make the idle batch
         appended: dict[bool, list[Sequence]] = {
             True: [],
             False: [],
-        }  # first-step-done rows make the idle batch
+        }
         for s in seqs:
             if s.needs_pass:
                 self.n_pass += 1
@@ -286,9 +285,8 @@ class StepLoop:
             )
         logits = logits[:, -1]  # (B, V)
         sup = self.engine.suppressed
-        if (
-            sup.size
-        ):  # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
+        # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
+        if sup.size:
             kept = logits[:, sup].copy()
             logits[:, sup] = -np.inf
         picks = None
@@ -321,10 +319,8 @@ class StepLoop:
                 logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
             )
             top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))
-            at, groups = (
-                0,
-                {},
-            )  # regular steps by width (0: prefix steps), each group ranked together when large
+            # regular steps by width (0: prefix steps), each group ranked together when large
+            at, groups = (0, {})
             for s in beams:
                 groups.setdefault(s.n_rows if s.search.regular else 0, []).append((s, at))
                 at += s.n_rows

@@ -30,9 +30,8 @@ class Result:
     tokens: list[int]  # generated ids, EOS excluded
     input_tokens: int  # source ids, EOS included
     score: float = 0.0
-    hypotheses: list[TextHypothesis] = field(
-        default_factory=list
-    )  # best first; hypotheses[0] is text/tokens/score
+    # best first; hypotheses[0] is text/tokens/score
+    hypotheses: list[TextHypothesis] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

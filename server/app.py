@@ -57,9 +57,8 @@ class Running:
         self.control.begin_close()  # loads and unloads get UNAVAILABLE from now on, polling stops
         for model in self.repo.all():
             model.stop()  # new requests now get UNAVAILABLE; queued and running ones go on
-        await self.control.close(
-            self.config.grace_s
-        )  # a change under way ends (a load is stopped before it serves)
+        # a change under way ends (a load is stopped before it serves)
+        await self.control.close(self.config.grace_s)
         for model in self.repo.all():
             model.stop()
         drains = [model.drain(self.config.grace_s) for model in self.repo.all()]  # the cores exit when done
@@ -160,14 +159,12 @@ async def _start(
     telemetry: Telemetry,
     repo: ServedModels,
 ) -> Running:
-    await repo.start(
-        asyncio.get_running_loop(), metrics
-    )  # every engine core loaded (BundleError names the file)
+    # every engine core loaded (BundleError names the file)
+    await repo.start(asyncio.get_running_loop(), metrics)
 
     refusals = RefusalLog()
-    tracker = RequestTracker(
-        metrics, lambda: repo.models, refusals
-    )  # every call of every door is counted here
+    # every call of every door is counted here
+    tracker = RequestTracker(metrics, lambda: repo.models, refusals)
     server = grpc.aio.server(
         interceptors=[GuardInterceptor(config.auth_token, tracker)],
         options=[

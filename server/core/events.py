@@ -29,9 +29,8 @@ class Finished:
     tokens: list[int]
     admitted: float
     first_token: float
-    hypotheses: list[Hypothesis] = field(
-        default_factory=list
-    )  # n-best, best first; empty: just tokens, unscored
+    # n-best, best first; empty: just tokens, unscored
+    hypotheses: list[Hypothesis] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
