@@ -294,7 +294,7 @@ class StepLoop:
             if self.row_options is None:
                 self.row_options = RowOptions(self.seqs, self.engine.special.eos, self.engine.special.unk)
             picks = self.row_options.apply(logits, b.positions[:, 0], b.full_history())
-        next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
+        next_tokens = self._argmax(logits, picks)  # greedy rows keep these; beam rows overwrite theirs
         logp = None
         if picks is not None and picks.rows.size:
             next_tokens[picks.rows] = picks.tokens
@@ -349,6 +349,18 @@ class StepLoop:
         if finished:
             self.remove(finished)
         return StepOutput(early + finished, streamed)
+
+    def _argmax(self, logits: np.ndarray, picks) -> np.ndarray:
+        """Each plain greedy row's argmax (B,): only over the rows that need one. Rows the logits pass picked for
+        and beam rows choose their own, and a (B, V) argmax of a large vocabulary is not free."""
+        if not self.n_pass and all(isinstance(s.search, Greedy) for s in self.seqs):
+            return logits.argmax(-1)  # plain greedy: every row (released ones too: their tokens are ignored)
+        taken = set() if picks is None else set(picks.rows.tolist())
+        rows = [s.row for s in self.seqs if isinstance(s.search, Greedy) and s.row not in taken]
+        out = np.zeros(len(logits), np.int64)
+        if rows:
+            out[rows] = logits[rows].argmax(-1)
+        return out
 
     def remove(self, seqs: list[Sequence]) -> None:
         """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""
