@@ -109,9 +109,7 @@ class Runner:
     def top_logprobs(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's n best tokens by log-probability (float64), best first: ``engine.topk``."""
         if self._top is None:
-            self._top = TopLogprobs(
-                self._threads, self.config.model.tgt_vocab_size, self.config.task.suppressed_ids
-            )
+            self._top = TopLogprobs(self._threads, self.config.task.suppressed_ids)
         return self._top(logits, n)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:

@@ -130,6 +130,26 @@ def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Translator):
     assert engine.runner.top_logprobs(x[:2, :5], 8)[1].shape == (2, 5)  # n above the vocabulary: all of it
 
 
+def test_top_k_leaves_out_suppressed_tokens_after_the_log_softmax():
+    """Tokens a model never generates (Marian's <pad>) count in the log-softmax's normaliser but are never among a
+    row's n best, also where one of them is a row's top token; with n above what is left, they come last at -inf."""
+    from engine.topk import TopLogprobs
+
+    rng = np.random.default_rng(2)
+    x = (3 * rng.standard_normal((9, 500))).astype(np.float32)
+    sup = (3, 250, 499)
+    x[0, 250] = x[0].max() + 5  # a suppressed token on top
+    x[1, list(sup)] = x[1].max() + 1  # all of them on top
+    m = x.max(-1, keepdims=True)
+    ref = x.astype(np.float64) - (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))
+    ref[:, list(sup)] = -np.inf
+    lp, ids = TopLogprobs(1, sup)(x, 8)
+    assert ids.tolist() == np.argsort(-ref, axis=-1, kind="stable")[:, :8].tolist()
+    np.testing.assert_allclose(lp, np.take_along_axis(ref, ids, axis=-1), rtol=0, atol=1e-5)
+    lp, ids = TopLogprobs(1, sup)(x[:2, :5], 8)  # 5 tokens, one suppressed: it comes last
+    assert ids.shape == (2, 5) and ids[:, -1].tolist() == [3, 3] and np.isneginf(lp[:, -1]).all()
+
+
 @pytest.mark.parametrize("kind,alpha", [("gnmt", 0.6), ("ctranslate2", 0.6), ("ctranslate2", 0.0)])
 def test_beams_advanced_together_choose_as_the_loop_does_alone(kind: str, alpha: float):
     """advance_beams (every beam of a width in one vector pass) against Beam.advance_top's loop, one beam at a time:
