@@ -42,6 +42,9 @@ class ExportOptions:
     # Attention as ONNX Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py; format 3 bundles)
     # rather than standard ONNX nodes (format 2, any ONNX runtime).
     fused: bool = False
+    # The decoder's self-attention and its cache as ONNX Runtime's GroupQueryAttention (export/fused.py; format 3):
+    # faster on CPUs at OPUS-MT's size (docs/BENCHMARKS.md#marian-ct2-notes); CUDA's kernel is float16-only.
+    gqa: bool = False
     # The length penalty rule a request gets when it names none (task.length_penalty_type; format 4 unless gnmt).
     length_penalty_type: str | None = None
     origin: dict | None = None  # s2s import: where the checkpoint came from (written to config.json)
@@ -70,7 +73,7 @@ def _dims(io: names.GraphIO) -> dict[str, dict[int, Dim]]:
 
 
 def _export(
-    module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int, fused: bool
+    module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int, fused: bool, gqa: bool
 ) -> None:
     """n_named: how many leading forward() parameters are named; the rest arrive as *rest."""
     module.eval()
@@ -88,7 +91,7 @@ def _export(
         dynamic_shapes=shapes,
         optimize=True,
         verbose=False,
-        custom_translation_table=translation_table(fused),
+        custom_translation_table=translation_table(fused, gqa),
     )
     onnx.checker.check_model(str(path), full_check=True)
 
@@ -105,6 +108,9 @@ def export(opts: ExportOptions) -> Path:
     ckpt = checkpoint.load(opts.checkpoint)
     model = ckpt.model.eval()
     c = model.config
+    if opts.gqa and c.d_head % 8:  # ONNX Runtime's GroupQueryAttention takes heads of a multiple of 8 only
+        log.info("heads of %d: the self-attention stays standard ONNX nodes", c.d_head)
+        opts = dataclasses.replace(opts, gqa=False)
     version = opts.version or next_version(opts.repo / opts.name)
     final = opts.repo / opts.name / str(version)
     with tempfile.TemporaryDirectory(prefix="s2s-export-") as tmp:
@@ -118,6 +124,7 @@ def export(opts: ExportOptions) -> Path:
                 out / bundle.ENCODER_FILE,
                 2,
                 opts.fused,
+                opts.gqa,
             )
             _export(
                 DecoderGraph(model),
@@ -126,6 +133,7 @@ def export(opts: ExportOptions) -> Path:
                 out / bundle.DECODER_FILE,
                 3,
                 opts.fused,
+                opts.gqa,
             )
         if quantization != "none":
             from export.quantize import quantize
@@ -155,12 +163,14 @@ def export(opts: ExportOptions) -> Path:
             origin=opts.origin,
             languages=opts.languages,
             format_version=bundle.format_for(
-                c, task, opts.fused, target_tokenizer, opts.languages is not None
+                c, task, opts.fused or opts.gqa, target_tokenizer, opts.languages is not None
             ),
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.
-        report = validate_bundle(model, out, atol=opts.atol if quantization == "none" else None)
+        report = validate_bundle(
+            model, out, atol=opts.atol if quantization == "none" else None, one_token_over_past=opts.gqa
+        )
         cfg = BundleConfig(**{**cfg.__dict__, "validation": report})
         cfg.write(out)
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import subprocess
@@ -475,20 +476,32 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path):
-    """--fused-attention: ONNX Runtime's MultiHeadAttention replaces the written-out attention (format 3); the
-    export validated it against PyTorch (ragged past, empty past, greedy), and decoding held-out inputs, with
-    rows joining a running batch, gives the tokens of the committed standard-ONNX bundle."""
+@pytest.mark.parametrize(
+    "option,op", [("fused", "MultiHeadAttention"), ("gqa", "GroupQueryAttention")], ids=["fused", "gqa"]
+)
+def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path, option: str, op: str):
+    """--fused-attention: ONNX Runtime's MultiHeadAttention replaces the written-out attention (format 3); gqa: its
+    GroupQueryAttention the decoder's self-attention and the Concat of its cache. The export validated each against
+    PyTorch (ragged past, empty past, greedy), and decoding held-out inputs, with rows joining a running batch,
+    gives the tokens of the committed standard-ONNX bundle."""
     import onnx
 
     from engine.step_loop import run
     from export.onnx_export import ExportOptions, export
 
-    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, fused=True))
+    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, **{option: True}))
     fused = Translator(out)
     assert fused.config.format_version == 3 and fused.config.validation["greedy_identical"] == "16/16"
-    ops = {(n.domain, n.op_type) for n in onnx.load(str(out / "decoder.onnx")).graph.node}
-    assert ("com.microsoft", "MultiHeadAttention") in ops
+    ops = collections.Counter((n.domain, n.op_type) for n in onnx.load(str(out / "decoder.onnx")).graph.node)
+    assert ops[("com.microsoft", op)] >= fused.config.model.n_decoder_layers
+    if option == "gqa":  # the cache is appended inside the kernel: no Concat of it is left
+        assert (
+            ops[("", "Concat")]
+            < collections.Counter(
+                n.op_type for n in onnx.load(str(MODEL_REPO / "addition" / "1" / "decoder.onnx")).graph.node
+            )["Concat"]
+            - fused.config.model.n_decoder_layers
+        )
     standard = Translator(MODEL_REPO / "addition" / "1")
     assert standard.config.format_version in (1, 2)
     assert {n.domain for n in onnx.load(str(standard.folder / "decoder.onnx")).graph.node} <= {"", "ai.onnx"}
