@@ -96,6 +96,52 @@ def _export(
     onnx.checker.check_model(str(path), full_check=True)
 
 
+def fold_output_bias(path: Path) -> bool:
+    """logits = MatMul(x, W) + b  ->  MatMul(Concat(x, 1), Concat(W, b)): the output bias as one more row of the
+    projection, so no Add passes over the (rows, vocabulary) logits after it (the same sums, in the same order:
+    MLAS adds the last row last). W^T of a tied table stays a Transpose and the new weight a Concat, both folded
+    into one initializer when ONNX Runtime loads the graph, so the file keeps one copy of the table. For float32
+    graphs: the quantizers take the bias as it is. Returns whether the graph had such an Add."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    add = producer.get(names.LOGITS)
+    if add is None or add.op_type != "Add":
+        return False
+    bias = next((i for i in add.input if i in inits and len(inits[i].dims) == 1), None)
+    matmul = next((producer.get(i) for i in add.input if i != bias), None)
+    if bias is None or matmul is None or matmul.op_type != "MatMul":
+        return False
+    x, w = matmul.input
+    for name in ("logits_bias_axes", "logits_bias_one"):  # [0], [1]
+        g.initializer.append(numpy_helper.from_array(np.array([name.endswith("one")], np.int64), name))
+    nodes = [
+        helper.make_node("Unsqueeze", [bias, "logits_bias_axes"], ["logits_bias_row"]),
+        helper.make_node("Concat", [w, "logits_bias_row"], ["logits_weight_with_bias"], axis=0),  # (K + 1, V)
+        helper.make_node("Shape", [x], ["logits_x_lead"], start=0, end=-1),
+        helper.make_node("Concat", ["logits_x_lead", "logits_bias_one"], ["logits_ones_shape"], axis=0),
+        helper.make_node(
+            "ConstantOfShape",
+            ["logits_ones_shape"],
+            ["logits_ones"],
+            value=numpy_helper.from_array(np.ones(1, np.float32)),
+        ),
+        helper.make_node("Concat", [x, "logits_ones"], ["logits_x_with_one"], axis=-1),  # (B, T, K + 1)
+        helper.make_node("MatMul", ["logits_x_with_one", "logits_weight_with_bias"], [names.LOGITS]),
+    ]
+    at = list(g.node).index(matmul)
+    g.node.remove(add)
+    g.node.remove(matmul)
+    for i, n in enumerate(nodes):
+        g.node.insert(at + i, n)
+    onnx.save(model, str(path))
+    return True
+
+
 def next_version(model_dir: Path) -> int:
     versions = [int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()]
     return max(versions, default=0) + 1
@@ -135,7 +181,9 @@ def export(opts: ExportOptions) -> Path:
                 opts.fused,
                 opts.gqa,
             )
-        if quantization != "none":
+        if quantization == "none":
+            fold_output_bias(out / bundle.DECODER_FILE)
+        else:
             from export.quantize import quantize
 
             quantize(out, quantization)
