@@ -194,7 +194,9 @@ def group_query_attention(q, k_new, v_new, past_k, past_v, bias, n_heads: int):
     from onnxscript import ir
     from onnxscript import opset18 as op
 
-    total = op.Add(op.Shape(past_k, start=2, end=3), op.Shape(q, start=1, end=2))  # (1,) P + T
+    # (1,) P + T, from the bias (the cache's mask and the new tokens): not from past_k, which may be a buffer with
+    # room for more steps (written in place when it is also the present output)
+    total = op.Shape(bias, start=3, end=4)
     seqlens = op.Expand(
         op.Cast(op.Sub(total, op.Constant(value=ir.tensor(np.asarray([1], np.int64)))), to=ir.DataType.INT32),
         op.Shape(q, start=0, end=1),
