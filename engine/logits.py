@@ -79,6 +79,23 @@ class RowOptions:
         self.scored = np.flatnonzero(scored)
 
     @property
+    def bans_only(self) -> bool:
+        """Every row is a one-row sequence whose options only ban tokens (a minimum length, disable_unk): its token
+        is the argmax of what is left, which ``engine.screen`` finds without the full logits."""
+        plain = not (self.rep_at.size or self.ngram_groups or self.sampled.size or self.scored.size)
+        return plain and len(self.single) == len(self.rows) and not (self.plen > 0).any()
+
+    def bans(self, positions: np.ndarray) -> list[tuple[int, np.ndarray]] | None:
+        """When ``bans_only``: (token, batch rows (B,) bool) pairs, the tokens these rows may not take at
+        ``positions`` (B,); else None."""
+        if not self.bans_only:
+            return None
+        eos, unk = (np.zeros(len(positions), bool) for _ in range(2))
+        eos[self.rows[positions[self.rows] < self.min_len]] = True
+        unk[self.rows[self.no_unk]] = True
+        return [(self.eos, eos), (self.unk, unk)]
+
+    @property
     def needs_history(self) -> bool:
         return bool(self.rep_at.size or self.ngram_groups)
 
