@@ -9,8 +9,9 @@ projection (``split_decoder``); for rows that only take their argmax, ``Top1Scre
    step, the weights per token, 7 bits, so no CPU's int8 dot product saturates),
 2. takes the ``K`` best of them and computes those exactly (float64 dot products of the float32 weights),
 3. proves the best of those is the row's argmax: for every token v, |z_v - a_v| <= e = s_max ||h||_1 / 2 + t
-   max_v(s_v ||q_v||_1) / 2 (z the exact logit, a the screened one, h the hidden state, s_v and q_v token v's
-   weight scale and weights, t the activation scale), so a token outside the K best has z_v <= a_K + e.
+   max_v(s_v ||q_v||_1) (z the exact logit, a the screened one, h the hidden state, s_v and q_v token v's weight
+   scale and weights, t the activation scale: a weight is off by s_v / 2 at most, an activation by t, its rounding
+   and the clipping its rounded zero point may cause), so a token outside the K best has z_v <= a_K + e.
 
 A row is settled when its best candidate beats a_K + e, and its second best, by more than the float32 rounding of
 a d_model-long dot product; any other row gets its logits in full (the split-off projection, as before), so the
@@ -112,7 +113,7 @@ class Top1Screen:
         scale = np.maximum(np.abs(weight).max(axis=1), np.finfo(np.float32).tiny) / top  # (V,) per token
         q = np.clip(np.round(weight / scale[:, None]), -top, top).astype(np.int8)
         self.s_max = float(scale.max())
-        self.g_max = float((scale * np.abs(q.astype(np.float32)).sum(axis=1)).max() / 2)
+        self.g_max = float((scale * np.abs(q.astype(np.float32)).sum(axis=1)).max())
         self.w_max = float(np.abs(weight).max())
         self.suppressed = np.unique(np.asarray(suppressed, np.int64))
         self.k = min(
