@@ -17,7 +17,6 @@ from server.errors import InvalidInput, clip
 from server.models.languages import Offered
 
 AUTO = "auto"
-_SHOWN = 24  # codes named in a message before "and N more"
 
 # English names of common ISO 639-1 codes (LibreTranslate lists a name with every code); others show the code.
 LANGUAGE_NAMES = {
@@ -103,18 +102,13 @@ def unloaded_model(repo, source: str, target: str) -> str:
     return ""
 
 
-def _codes(codes: list[str]) -> str:
-    more = f" and {len(codes) - _SHOWN} more" if len(codes) > _SHOWN else ""
-    return ", ".join(codes[:_SHOWN]) + more
-
-
 def _describe(models: Served) -> str:
     out = []
     for name, o in models:
         if o.multilingual is None:
             out.append(f"{o.sources[0]} -> {o.targets[0]} ({name})")
         else:
-            out.append(f"{len(o.targets)} languages each to each other ({name}: {_codes(list(o.targets))})")
+            out.append(f"{len(o.targets)} languages each to each other ({name}: {', '.join(o.targets)})")
     return "; ".join(out) or "none (no served model declares its languages)"
 
 
@@ -144,7 +138,7 @@ def resolve(models: Served, source: str, target: str) -> tuple[str, str]:
             )
         raise InvalidInput(
             f"source=auto: this server has no language detector and several source languages translate "
-            f"to {clip(target)} ({_codes(choices)}); send one of them as source"
+            f"to {clip(target)} ({', '.join(choices)}); send one of them as source"
         )
     for name, o in models:
         if serves(o, source, target):
