@@ -11,7 +11,6 @@ the model: a source token first, the target's token forced first on the output (
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from contract.bundle import BundleConfig
@@ -40,12 +39,6 @@ class Offered:
         else:  # the model reads any source without a token: the one its bundle says, if it says one
             sources = (b.source_language,) if b.source_language else ()
         return cls(sources, codes, langs)
-
-    def pairs(self) -> Iterator[tuple[str, str]]:
-        for s in self.sources:
-            for t in self.targets:
-                if s != t or self.multilingual is None:
-                    yield s, t
 
     def knows(self, code: str, side: str) -> bool:
         """A code (conventional or the model's own) is one of its ``side`` ("source" / "target") languages."""
