@@ -85,7 +85,9 @@ def served(repo) -> Served:
 
 def serves(o: Offered, source: str, target: str) -> bool:
     return (
-        o.knows(source, "source") and o.knows(target, "target") and (source != target or not o.multilingual)
+        o.knows(source, "source")
+        and o.knows(target, "target")
+        and (source != target or o.multilingual is None)
     )
 
 
@@ -119,7 +121,7 @@ def languages(models: Served) -> list[dict[str, Any]]:
         for t in o.targets:
             targets.setdefault(t, set())
         for s in o.sources:
-            targets.setdefault(s, set()).update(t for t in o.targets if t != s or not o.multilingual)
+            targets.setdefault(s, set()).update(t for t in o.targets if t != s or o.multilingual is None)
     return [{"code": c, "name": language_name(c), "targets": sorted(targets[c])} for c in sorted(targets)]
 
 
