@@ -419,6 +419,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--beam-size", type=int, default=0, help="0 = the model's default (ListModels shows it); 1 = greedy"
     )
+    p.add_argument(
+        "--source-lang",
+        default="",
+        metavar="CODE",
+        help="the inputs' language, for a multilingual model (ISO 639-1 such as en, or the model's own code; "
+        "--list shows them); default: the model's",
+    )
+    p.add_argument(
+        "--target-lang",
+        default="",
+        metavar="CODE",
+        help="the language to translate to, for a multilingual model (a multilingual model needs one "
+        "unless its bundle names a default)",
+    )
     g = p.add_argument_group(
         "decoding options (CTranslate2's names; docs/DECODING.md has defaults and ranges)"
     )

@@ -102,3 +102,37 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return model, tok, data
+
+
+def encode(tok, rows):
+    """Source ids and mask of ``rows`` (source language, target language, text), padded as one batch."""
+    import torch
+
+    ids = []
+    for s, _, text in rows:
+        tok.src_lang = s
+        ids.append(tok(text)["input_ids"])
+    width = max(map(len, ids))
+    return (
+        torch.tensor([x + [1] * (width - len(x)) for x in ids]),
+        torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
+    )
+
+
+def hf_generate(model, tok, rows, **kw) -> list[list[int]]:
+    """transformers' outputs, one padded batch per target language (its forced BOS is one per call), in input order,
+    without the start token, the forced language token, the EOS and the padding."""
+    import torch
+
+    out: dict[int, list[int]] = {}
+    for lang in sorted({t for _, t, _ in rows}):
+        idx = [i for i, r in enumerate(rows) if r[1] == lang]
+        ids, mask = encode(tok, [rows[i] for i in idx])
+        with torch.no_grad():
+            got = model.generate(
+                input_ids=ids, attention_mask=mask, forced_bos_token_id=tok.get_lang_id(lang), **kw
+            )
+        for i, r in zip(idx, got[:, 2:].tolist()):
+            r = r[: r.index(2)] if 2 in r else r
+            out[i] = [t for t in r if t != 1]
+    return [out[i] for i in range(len(rows))]

@@ -280,8 +280,10 @@ class CoreHandle:
         stream: bool,
         deadline: float | None,
         arrival: float,
+        forced: tuple[int, ...] = (),
     ) -> InFlight:
-        """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes)."""
+        """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes).
+        ``forced``: a target language's token(s), forced before every input's prefix."""
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(
                 f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry"
@@ -293,7 +295,7 @@ class CoreHandle:
             self.heard_at = time.monotonic()
         self.inflight[req.id] = req
         self.rows += req.rows
-        self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival))
+        self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival, forced))
         return req
 
     def _post(self, message) -> None:

@@ -28,6 +28,12 @@ TEXT_SWITCHES = {
 }
 
 
+# A request's language, on the KServe doors (docs/KSERVE.md#languages).
+LANGUAGE_CODE = ("ISO 639-1 (ja) or the model's own code (__ja__, jpn_Jpan), for models that know their languages "
+                 "(config parameters source_languages / target_languages); absent: the model's default. A "
+                 "multilingual model needs a target")
+
+
 def _errors(*codes: int) -> dict[str, Any]:
     what = {400: "Malformed or out-of-range input (the message names the field and the limit).",
             401: "Missing or wrong bearer token (`--auth-token`).",
@@ -125,7 +131,8 @@ def document() -> dict[str, Any]:
             "responses": {"200": _json("TranslateResponse", "The translation(s), in the shape of `q`."),
                           **_errors(400, 401, 429, 503, 504)}}},
         "/languages": {"get": {
-            "summary": "LibreTranslate: languages and their targets (models whose bundles declare languages)",
+            "summary": "LibreTranslate: languages and their targets (every pair of every model that declares "
+                       "languages: one pair, or each language of a multilingual model to each other)",
             "tags": ["LibreTranslate"],
             "responses": {"200": {"description": "One entry per language.", "content": {"application/json": {"schema": {
                 "type": "array", "items": {"type": "object", "properties": {
@@ -184,6 +191,8 @@ def document() -> dict[str, Any]:
                            for name, kind in DECODING_TYPES.items()},
                         **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
                            for name in TEXT_SWITCHES},
+                        **{name: {"type": "string", "description": LANGUAGE_CODE}
+                           for name in ("source_language", "target_language")},
                         "timeout": {"type": "integer", "minimum": 0, "description": "deadline in microseconds"},
                         "binary_data_output": {"type": "boolean"}}},
                     "inputs": {"type": "array", "items": tensor},
@@ -200,8 +209,9 @@ def document() -> dict[str, Any]:
                     "outputs": {"type": "array", "items": tensor}}},
                 "TranslateRequest": {"type": "object", "required": ["q", "target"], "properties": {
                     "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-                    "source": {"type": "string", "description": "ISO 639-1 code, or auto"},
-                    "target": {"type": "string", "description": "ISO 639-1 code"},
+                    "source": {"type": "string", "description": "ISO 639-1 code (GET /languages), or auto"},
+                    "target": {"type": "string", "description": "ISO 639-1 code: picks the model and, for a "
+                                                                "multilingual one, the language it writes"},
                     "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
                     "alternatives": {"type": "integer", "minimum": 0, "default": 0,
                                      "description": "the next best translations (beam search, n-best)"},
