@@ -1,17 +1,19 @@
-"""The front end's side of the engine cores: start them, route requests, restart the ones that die.
+"""The front end's side of one engine core: start it, send it requests, restart it when it dies.
 
 ``CoreHandle`` owns one child process (``server/core/process.py``) and its pipe. The pipe is read on the
 event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
 the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
-to the model version's telemetry (``server/telemetry/model_telemetry.py``). A core that dies (SIGKILL, segfault, OOM)
-is noticed by EOF on its pipe: its requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
-growing delay if it keeps dying.
+to the model version's telemetry (``server/telemetry/model_telemetry.py``). A core that dies (SIGKILL,
+segfault, OOM) is noticed by EOF on its pipe and started again, with a growing delay if it keeps dying.
+The requests in flight it had started (``Admitted``) fail at once with UNAVAILABLE (retryable); the others,
+still in its queue or in the pipe, go back to the model's router (``server/core/router.py``), which sends
+them to another core.
 
 A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
 every 50 ms while it has work (``server.core.scheduler.STATS_EVERY_S``), so a watchdog timer treats a
 core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is SIGKILLed
-and handled as above (marked down, its requests failed with UNAVAILABLE, restarted). Writes to the
-pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
+and handled as above (marked down, its started requests failed, the others sent on, restarted). Writes
+to the pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
 
 Silence is the core's only if the front end was listening. When the front end itself stops (a SIGSTOP,
 a long GC pause, a stalled VM), the core's reports pile up unread in the pipe, and on waking the
@@ -31,12 +33,13 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from server.core.events import Failed, Finished
+from server.core.events import Admitted, Failed, Finished
 from server.core.inflight import InFlight
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.core.pipe import frame
@@ -79,9 +82,8 @@ class CoreHandle:
     def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry, stall_s: float = 10.0):
         self.spec, self.telemetry, self.stall_s = spec, telemetry, stall_s
         self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
-        self._watch_due = (
-            0.0  # when the watchdog's timer is due (a timer that runs late: the front end paused)
-        )
+        # When the watchdog's timer is due (a timer that runs late: the front end paused).
+        self._watch_due = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
@@ -97,6 +99,12 @@ class CoreHandle:
         self._wsock: socket.socket | None = None
         self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
         self._writing = False  # waiting for the pipe to take more
+        # Set by the model's router: where the requests this core had not started go when it dies, and who
+        # hears that it is up (again). Alone, a core fails them.
+        self.on_unstarted: Callable[[list[InFlight]], None] = lambda reqs: self._fail(
+            reqs, "its engine core stopped before this request started"
+        )
+        self.on_up: Callable[[], None] = lambda: None
 
     @property
     def label(self) -> str:
@@ -182,6 +190,9 @@ class CoreHandle:
                 req = self.inflight.get(ev.request)
                 if req is None:
                     continue  # cancelled on this side already
+                if isinstance(ev, Admitted):
+                    req.started = True
+                    continue
                 req.events.put_nowait(ev)
                 if isinstance(ev, Finished):
                     req.left -= 1
@@ -202,6 +213,7 @@ class CoreHandle:
                 self._ready.set_result(self)
             log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
             self.telemetry.core_state(self.spec.index, True, self.state.restarts)
+            self.on_up()
         elif isinstance(msg, LoadFailed):
             if self._ready is not None and not self._ready.done():
                 self._ready.set_exception(CoreLoadError(msg.message))
@@ -228,23 +240,18 @@ class CoreHandle:
             except subprocess.TimeoutExpired:  # closed its end but lives on: make sure
                 self.proc.kill()
                 code = self.proc.wait()
-        failed = list(self.inflight.values())
+        lost = list(self.inflight.values())
         self.inflight.clear()
         self.rows = 0
-        for req in failed:
-            req.events.put_nowait(
-                Failed(
-                    req.id,
-                    CoreUnavailable.code,
-                    f"model {self.spec.model!r}: its engine core stopped while decoding this request; retry",
-                )
-            )
+        started = [req for req in lost if req.started]
+        self._fail(started, "its engine core stopped while decoding this request")
         self._exited.set()
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(
                 CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})")
             )
         self.telemetry.core_state(self.spec.index, False, self.state.restarts)
+        self.on_unstarted([req for req in lost if not req.started])  # this core is down: they go elsewhere
         if self.stopping:
             return
         # Dying again soon after a start counts as "in a row": back off instead of spinning.
@@ -252,11 +259,13 @@ class CoreHandle:
         self.state.deaths_in_a_row = self.state.deaths_in_a_row + 1 if quick else 1
         delay = RESTART_DELAYS_S[min(self.state.deaths_in_a_row, len(RESTART_DELAYS_S)) - 1]
         log.warning(
-            "engine core %s (pid %s) died (exit code %s) with %d requests in flight%s; restarting in %.1f s",
+            "engine core %s (pid %s) died (exit code %s) with %d requests in flight (%d started)%s; "
+            "restarting in %.1f s",
             self.label,
             self.state.pid,
             code,
-            len(failed),
+            len(lost),
+            len(started),
             "" if was_up else " while loading",
             delay,
         )
@@ -281,22 +290,34 @@ class CoreHandle:
         deadline: float | None,
         arrival: float,
         forced: tuple[int, ...] = (),
+        resubmits: int = 1,
     ) -> InFlight:
         """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes).
-        ``forced``: a target language's token(s), forced before every input's prefix."""
+        ``forced``: a target language's token(s), forced before every input's prefix. ``resubmits``: how often
+        it may go to another core when the one it is on dies before starting it."""
+        rid = next(_request_ids)
+        submit = Submit(rid, sequences, options.to_tuple(), stream, deadline, arrival, forced)
+        req = InFlight(rid, len(sequences) * options.beam_size, len(sequences), submit, resubmits)
+        self.take(req)
+        return req
+
+    def take(self, req: InFlight) -> None:
+        """Send a request to this core: a new one, or one whose core died before starting it (the same message)."""
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(
                 f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry"
             )
-        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, len(sequences))
-        if (
-            not self.inflight
-        ):  # the silence the watchdog measures starts now, not when the core last went idle
+        if not self.inflight:  # the silence the watchdog measures starts now, not when the core went idle
             self.heard_at = time.monotonic()
         self.inflight[req.id] = req
         self.rows += req.rows
-        self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival, forced))
-        return req
+        self._post(req.submit)
+
+    def _fail(self, reqs: list[InFlight], why: str) -> None:
+        for req in reqs:
+            req.events.put_nowait(
+                Failed(req.id, CoreUnavailable.code, f"model {self.spec.model!r}: {why}; retry")
+            )
 
     def _post(self, message) -> None:
         """Queue a message; every message of this event-loop iteration goes out in one pipe write. Each write
@@ -331,9 +352,13 @@ class CoreHandle:
             self.loop.remove_writer(sock.fileno())
             self._writing = False
 
-    def cancel(self, req: InFlight) -> None:
-        if self._forget(req) and self.conn is not None:
+    def cancel(self, req: InFlight) -> bool:
+        """False: the request is not (or no longer) on this core."""
+        if not self._forget(req):
+            return False
+        if self.conn is not None:
             self._post(Cancel(req.id))
+        return True
 
     def _forget(self, req: InFlight) -> bool:
         if self.inflight.pop(req.id, None) is None:
@@ -373,21 +398,3 @@ class CoreHandle:
         """Tests and emergencies: SIGKILL the process (it is restarted unless stopping)."""
         if self.proc is not None:
             self.proc.kill()
-
-
-@dataclass
-class Router:
-    """A model's cores; each request goes to the live core with the fewest rows in flight."""
-
-    cores: list[CoreHandle] = field(default_factory=list)
-
-    def pick(self) -> CoreHandle:
-        live = [c for c in self.cores if c.state.up]
-        if not live:
-            model = self.cores[0].spec.model if self.cores else "?"
-            raise CoreUnavailable(f"model {model!r}: no engine core is running (restarting); retry")
-        return min(live, key=lambda c: c.rows)
-
-    @property
-    def any_up(self) -> bool:
-        return any(c.state.up for c in self.cores)

@@ -12,7 +12,9 @@ the step loop no encoder time (the encoder is compute-bound, and a large share o
 under load with short outputs). When the step loop is idle it encodes newcomers
 itself, so a lone request never pays a thread hand-off.
 
-The batching policy (``server/core/admission.py``) says how many rows each step may admit.
+The batching policy (``server/core/admission.py``) says how many rows each step may admit. A request's
+first admission into the batch is reported (``Admitted``, with that step's events): the front end tells the
+requests a core had started from those still queued in it when it dies.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from engine import Runner, Sequence, StepLoop
 from server.config import SchedulerConfig
 from server.core.admission import POLICIES, QueueView
-from server.core.events import Failed, Finished, Stats, Token
+from server.core.events import Admitted, Failed, Finished, Stats, Token
 from server.core.jobs import Job, Request
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
@@ -333,6 +335,9 @@ class Scheduler:
             return
         for job in jobs:
             self.active[job.seq.id] = job
+            if not job.request.admitted:  # reported with this step's events: no pipe write of its own
+                job.request.admitted = True
+                self.outbox.append(Admitted(job.request.id))
 
     def _expire(self) -> None:
         now = time.monotonic()

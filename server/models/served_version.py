@@ -23,10 +23,11 @@ from contract.decoding import DecodingOptions
 from contract.text import TextCodec
 from engine import EngineOptions, TextHypothesis
 from server.config import ServerConfig
-from server.core.client import CoreHandle, Router
+from server.core.client import CoreHandle
 from server.core.events import Failed, Finished, Token
 from server.core.inflight import InFlight
 from server.core.messages import CoreSpec
+from server.core.router import Router
 from server.errors import DeadlineExceeded, ShuttingDown
 from server.models import distinct, languages
 from server.models.detokenize import StreamingText
@@ -149,13 +150,13 @@ class ServedVersion:
         stream: bool,
         core: CoreHandle | None = None,
         accepted: bool = False,
-    ) -> tuple[CoreHandle, InFlight]:
+    ) -> InFlight:
         if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
             raise ShuttingDown(self.stop_reason)
-        core = core or self.router.pick()
-        req = core.submit(list(zip(p.src_ids, p.prefixes)), p.options, stream, deadline, t0, p.forced)
+        sequences = list(zip(p.src_ids, p.prefixes))
+        req = self.router.submit(sequences, p.options, stream, deadline, t0, p.forced, core)
         self.telemetry.input_tokens.inc(sum(len(ids) for ids in p.src_ids))
-        return core, req
+        return req
 
     def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
         scored, k = (
@@ -225,7 +226,7 @@ class ServedVersion:
         self, p: Prepared, deadline: float | None, core: CoreHandle | None = None, accepted: bool = False
     ) -> Generation:
         t0 = time.monotonic()
-        core, req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
+        req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
         done: list[Finished | None] = [None] * len(p.src_ids)
         try:
             async with _deadline(deadline):
@@ -235,10 +236,10 @@ class ServedVersion:
                         raise ev.error()
                     done[ev.index] = ev
         except TimeoutError:  # the deadline passed: its rows leave the batch now
-            core.cancel(req)
+            self.router.cancel(req)
             raise _late() from None
         except BaseException:  # the client went away
-            core.cancel(req)
+            self.router.cancel(req)
             raise
         outputs = [self._output(p, i, ev) for i, ev in enumerate(done)]
         return Generation(self.name, self.version, outputs, self._timings(done, t0))
@@ -255,7 +256,7 @@ class ServedVersion:
                 yield StreamEvent(i, out.text, True, out)
             return
         t0 = time.monotonic()
-        core, req = self._submit(p, deadline, t0, stream=True)
+        req = self._submit(p, deadline, t0, stream=True)
         n = len(p.src_ids)
         done: list[Finished | None] = [None] * n
         text = StreamingText(self.codec, n)
@@ -281,7 +282,7 @@ class ServedVersion:
                 else:
                     raise ev.error()
         except BaseException:
-            core.cancel(req)
+            self.router.cancel(req)
             raise
         for i, ev in enumerate(done):
             out = self._output(p, i, ev)
@@ -333,6 +334,7 @@ class ServedVersion:
             )
 
     async def drain(self, grace_s: float) -> None:
+        self.router.close(self.stop_reason)  # no core restarts now: a request waiting for one is answered
         for core in self.cores:
             core.drain(grace_s)
         await asyncio.gather(*(core.wait_exited(grace_s + 10) for core in self.cores))
