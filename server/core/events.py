@@ -14,8 +14,10 @@ from server.errors import ServingError
 @dataclass(frozen=True)
 class Admitted:
     """The request joined the core's running batch (its first input did): it has started. Once per request,
-    in the report of the step it joined. The front end keeps it to itself (``InFlight.started``): a core that
-    dies fails its started requests, and sends the others, which may not have caused its death, elsewhere."""
+    in the first report after it joined, before any token or answer of it. The front end keeps it to itself
+    (``InFlight.started``): a core that dies fails the requests it had started, and sends the others, whose
+    caller has seen nothing of them, to another core (once: one that joined just before the death, its
+    ``Admitted`` not sent yet, may be what killed it)."""
 
     request: int
 

@@ -2,14 +2,15 @@
 
 Each request goes to the live core with the fewest rows in flight. A core that dies fails the requests it
 had started (it said ``Admitted`` for them): their tokens are lost with it, and any of them may be what
-killed it. The others, still queued in the core or in its pipe, did not start, and nobody has seen any of
-their output: they go to another live core of the version, or, with none up, wait here until one is
-(the core that died is restarted), in arrival order. Their caller sees none of it: the same handle
+killed it. The others, still queued in the core or in its pipe, had not started, and their callers have
+seen nothing of them: they go to another live core of the version or, with none up, wait here in arrival
+order until one is (the core that died is being restarted). Their callers see none of it: the same handle
 (``InFlight``), the same deadline, kept by the caller's own timer, and cancelling works while they wait.
 
-Once only: a request whose second core also dies before starting it fails, so an input that crashes a core
-before its first step can take down two cores, never every core in turn. A version that drains (unloaded,
-replaced, the server stopping) restarts no core: what waits is answered then, naming why.
+Once only: a request whose second core also dies before starting it fails. ``Admitted`` rides in the core's
+next report, so a request that joined the batch just before the death counts as not started, and an input
+that kills a core at once may take down a second one, never every core in turn. A version that drains
+(unloaded, replaced, the server stopping) restarts no core: what waits is answered then, naming why.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class Router:
         self.closed = reason
         waiting, self.waiting = list(self.waiting.values()), {}
         for req in waiting:
-            self._fail(req, f"its engine core stopped before this request started: {reason}")
+            self._fail(req, f"its engine core stopped before this request started, and {reason}")
 
     # ---- from the cores --------------------------------------------------------------------------
     def _resubmit(self, reqs: list[InFlight]) -> None:
@@ -85,9 +86,13 @@ class Router:
         moved = held = 0
         for req in reqs:
             if self.closed is not None:
-                self._fail(req, f"its engine core stopped before this request started: {self.closed}")
+                self._fail(req, f"its engine core stopped before this request started, and {self.closed}")
             elif req.resubmits <= 0:
-                self._fail(req, "the engine cores it was sent to stopped before it started, twice; retry")
+                self._fail(
+                    req,
+                    "its engine core stopped before this request started (a request moves to another core "
+                    "once at most); retry",
+                )
             else:
                 req.resubmits -= 1
                 if self.any_up:
