@@ -37,8 +37,10 @@ LANGUAGE_CODE = ("ISO 639-1 (ja) or the model's own code (__ja__, jpn_Jpan), for
 def _errors(*codes: int) -> dict[str, Any]:
     what = {400: "Malformed or out-of-range input (the message names the field and the limit).",
             401: "Missing or wrong bearer token (`--auth-token`).",
+            403: "A browser's request from a page of another site, not JSON (without `--auth-token`).",
             404: "Unknown model, version or path.",
             413: "Body over `--max-message-bytes`.",
+            415: "Not `Content-Type: application/json`, which a load or unload needs without `--auth-token`.",
             429: "The model's queue is full: retry with backoff.",
             503: "Not ready: shutting down, or no engine core of the model running. Retry elsewhere or later.",
             504: "The deadline (`X-Timeout-Seconds` header or `timeout` parameter) passed."}
@@ -118,7 +120,7 @@ def document() -> dict[str, Any]:
             "parameters": [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}],
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
                 "type": "object", "properties": {"parameters": {"type": "object"}}}}}},
-            "responses": {"200": {"description": "Done (empty body)."}, **_errors(400, 401, 404, 503)}}}
+            "responses": {"200": {"description": "Done (empty body)."}, **_errors(400, 401, 403, 404, 415, 503)}}}
            for op, summary in (("load", "Load or reload a model (--model-control-mode explicit): its latest or pinned "
                                         "version takes over once its engine cores answer a warm-up request"),
                                ("unload", "Unload a model (--model-control-mode explicit): new requests refused, "
