@@ -14,7 +14,8 @@ they must be JSON: ``Content-Type: application/json``, which no page can send cr
 that only ``--cors-allow-origin`` origins pass (a form can send only ``text/plain``, ``multipart/form-data``
 and ``application/x-www-form-urlencoded``). Anything else is refused: 403 when a browser says it came from
 another site (its ``Origin`` is not this server's, or ``Sec-Fetch-Site`` says cross-site), 415 otherwise,
-naming the header to send. Headers alone decide, before the body is read or the model name looked at.
+naming the header to send. Headers alone decide, before the body is read or the model name looked at (a
+server not in explicit mode asks for no header: it refuses every load and unload, naming its mode).
 """
 
 from __future__ import annotations
@@ -48,8 +49,13 @@ def _cross_site(request: web.Request) -> bool:
 
 def check_state_change(doors: HttpDoor, request: web.Request) -> web.Response | None:
     """None: this load or unload may go on. Else the 415 to answer; 403 (PermissionDenied) is raised for a
-    browser's request from another site (see the module's docstring)."""
-    if doors.auth.expected is not None or request.content_type == "application/json":
+    browser's request from another site (see the module's docstring). A server whose mode takes no load or
+    unload lets it through to be refused naming the mode: no header would help."""
+    if (
+        doors.auth.expected is not None
+        or request.content_type == "application/json"
+        or doors.control.mode != "explicit"
+    ):
         return None
     action = request.path.rsplit("/", 1)[-1]
     if _cross_site(request):
