@@ -314,10 +314,9 @@ class CoreHandle:
         self._post(req.submit)
 
     def _fail(self, reqs: list[InFlight], why: str) -> None:
+        message = f"model {self.spec.model!r}: {why}; retry"
         for req in reqs:
-            req.events.put_nowait(
-                Failed(req.id, CoreUnavailable.code, f"model {self.spec.model!r}: {why}; retry")
-            )
+            req.events.put_nowait(Failed(req.id, CoreUnavailable.code, message))
 
     def _post(self, message) -> None:
         """Queue a message; every message of this event-loop iteration goes out in one pipe write. Each write
