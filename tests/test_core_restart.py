@@ -1,7 +1,7 @@
 """Nothing accepted is lost when an engine core is killed: the requests it had not started (queued in it, or
 still in its pipe) go to another core or wait for its restart; only those it had started fail (503, "retry").
 A request waiting for a restart keeps its deadline, can be cancelled, and is answered when its model is
-unloaded. Real servers on loopback, real core processes killed with SIGKILL, gRPC and HTTP clients."""
+unloaded or its restart fails. Real servers on loopback, real core processes killed with SIGKILL, gRPC and HTTP clients."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ import urllib.error
 import urllib.request
 
 import grpc
+import pytest
 from conftest import MODEL_REPO, ServerThread, alive, english, make_repo, server_config, wait_for
 
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from server.config import SchedulerConfig
+from server.core import client as core_client
 
 ADD, JA = "addition", "translate-en-ja"
 
@@ -99,19 +101,10 @@ def _infer(srv, text: str, deadline: str | None = None) -> tuple[int, str]:
     return _post(srv, f"/v2/models/{ADD}/infer", body, {"X-Timeout-Seconds": deadline} if deadline else None)
 
 
-def test_a_request_waiting_for_a_restart_can_be_cancelled_keeps_its_deadline_and_is_answered_on_unload(
-    tmp_path,
-):
-    """The core is stopped (SIGSTOP), three requests reach its pipe, and it is killed; its restarts fail (a bundle
-    file no longer matches its hash), so they wait. The caller of one goes away: it leaves the queue. One has a
-    deadline: 504 once it passes. The last is answered 503 when the model is unloaded, naming the unload."""
-    repo = make_repo(tmp_path, other=False)
-    srv = ServerThread(
-        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
-    )
-    model = srv.running.repo.get(ADD)
+def _three_waiting(srv, model, pid):
+    """SIGSTOP the core, send it three requests (a gRPC call, HTTP with a 5 s deadline, HTTP without), kill it:
+    the three were not started, so they wait for its restart. Returns the calls and a probe of who waits."""
     [core] = model.cores
-    pid = core.state.pid
     texts = {tuple(model.codec.source_ids(t)): t for t in ("1+1", "2+2", "3+3")}
 
     def waiting() -> set[str]:
@@ -119,15 +112,33 @@ def test_a_request_waiting_for_a_restart_can_be_cancelled_keeps_its_deadline_and
             srv, lambda: {texts[tuple(r.submit.sequences[0][0])] for r in model.router.waiting.values()}
         )
 
+    os.kill(pid, signal.SIGSTOP)
+    ch = grpc.insecure_channel(srv.address)
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    gone = pb_grpc.Seq2SeqStub(ch).Generate.future(pb.GenerateRequest(model=ADD, inputs=["1+1"]))
+    timed = pool.submit(_infer, srv, "2+2", "5")
+    kept = pool.submit(_infer, srv, "3+3")
+    assert wait_for(lambda: len(core.inflight) == 3)
+    os.kill(pid, signal.SIGKILL)
+    return ch, pool, gone, timed, kept, waiting
+
+
+def test_a_request_waiting_for_a_restart_can_be_cancelled_keeps_its_deadline_and_is_answered_on_unload(
+    tmp_path, monkeypatch
+):
+    """The core is stopped (SIGSTOP), three requests reach its pipe, and it is killed; its restart is 60 s away
+    (the back-off set long here), so they wait. The caller of one goes away: it leaves the queue. One has a
+    deadline: 504 once it passes. The last is answered 503 when the model is unloaded, naming the unload."""
+    monkeypatch.setattr(core_client, "RESTART_DELAYS_S", (60.0,))
+    repo = make_repo(tmp_path, other=False)
+    srv = ServerThread(
+        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
+    )
+    model = srv.running.repo.get(ADD)
+    pid = model.cores[0].state.pid
     try:
-        os.kill(pid, signal.SIGSTOP)
-        (repo / ADD / "1" / "decoder.onnx").write_bytes(b"not the file its hash names")
-        with grpc.insecure_channel(srv.address) as ch, concurrent.futures.ThreadPoolExecutor(2) as pool:
-            gone = pb_grpc.Seq2SeqStub(ch).Generate.future(pb.GenerateRequest(model=ADD, inputs=["1+1"]))
-            timed = pool.submit(_infer, srv, "2+2", "5")
-            kept = pool.submit(_infer, srv, "3+3")
-            assert wait_for(lambda: len(core.inflight) == 3)
-            os.kill(pid, signal.SIGKILL)
+        ch, pool, gone, timed, kept, waiting = _three_waiting(srv, model, pid)
+        with ch, pool:
             assert wait_for(lambda: waiting() == {"1+1", "2+2", "3+3"})
             gone.cancel()
             assert wait_for(lambda: waiting() == {"2+2", "3+3"})
@@ -137,7 +148,38 @@ def test_a_request_waiting_for_a_restart_can_be_cancelled_keeps_its_deadline_and
             assert _post(srv, f"/v2/repository/models/{ADD}/unload", {})[0] == 200
             status, error = kept.result()
             assert status == 503 and "being unloaded" in error and "engine core" in error, (status, error)
+        assert _post(srv, f"/v2/repository/models/{ADD}/load", {})[0] == 200
+        status, answer = _infer(srv, "12+30")
+        assert status == 200 and json.loads(answer)["outputs"][0]["data"] == ["42"]
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        srv.stop()
+
+
+def test_requests_waiting_for_a_restart_that_fails_are_answered_naming_why(tmp_path):
+    """As above, but the restart cannot load the model (a bundle file no longer matches its hash): a request
+    with no deadline would wait for a core that never comes, so every waiting one is answered 503 naming the
+    failed restart. With the file restored, a load serves again."""
+    repo = make_repo(tmp_path, other=False)
+    srv = ServerThread(
+        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
+    )
+    model = srv.running.repo.get(ADD)
+    pid = model.cores[0].state.pid
+    try:
+        (repo / ADD / "1" / "decoder.onnx").write_bytes(b"not the file its hash names")
+        ch, pool, gone, timed, kept, waiting = _three_waiting(srv, model, pid)
+        with ch, pool:
+            with pytest.raises(grpc.RpcError) as e:
+                gone.result(60)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE and "failed to restart" in e.value.details()
+            for call in (timed, kept):
+                status, error = call.result(60)
+                assert status == 503 and "failed to restart" in error and "sha256" in error, (status, error)
+            assert not waiting()
         shutil.copy(MODEL_REPO / ADD / "1" / "decoder.onnx", repo / ADD / "1" / "decoder.onnx")
+        assert _post(srv, f"/v2/repository/models/{ADD}/unload", {})[0] == 200
         assert _post(srv, f"/v2/repository/models/{ADD}/load", {})[0] == 200
         status, answer = _infer(srv, "12+30")
         assert status == 200 and json.loads(answer)["outputs"][0]["data"] == ["42"]

@@ -6,8 +6,7 @@ the queue of their request's in-flight handle (``InFlight``, which the model API
 to the model version's telemetry (``server/telemetry/model_telemetry.py``). A core that dies (SIGKILL,
 segfault, OOM) is noticed by EOF on its pipe and started again, with a growing delay if it keeps dying.
 The requests in flight it had started (``Admitted``) fail at once with UNAVAILABLE (retryable); the others,
-still in its queue or in the pipe, go back to the model's router (``server/core/router.py``), which sends
-them to another core.
+still in its queue or in the pipe, go back to the model's router (``server/core/router.py``).
 
 A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
 every 50 ms while it has work (``server.core.scheduler.STATS_EVERY_S``), so a watchdog timer treats a
@@ -100,11 +99,12 @@ class CoreHandle:
         self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
         self._writing = False  # waiting for the pipe to take more
         # Set by the model's router: where the requests this core had not started go when it dies, and who
-        # hears that it is up (again). Alone, a core fails them.
+        # hears that it is up (again) or that a restart failed. Alone, a core fails them.
         self.on_unstarted: Callable[[list[InFlight]], None] = lambda reqs: self._fail(
             reqs, "its engine core stopped before this request started"
         )
         self.on_up: Callable[[], None] = lambda: None
+        self.on_restart_failed: Callable[[BaseException], None] = lambda exc: None
 
     @property
     def label(self) -> str:
@@ -275,11 +275,12 @@ class CoreHandle:
         if self.stopping:
             return
         self.state.restarts += 1
-        fut = self.start(self.loop)
-        fut.add_done_callback(
-            lambda f: f.exception()
-            and log.error("engine core %s failed to restart: %s", self.label, f.exception())
-        )
+        self.start(self.loop).add_done_callback(self._restarted)
+
+    def _restarted(self, fut: asyncio.Future) -> None:
+        if (exc := fut.exception()) is not None:
+            log.error("engine core %s failed to restart: %s", self.label, exc)
+            self.on_restart_failed(exc)
 
     # ---- requests --------------------------------------------------------------------------------
     def submit(

@@ -4,8 +4,9 @@ Each request goes to the live core with the fewest rows in flight. A core that d
 had started (it said ``Admitted`` for them): their tokens are lost with it, and any of them may be what
 killed it. The others, still queued in the core or in its pipe, had not started, and their callers have
 seen nothing of them: they go to another live core of the version or, with none up, wait here in arrival
-order until one is (the core that died is being restarted). Their callers see none of it: the same handle
-(``InFlight``), the same deadline, kept by the caller's own timer, and cancelling works while they wait.
+order until one is (the core that died is being restarted; a restart that fails answers them, naming why).
+Their callers see none of it: the same handle (``InFlight``), the same deadline, kept by the caller's own
+timer, and cancelling works while they wait.
 
 Once only: a request whose second core also dies before starting it fails. ``Admitted`` rides in the core's
 next report, so a request that joined the batch just before the death counts as not started, and an input
@@ -28,13 +29,13 @@ log = logging.getLogger("s2s.cores")
 class Router:
     def __init__(self, cores: list[CoreHandle]):
         self.cores = cores
-        self.waiting: dict[
-            int, InFlight
-        ] = {}  # by id, in arrival order: not started, no core up to take them
+        # By id, in arrival order: not started, no core up to take them.
+        self.waiting: dict[int, InFlight] = {}
         self.closed: str | None = None  # why the version drains: nothing waits for a restart any more
         for core in cores:
             core.on_unstarted = self._resubmit
             core.on_up = self._release
+            core.on_restart_failed = self._restart_failed
 
     @property
     def model(self) -> str:
@@ -119,6 +120,18 @@ class Router:
                 "model %s: %d requests that waited for an engine core were sent to one",
                 self.model,
                 len(waiting),
+            )
+
+    def _restart_failed(self, exc: BaseException) -> None:
+        """A restart could not load the model (a broken bundle, say): with no core up, what waits would wait
+        for a restart that may never come, so it is answered now, naming why."""
+        if self.any_up:
+            return
+        waiting, self.waiting = list(self.waiting.values()), {}
+        for req in waiting:
+            self._fail(
+                req,
+                f"its engine core stopped before this request started and failed to restart ({exc}); retry",
             )
 
     def _fail(self, req: InFlight, why: str) -> None:
