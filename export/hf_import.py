@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,9 +115,11 @@ def map_weights(
             if ours == "output_projection.bias":  # transformers does not save a zero final_logits_bias either
                 out[ours] = torch.zeros(c.tgt_vocab_size)
                 continue
+            layer = re.match(r"model\.(encoder|decoder)\.layers\.\d+\.", names[0])
+            field = f"{layer.group(1)}_layers" if layer else fam.field_of(names[0])
             raise ImportRefused(
-                f"{weights_file}: tensor {names[0]!r} is missing ({config_file} field "
-                f"{fam.field_of(names[0])!r} or the layer counts say it should be there)"
+                f"{weights_file}: tensor {names[0]!r} is missing ({config_file} field {field!r} says it should be "
+                "there)"
             )
         t = theirs[name].float()
         if ours == "output_projection.bias":
