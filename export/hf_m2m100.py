@@ -56,6 +56,9 @@ field_of = hf_marian.field_of
 SPM_FILE = "sentencepiece.bpe.model"  # M2M100Tokenizer's name for it, whatever the model type inside
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # FLORES-200: eng_Latn
 M2M_CODE = re.compile(r"__[a-z]{2,3}__")
+ADDED_CODE = re.compile(
+    f"{NLLB_CODE.pattern}|{M2M_CODE.pattern}"
+)  # the language tokens a tokenizer.json may add
 
 
 def tokenizer(folder: Path, tok_cfg: dict[str, Any], cfg: dict[str, Any]) -> tuple[Tokenizer, Languages]:
@@ -73,7 +76,7 @@ def tokenizer(folder: Path, tok_cfg: dict[str, Any], cfg: dict[str, Any]) -> tup
             )
         tok = hf_tokenizer.read(folder, "NLLB")
         hf_tokenizer.check(tok, folder, cfg, tok_cfg)
-        langs = hf_tokenizer.language_tokens(tok, NLLB_CODE)
+        langs = hf_tokenizer.language_tokens(tok, ADDED_CODE)
         where = folder / hf_tokenizer.FILE
     else:
         for f in ("vocab.json", SPM_FILE):
