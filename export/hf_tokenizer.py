@@ -23,7 +23,8 @@ def read(folder: Path, family: str) -> Tokenizer:
     path = folder / FILE
     if not path.is_file():
         raise ImportRefused(
-            f"{path}: missing; a {family} tokenizer is its {FILE} (save_pretrained writes it)"
+            f"{path}: missing; a {family} tokenizer is its {FILE} (transformers writes one from the SentencePiece "
+            "model: AutoTokenizer.from_pretrained(folder).save_pretrained(folder))"
         )
     try:
         return Tokenizer.from_file(str(path))
