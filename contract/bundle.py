@@ -19,7 +19,9 @@ such as addition that has no languages) loads as before and is not offered by th
 A bundle made by ``s2s import`` from another trainer's checkpoint also records its ``origin`` (the
 family, the transformers version, the sha256 of the weights it was made from). A multilingual model's bundle
 says its ``languages`` (``contract/languages.py``): each language's token, how it is asked for (a forced first
-token, a source prefix), and ISO 639-1 codes mapped to the model's own; such a bundle is format 6.
+token, a source prefix), and ISO 639-1 codes mapped to the model's own; such a bundle is format 6. A bundle whose
+sources start with a token of their own or whose outputs with a forced one (BART's ``<s>``) is format 7, and
+``start`` gives any reader a request's source ids and forced tokens, whatever the family.
 """
 
 from __future__ import annotations
