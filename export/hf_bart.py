@@ -26,9 +26,10 @@ ConfigError = hf_marian.ConfigError
 
 def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
     """config.json (a BartConfig) -> ModelConfig; ConfigError naming the field it cannot take."""
+    # decoder_start_token_id 2 where config.json omits it: BartConfig's default
     c = hf_marian.model_config(
         {"decoder_start_token_id": 2, **cfg, "share_encoder_decoder_embeddings": True}, unk
-    )  # 2: BartConfig's default
+    )
     return dataclasses.replace(
         c, positions="learned", position_offset=POSITION_OFFSET, embedding_norm=True, output_bias=True
     )

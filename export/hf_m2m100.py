@@ -56,9 +56,8 @@ field_of = hf_marian.field_of
 SPM_FILE = "sentencepiece.bpe.model"  # M2M100Tokenizer's name for it, whatever the model type inside
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # FLORES-200: eng_Latn
 M2M_CODE = re.compile(r"__[a-z]{2,3}__")
-ADDED_CODE = re.compile(
-    f"{NLLB_CODE.pattern}|{M2M_CODE.pattern}"
-)  # the language tokens a tokenizer.json may add
+# the language tokens a tokenizer.json may add
+ADDED_CODE = re.compile(f"{NLLB_CODE.pattern}|{M2M_CODE.pattern}")
 
 
 def tokenizer(folder: Path, tok_cfg: dict[str, Any], cfg: dict[str, Any]) -> tuple[Tokenizer, Languages]:

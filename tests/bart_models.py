@@ -49,9 +49,8 @@ def _trained(model_kind: str, texts: list[str], size: int):
     """A ``tokenizers`` model trained on ``texts``: its vocabulary (and merges, for BPE) as the class takes them."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    if (
-        model_kind == "unigram"
-    ):  # SentencePiece's, as mBART-50's was made (HF's Unigram trainer stops at ~80 pieces here)
+    if model_kind == "unigram":
+        # SentencePiece's, as mBART-50's was made (HF's Unigram trainer stops at ~80 pieces on these lines)
         return _sentencepiece(texts, size)
     if model_kind == "bytelevel":
         tok = Tokenizer(models.BPE())

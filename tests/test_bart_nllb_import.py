@@ -122,11 +122,15 @@ def test_greedy_and_beam4_token_identical_to_generate(imported):
         assert [g.text for g in got] == [t.strip() for t in tok.batch_decode(want, skip_special_tokens=True)]
     assert len({tuple(w) for w in want}) > len(rows) // 2  # outputs depend on the input
     # the bundle's default is generation_config.json's: beam 4
-    assert [
-        g.tokens
-        for g in translator.generate(texts[:16], max_batch_size=64, **{k: v[:16] for k, v in langs.items()})
-    ] == want[:16]
-    if family != "bart":  # the target language changes the answer: the task depends on it
+    first = {k: v[:16] for k, v in langs.items()}
+    assert [g.tokens for g in translator.generate(texts[:16], max_batch_size=64, **first)] == want[:16]
+    if family == "bart":
+        # CTranslate2's call: BART's <s> added to sources that lack it, the forced <s> not returned
+        sources = [translator.source_tokens(t)[1:] for t in texts[:16]]
+        got = translator.translate_batch(sources, beam_size=4)
+        assert [r.hypotheses[0] for r in got] == [tok.convert_ids_to_tokens(w) for w in want[:16]]
+    else:
+        # the target language changes the answer: the task depends on it
         en = translator.generate(texts[:20], source_languages=["en"] * 20, target_languages=["en"] * 20)
         de = translator.generate(texts[:20], source_languages=["en"] * 20, target_languages=["de"] * 20)
         assert sum(a.tokens != b.tokens for a, b in zip(en, de)) > 10
