@@ -162,8 +162,8 @@ def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConf
     forced = None if loaded.languages is not None else gen.get("forced_bos_token_id")
     if forced is not None and not (isinstance(forced, int) and 0 <= forced < c.tgt_vocab_size):
         raise ImportRefused(
-            f"{gen_file}: field 'forced_bos_token_id' is {forced!r}; an id below vocab_size ({c.tgt_vocab_size}) "
-            "was expected"
+            f"{gen_file} (or config.json): field 'forced_bos_token_id' is {forced!r}; an id below vocab_size "
+            f"({c.tgt_vocab_size}) was expected"
         )
     return TaskConfig(
         "translation",
