@@ -92,8 +92,11 @@ def ask(name: str, b: BundleConfig, source: str | None, target: str | None) -> A
 
 
 def _one_pair(name: str, b: BundleConfig, source: str | None, target: str | None) -> Asked:
+    # A model whose every output starts with a token of its task (BART's <s>: forced_bos_id) has it forced as a
+    # language token is, and left out of the answer alike.
+    plain = AS_SENT if b.task.forced_bos_id is None else Asked(forced=(b.task.forced_bos_id,))
     if not (source or target):
-        return AS_SENT
+        return plain
     pair = (b.source_language, b.target_language)
     if not any(pair):
         raise InvalidInput(
@@ -106,4 +109,4 @@ def _one_pair(name: str, b: BundleConfig, source: str | None, target: str | None
                 f"{side}_language {clip(code)} is not one model {name!r} knows; it translates "
                 f"{pair[0] or '?'} -> {pair[1] or '?'} (its {side} language: {own})"
             )
-    return AS_SENT
+    return plain
