@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -101,6 +102,23 @@ def _infer(srv, text: str, deadline: str | None = None) -> tuple[int, str]:
     return _post(srv, f"/v2/models/{ADD}/infer", body, {"X-Timeout-Seconds": deadline} if deadline else None)
 
 
+@contextlib.contextmanager
+def _one_core(tmp_path):
+    """A server in explicit mode serving addition with one core: (repo, server, model, the core's pid)."""
+    repo = make_repo(tmp_path, other=False)
+    srv = ServerThread(
+        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
+    )
+    model = srv.running.repo.get(ADD)
+    pid = model.cores[0].state.pid
+    try:
+        yield repo, srv, model, pid
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        srv.stop()
+
+
 def _three_waiting(srv, model, pid):
     """SIGSTOP the core, send it three requests (a gRPC call, HTTP with a 5 s deadline, HTTP without), kill it:
     the three were not started, so they wait for its restart. Returns the calls and a probe of who waits."""
@@ -130,13 +148,7 @@ def test_a_request_waiting_for_a_restart_can_be_cancelled_keeps_its_deadline_and
     (the back-off set long here), so they wait. The caller of one goes away: it leaves the queue. One has a
     deadline: 504 once it passes. The last is answered 503 when the model is unloaded, naming the unload."""
     monkeypatch.setattr(core_client, "RESTART_DELAYS_S", (60.0,))
-    repo = make_repo(tmp_path, other=False)
-    srv = ServerThread(
-        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
-    )
-    model = srv.running.repo.get(ADD)
-    pid = model.cores[0].state.pid
-    try:
+    with _one_core(tmp_path) as (repo, srv, model, pid):
         ch, pool, gone, timed, kept, waiting = _three_waiting(srv, model, pid)
         with ch, pool:
             assert wait_for(lambda: waiting() == {"1+1", "2+2", "3+3"})
@@ -151,23 +163,13 @@ def test_a_request_waiting_for_a_restart_can_be_cancelled_keeps_its_deadline_and
         assert _post(srv, f"/v2/repository/models/{ADD}/load", {})[0] == 200
         status, answer = _infer(srv, "12+30")
         assert status == 200 and json.loads(answer)["outputs"][0]["data"] == ["42"]
-    finally:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        srv.stop()
 
 
 def test_requests_waiting_for_a_restart_that_fails_are_answered_naming_why(tmp_path):
     """As above, but the restart cannot load the model (a bundle file no longer matches its hash): a request
     with no deadline would wait for a core that never comes, so every waiting one is answered 503 naming the
     failed restart. With the file restored, a load serves again."""
-    repo = make_repo(tmp_path, other=False)
-    srv = ServerThread(
-        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
-    )
-    model = srv.running.repo.get(ADD)
-    pid = model.cores[0].state.pid
-    try:
+    with _one_core(tmp_path) as (repo, srv, model, pid):
         (repo / ADD / "1" / "decoder.onnx").write_bytes(b"not the file its hash names")
         ch, pool, gone, timed, kept, waiting = _three_waiting(srv, model, pid)
         with ch, pool:
@@ -183,7 +185,3 @@ def test_requests_waiting_for_a_restart_that_fails_are_answered_naming_why(tmp_p
         assert _post(srv, f"/v2/repository/models/{ADD}/load", {})[0] == 200
         status, answer = _infer(srv, "12+30")
         assert status == 200 and json.loads(answer)["outputs"][0]["data"] == ["42"]
-    finally:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        srv.stop()
