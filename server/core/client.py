@@ -41,7 +41,7 @@ from contract.decoding import DecodingOptions
 from server.core.events import Admitted, Failed, Finished
 from server.core.inflight import InFlight
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.core.pipe import frame
+from server.core.pipe import FrameReader, frame
 from server.errors import ServingError
 from server.telemetry.model_telemetry import ModelTelemetry
 
@@ -96,6 +96,7 @@ class CoreHandle:
         self._restart: asyncio.TimerHandle | None = None
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
         self._wsock: socket.socket | None = None
+        self._reader: FrameReader | None = None  # the core's reports, read from _wsock
         self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
         self._writing = False  # waiting for the pipe to take more
         # Set by the model's router: where the requests this core had not started go when it dies, and who
@@ -129,7 +130,8 @@ class CoreHandle:
             )
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
-        self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
+        self._wsock = ours.dup()  # writes and reads go through this one, never blocking (_write, _readable)
+        self._reader = FrameReader(self._wsock)
         self.conn = Connection(ours.detach())
         self.conn.send(self.spec)
         self._exited = asyncio.Event()
@@ -177,12 +179,15 @@ class CoreHandle:
 
     def _readable(self) -> None:
         self.heard_at = time.monotonic()
-        conn = self.conn
         try:
-            while conn is not None and conn.poll():
-                self._dispatch(conn.recv())
-        except (EOFError, OSError):
+            messages = self._reader.read() if self.conn is not None else []
+        except OSError:
+            messages = None
+        if messages is None:  # EOF: the core is gone
             self._died()
+            return
+        for msg in messages:
+            self._dispatch(msg)
 
     def _dispatch(self, msg) -> None:
         if isinstance(msg, Report):
