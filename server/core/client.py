@@ -50,6 +50,9 @@ log = logging.getLogger("s2s.cores")
 _request_ids = itertools.count(1)
 _ROOT = Path(__file__).resolve().parents[2]  # where ``server`` is importable from, installed or not
 RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after the 1st, 2nd, ... death in a row
+# A core already decoding takes newcomers only between steps (several ms apart under load), so what is sent to
+# it then waits this long to share one pipe write, and one wake-up of the core's reader, with what follows.
+SUBMIT_HOLD_S = 0.002
 
 
 def _child_env() -> dict[str, str]:
@@ -325,10 +328,14 @@ class CoreHandle:
             req.events.put_nowait(Failed(req.id, CoreUnavailable.code, message))
 
     def _post(self, message) -> None:
-        """Queue a message; every message of this event-loop iteration goes out in one pipe write. Each write
-        wakes the core's reader, and a wake-up per request costs the front end more than the batching of writes."""
+        """Queue a message; every message of this event-loop iteration goes out in one pipe write, and those of
+        the next SUBMIT_HOLD_S too where the core is decoding. Each write wakes the core's reader, and a wake-up
+        per request costs the front end more than the batching of writes."""
         if not self._outbox:
-            self.loop.call_soon(self._flush)
+            if len(self.inflight) > 1:  # busy with another request: it reads this after its step anyway
+                self.loop.call_later(SUBMIT_HOLD_S, self._flush)
+            else:
+                self.loop.call_soon(self._flush)
         self._outbox.append(message)
 
     def _flush(self) -> None:
