@@ -43,7 +43,7 @@ from server.core.events import Admitted, Failed, Finished
 from server.core.hold import SUBMIT_HOLD_S, ReportHold
 from server.core.inflight import InFlight
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.core.pipe import FrameReader, FrameWriter
+from server.core.pipe import FrameWriter
 from server.errors import ServingError
 from server.telemetry.model_telemetry import ModelTelemetry
 
@@ -98,8 +98,9 @@ class CoreHandle:
         self._restart: asyncio.TimerHandle | None = None
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
         self._wsock: socket.socket | None = None
-        self._reader: FrameReader | None = None  # the core's reports, read from _wsock
-        self._hold: ReportHold | None = None  # ... and on their way to _dispatch (server/core/hold.py)
+        self._hold: ReportHold | None = (
+            None  # the core's reports on their way to _dispatch (server/core/hold.py)
+        )
         self._writer: FrameWriter | None = None  # to _wsock, never blocking
         # Set by the model's router: where the requests this core had not started go when it dies, and who
         # hears that it is up (again) or that a restart failed. Alone, a core fails them.
@@ -132,8 +133,8 @@ class CoreHandle:
             )
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
-        self._wsock = ours.dup()  # writes and reads go through this one, never blocking
-        self._reader, self._writer = FrameReader(self._wsock), FrameWriter(loop, self._wsock)
+        self._wsock = ours.dup()  # writes go through this one, never blocking
+        self._writer = FrameWriter(loop, self._wsock)
         self._hold = ReportHold(loop, self._dispatch)
         self.conn = Connection(ours.detach())
         self.conn.send(self.spec)
@@ -182,14 +183,15 @@ class CoreHandle:
 
     def _readable(self) -> None:
         self.heard_at = time.monotonic()
+        conn, messages, dead = self.conn, [], False
         try:
-            messages = self._reader.read() if self.conn is not None else []
-        except OSError:
-            messages = None
-        if messages is None:  # EOF: the core is gone
-            self._died()
-            return
+            while conn is not None and conn.poll():
+                messages.append(conn.recv())
+        except (EOFError, OSError):
+            dead = True
         self._hold.take(messages, len(self.inflight))
+        if dead:
+            self._died()  # after what it said before it died
 
     def _dispatch(self, msg) -> None:
         if isinstance(msg, Report):

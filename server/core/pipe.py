@@ -1,6 +1,6 @@
 """An engine core's pipe on the wire: length-prefixed pickles, as ``multiprocessing.connection.Connection``
-frames them. The core reads and writes with ``Connection``; the front end writes these frames itself, without blocking
-(``server/core/client.py``), and reads them with ``FrameReader``; the core pickles outside its send lock.
+frames them. Both ends read with ``Connection``; the front end writes these frames itself, without blocking
+(``FrameWriter``), and the core pickles outside its send lock.
 """
 
 from __future__ import annotations
@@ -25,52 +25,6 @@ def frame(message) -> bytes:
     if len(data) > 0x7FFFFFFF:
         return _HEADER.pack(-1) + _LONG.pack(len(data)) + data
     return _HEADER.pack(len(data)) + data
-
-
-class FrameReader:
-    """The front end's reading of a core's frames: whatever the socket holds, in one ``recv_into`` per wake-up,
-    cut into messages here. ``Connection.recv`` costs a ``poll`` and two reads a message, and one more ``poll``
-    to find the pipe empty: four system calls a report where one does."""
-
-    __slots__ = ("_sock", "_buf", "_view", "_pending")
-
-    def __init__(self, sock, size: int = 1 << 18):
-        self._sock = sock
-        self._buf = bytearray(size)
-        self._view = memoryview(self._buf)
-        self._pending = bytearray()  # the start of a frame the socket has not delivered whole yet
-
-    def read(self) -> list | None:
-        """The messages complete so far ([] where none is); None: EOF, the core is gone. Never blocks.
-        Raises OSError where the socket failed."""
-        try:
-            n = self._sock.recv_into(self._buf, 0, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return []
-        if n == 0:
-            return None
-        if self._pending:
-            self._pending += self._view[:n]
-            data = memoryview(self._pending)
-        else:
-            data = self._view[:n]
-        out, at, end = [], 0, len(data)
-        while end - at >= 4:
-            (size,) = _HEADER.unpack_from(data, at)
-            start = at + 4
-            if size == -1:
-                if end - at < 12:
-                    break
-                (size,) = _LONG.unpack_from(data, start)
-                start += 8
-            if end - start < size:
-                break
-            out.append(pickle.loads(data[start : start + size]))
-            at = start + size
-        rest = bytes(data[at:])  # a copy: ``data`` may be the buffer the next read overwrites
-        data.release()
-        self._pending = bytearray(rest)
-        return out
 
 
 class FrameWriter:

@@ -1,36 +1,12 @@
-"""The front end's reading of a core's pipe: the frames ``Connection`` writes, cut into messages however the socket
-delivers them (``server/core/pipe.py``), and a busy core's reports held to leave together (``server/core/hold.py``)."""
+"""A busy core's reports, held so that answers leave the front end together (``server/core/hold.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
-from multiprocessing.connection import Connection
 
 from server.core.events import Finished, Stats, Token
 from server.core.hold import FROM, ReportHold
 from server.core.messages import Report
-from server.core.pipe import FrameReader
-
-
-def test_reader_cuts_frames_split_across_reads_and_ends_on_eof():
-    ours, theirs = socket.socketpair()
-    core = Connection(
-        theirs.detach()
-    )  # the core's end writes with Connection, as server/core/process.py does
-    reader = FrameReader(ours, size=64)  # a buffer smaller than a frame: frames arrive in pieces
-    assert reader.read() == []  # nothing yet: never blocks
-    big = ["x" * 500, list(range(100))]
-    core.send({"a": 1})
-    core.send(big)
-    core.send(("last", 3))
-    got = []
-    while len(got) < 3:
-        got += reader.read()
-    assert got == [{"a": 1}, big, ("last", 3)]
-    core.close()
-    assert reader.read() is None
-    ours.close()
 
 
 def test_a_busy_cores_reports_are_held_then_dispatched_in_order_and_tokens_go_at_once():
