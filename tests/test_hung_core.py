@@ -130,9 +130,10 @@ def test_a_flood_into_a_hung_core_does_not_stop_the_event_loop(model_repo):
                     return r.status, (await r.json()).get("error", "")
 
             calls = [asyncio.ensure_future(one()) for _ in range(500)]
-            while not core._unsent and core.state.pid == pid:  # until the pipe is full (or the core replaced)
+            # until the pipe is full (or the core replaced)
+            while not core._writer.unsent and core.state.pid == pid:
                 await asyncio.sleep(0.01)
-            full = bool(core._unsent)
+            full = bool(core._writer.unsent)
             # The probe from another address, as a load balancer's: this one holds most of the port, more than
             # its share (--http-max-connections-per-peer), and the rest is kept for the others.
             probe = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))

@@ -3,7 +3,8 @@
 ``CoreHandle`` owns one child process (``server/core/process.py``) and its pipe. The pipe is read on the
 event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
 the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
-to the model version's telemetry (``server/telemetry/model_telemetry.py``). A core that dies (SIGKILL,
+to the model version's telemetry (``server/telemetry/model_telemetry.py``); a busy core's reports wait a
+few ms first, so that answers leave together (``server/core/hold.py``). A core that dies (SIGKILL,
 segfault, OOM) is noticed by EOF on its pipe and started again, with a growing delay if it keeps dying.
 The requests in flight it had started (``Admitted``) fail at once with UNAVAILABLE (retryable); the others,
 still in its queue or in the pipe, go back to the model's router (``server/core/router.py``).
@@ -39,9 +40,10 @@ from pathlib import Path
 
 from contract.decoding import DecodingOptions
 from server.core.events import Admitted, Failed, Finished
+from server.core.hold import SUBMIT_HOLD_S, ReportHold
 from server.core.inflight import InFlight
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.core.pipe import frame
+from server.core.pipe import FrameWriter
 from server.errors import ServingError
 from server.telemetry.model_telemetry import ModelTelemetry
 
@@ -96,8 +98,10 @@ class CoreHandle:
         self._restart: asyncio.TimerHandle | None = None
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
         self._wsock: socket.socket | None = None
-        self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
-        self._writing = False  # waiting for the pipe to take more
+        self._hold: ReportHold | None = (
+            None  # the core's reports on their way to _dispatch (server/core/hold.py)
+        )
+        self._writer: FrameWriter | None = None  # to _wsock, never blocking
         # Set by the model's router: where the requests this core had not started go when it dies, and who
         # hears that it is up (again) or that a restart failed. Alone, a core fails them.
         self.on_unstarted: Callable[[list[InFlight]], None] = lambda reqs: self._fail(
@@ -129,7 +133,9 @@ class CoreHandle:
             )
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
-        self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
+        self._wsock = ours.dup()  # writes go through this one, never blocking
+        self._writer = FrameWriter(loop, self._wsock)
+        self._hold = ReportHold(loop, self._dispatch)
         self.conn = Connection(ours.detach())
         self.conn.send(self.spec)
         self._exited = asyncio.Event()
@@ -143,7 +149,7 @@ class CoreHandle:
     def _watch(self) -> None:
         """Every stall_s / 4: a core with work that has said nothing for stall_s is SIGKILLed. EOF on its pipe then
         does the rest, as for any core that dies (``_died``). The pipe is never written with a blocking write
-        (``_write``), so a hung core cannot stop the event loop, and this timer, from running."""
+        (``FrameWriter``), so a hung core cannot stop the event loop, and this timer, from running."""
         self._watchdog = None
         if self.stopping:
             return
@@ -177,12 +183,15 @@ class CoreHandle:
 
     def _readable(self) -> None:
         self.heard_at = time.monotonic()
-        conn = self.conn
+        conn, messages, dead = self.conn, [], False
         try:
             while conn is not None and conn.poll():
-                self._dispatch(conn.recv())
+                messages.append(conn.recv())
         except (EOFError, OSError):
-            self._died()
+            dead = True
+        self._hold.take(messages, len(self.inflight))
+        if dead:
+            self._died()  # after what it said before it died
 
     def _dispatch(self, msg) -> None:
         if isinstance(msg, Report):
@@ -202,13 +211,14 @@ class CoreHandle:
                     self._forget(req)
             self.telemetry.stats(self.spec.index, msg.stats)
         elif isinstance(msg, Ready):
-            self.state.up, self.state.provider, self.state.io_binding, self.state.pid = (
+            st = self.state
+            st.up, st.provider, st.io_binding, st.pid, st.ready_at = (
                 True,
                 msg.provider,
                 msg.io_binding,
                 msg.pid,
+                time.monotonic(),
             )
-            self.state.ready_at = time.monotonic()
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(self)
             log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
@@ -219,18 +229,16 @@ class CoreHandle:
                 self._ready.set_exception(CoreLoadError(msg.message))
 
     def _died(self) -> None:
+        self._hold.release()  # what it said before it died counts
         loop = self.loop
         if self.conn is not None:
             loop.remove_reader(self.conn.fileno())
             self.conn.close()
             self.conn = None
         if self._wsock is not None:
-            if self._writing:
-                loop.remove_writer(self._wsock.fileno())
-                self._writing = False
+            self._writer.close()
             self._wsock.close()
             self._wsock = None
-        self._unsent.clear()
         was_up = self.state.up
         self.state.up = False
         code = None
@@ -320,37 +328,20 @@ class CoreHandle:
             req.events.put_nowait(Failed(req.id, CoreUnavailable.code, message))
 
     def _post(self, message) -> None:
-        """Queue a message; every message of this event-loop iteration goes out in one pipe write. Each write
-        wakes the core's reader, and a wake-up per request costs the front end more than the batching of writes."""
+        """Queue a message; those of this event-loop iteration (and of SUBMIT_HOLD_S, to a core decoding) go out in
+        one pipe write: each write wakes the core's reader, and a wake-up per request costs more than batching."""
         if not self._outbox:
-            self.loop.call_soon(self._flush)
+            if len(self.inflight) > 1:  # busy with another request: it reads this after its step anyway
+                self.loop.call_later(SUBMIT_HOLD_S, self._flush)
+            else:
+                self.loop.call_soon(self._flush)
         self._outbox.append(message)
 
     def _flush(self) -> None:
         batch, self._outbox = self._outbox, []
         if self._wsock is None or not batch:
             return  # died meanwhile: _died failed the requests in flight
-        self._unsent += frame(batch)  # Connection's framing: the core reads with recv()
-        self._write()
-
-    def _write(self) -> None:
-        """What the pipe takes now, never blocking. A core that hangs stops reading; once the pipe's buffer was
-        full, a blocking write would stop the event loop, and every door and health check with it, until the
-        watchdog killed the core. The rest goes when the pipe is writable again."""
-        sock = self._wsock
-        try:
-            while self._unsent:
-                del self._unsent[: sock.send(self._unsent, socket.MSG_DONTWAIT)]
-        except BlockingIOError:
-            if not self._writing:
-                self.loop.add_writer(sock.fileno(), self._write)
-                self._writing = True
-            return
-        except OSError:
-            self._unsent.clear()  # the core is gone; EOF on the pipe reports it and fails what is in flight
-        if self._writing:
-            self.loop.remove_writer(sock.fileno())
-            self._writing = False
+        self._writer.send(batch)
 
     def cancel(self, req: InFlight) -> bool:
         """False: the request is not (or no longer) on this core."""
