@@ -49,6 +49,26 @@ def pad_axis(a: np.ndarray, axis: int, size: int) -> np.ndarray:
     return out
 
 
+def free_run(free: list[int], n: int) -> int | None:
+    """The first row of n consecutive released rows, if there are; appending a beam instead copies the whole
+    cache, and so does compacting the rows a finished beam left (together a sixth of a beam-4 step's time)."""
+    if len(free) < n:
+        return None
+    rows = sorted(free)
+    for i in range(len(rows) - n + 1):
+        if rows[i + n - 1] - rows[i] == n - 1:
+            return rows[i]
+    return None
+
+
+def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad, np.int64)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+    return ids, (ids != pad).astype(np.int64)
+
+
 class DecodeBatch:
     def __init__(self, n_layers: int, n_heads: int, d_head: int, dtype=np.float32):
         self.n_layers = n_layers

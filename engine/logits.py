@@ -79,31 +79,52 @@ class RowOptions:
         self.scored = np.flatnonzero(scored)
 
     @property
+    def bans_only(self) -> bool:
+        """Every row is a one-row sequence whose options only ban tokens (a minimum length, disable_unk): its token
+        is the argmax of what is left, which ``engine.screen`` finds without the full logits."""
+        plain = not (self.rep_at.size or self.ngram_groups or self.sampled.size or self.scored.size)
+        return plain and len(self.single) == len(self.rows) and not (self.plen > 0).any()
+
+    def bans(self, positions: np.ndarray) -> list[tuple[int, np.ndarray]] | None:
+        """When ``bans_only``: (token, batch rows (B,) bool) pairs, the tokens these rows may not take at
+        ``positions`` (B,); else None."""
+        if not self.bans_only:
+            return None
+        eos, unk = (np.zeros(len(positions), bool) for _ in range(2))
+        eos[self.rows[positions[self.rows] < self.min_len]] = True
+        unk[self.rows[self.no_unk]] = True
+        return [(self.eos, eos), (self.unk, unk)]
+
+    @property
     def needs_history(self) -> bool:
         return bool(self.rep_at.size or self.ngram_groups)
 
     def apply(self, logits: np.ndarray, positions: np.ndarray, history: np.ndarray | None) -> Picks:
         """Process ``logits`` (B, V) in place for these rows; ``positions`` (B,) tokens each row has generated,
-        ``history`` (B, L) their tokens, right-aligned, -1 before a row's first (needed for penalties/n-grams)."""
-        x = logits[self.rows]  # (R, V), a copy
-        pos = positions[self.rows]
+        ``history`` (B, L) their tokens, right-aligned, -1 before a row's first (needed for penalties/n-grams).
+
+        Only the rows and tokens an option touches are written: copying the rows out and back cost three passes
+        over (B, V) a step, a share of the step that grows with the vocabulary (docs/BENCHMARKS.md#marian-ct2-notes)."""
+        rows = self.rows
+        pos = positions[rows]
         # CTranslate2: a token already generated gets logit * p if negative, / p otherwise
         if self.rep_at.size:
-            h = history[self.rows[self.rep_at]]
-            seen = np.zeros((len(h), x.shape[1] + 1), bool)  # the extra column takes the -1 padding
+            at = rows[self.rep_at]
+            h = history[at]
+            seen = np.zeros((len(h), logits.shape[1] + 1), bool)  # the extra column takes the -1 padding
             seen[np.arange(len(h))[:, None], h] = True
-            xr = x[self.rep_at]
-            x[self.rep_at] = np.where(seen[:, :-1], np.where(xr < 0, xr * self.rep, xr / self.rep), xr)
+            xr = logits[at]
+            logits[at] = np.where(seen[:, :-1], np.where(xr < 0, xr * self.rep, xr / self.rep), xr)
         for n, at in self.ngram_groups:
-            self._ban_repeats(x, at, history[self.rows[at]], n)
-        x[pos < self.min_len, self.eos] = NO
-        x[self.no_unk, self.unk] = NO
-        logits[self.rows] = x
-        return self._pick(x, pos)
+            self._ban_repeats(logits, rows[at], history[rows[at]], n)
+        logits[rows[pos < self.min_len], self.eos] = NO
+        logits[rows[self.no_unk], self.unk] = NO
+        return self._pick(logits, pos)
 
     @staticmethod
     def _ban_repeats(x: np.ndarray, at: np.ndarray, h: np.ndarray, n: int) -> None:
-        """Disable every token that would complete an n-gram already in the row's history (``no_repeat_ngram_size``)."""
+        """Disable every token that would complete an n-gram already in the row's history (``no_repeat_ngram_size``):
+        ``at`` the rows of ``x`` whose histories ``h`` are."""
         if h.shape[1] < n:
             return
         win = sliding_window_view(h, n, axis=1)  # (r, L-n+1, n): every n-gram of the history
@@ -116,10 +137,13 @@ class RowOptions:
         r, w = np.nonzero(hit)
         x[at[r], win[r, w, -1]] = NO
 
-    def _pick(self, x: np.ndarray, pos: np.ndarray) -> Picks:
+    def _pick(self, logits: np.ndarray, pos: np.ndarray) -> Picks:
         if not self.single.size:
             return Picks(self.single, self.single, np.zeros(0))
-        xs = x[self.single]  # (S, V)
+        at = self.rows[self.single]  # batch rows of the one-row sequences
+        # every row of the batch, in order (the commonest case: one option for all): read in place, no copy
+        whole = len(at) == len(logits) and at[-1] == len(at) - 1 and (np.diff(at) == 1).all()
+        xs = logits if whole else logits[at]  # (S, V)
         tok = xs.argmax(-1)
         if self.sampled.size:
             tok[self.sampled] = self._sample(xs[self.sampled])
@@ -134,7 +158,7 @@ class RowOptions:
             lse = (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))[:, 0]
             logp[self.scored] = z[np.arange(len(z)), tok[self.scored]].astype(np.float64) - lse
             logp[forced] = 0.0  # a forced token is not chosen: it adds nothing to the score (as CTranslate2)
-        return Picks(self.rows[self.single], tok, logp)
+        return Picks(at, tok, logp)
 
     def _sample(self, x: np.ndarray) -> np.ndarray:
         """One draw per row from top-k / temperature / top-p, each row with its own generator.

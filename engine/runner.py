@@ -16,6 +16,7 @@ import onnxruntime as ort
 from contract import bundle, names
 from contract.bundle import BundleConfig, BundleError
 from engine.device import disabled_optimizers, log_provider_once, providers_for
+from engine.screen import Top1Screen, split_decoder
 from engine.topk import TopLogprobs
 
 log = logging.getLogger("s2s.engine")
@@ -33,6 +34,9 @@ class EngineOptions:
     # cross host memory on every step. On CPU numpy already is the device memory; "on" there runs
     # the same code path (the tests do).
     io_binding: str = "auto"  # auto | on | off
+    # Greedy rows' tokens from an int8 screen of the output projection, each proven to be the argmax or computed in
+    # full (engine/screen.py): float32 bundles on the CPU only. Opt-in.
+    greedy_screen: bool = False
 
 
 class Runner:
@@ -76,6 +80,10 @@ class Runner:
             " (KV cache in device memory via IOBinding)" if self.io_binding else "",
         )
         self._threads = options.intra_op_threads
+        self.screen: Top1Screen | None = None
+        self.head: ort.InferenceSession | None = None  # the split-off output projection (with ``screen``)
+        if options.greedy_screen:
+            self._split(so, providers)
         self._top: TopLogprobs | None = None  # built when the first beam runs
         # Tokens the model never generates (task.suppressed_ids): out of greedy's argmax, and out of the beams'
         # candidates after their log-softmax (engine.topk).
@@ -87,6 +95,27 @@ class Runner:
         self._present_names = [
             n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))
         ]
+
+    def _split(self, so: ort.SessionOptions, providers: list[str]) -> None:
+        """The decoder as trunk (up to its last hidden state) and head (the output projection), and the screen."""
+        why = (
+            "it runs on the CPU only"
+            if self.device_type != "cpu" or self.io_binding
+            else f"the bundle is {self.config.quantization}"
+            if self.config.quantization != "none"
+            else None
+        )
+        split = None if why else split_decoder(self.folder / bundle.DECODER_FILE)
+        if split is None:
+            log.warning(
+                "%s: greedy_screen off: %s", self.folder, why or "its logits are not a plain projection"
+            )
+            return
+        off = disabled_optimizers(providers)
+        self.decoder = ort.InferenceSession(split.trunk, so, providers=providers, disabled_optimizers=off)
+        self.head = ort.InferenceSession(split.head, so, providers=providers, disabled_optimizers=off)
+        self._hidden = split.hidden
+        self.screen = Top1Screen(split.weight, split.bias, self.config.task.suppressed_ids, self._threads)
 
     def _session(
         self, file: str, so: ort.SessionOptions, providers: list[str], io: names.GraphIO
@@ -109,9 +138,7 @@ class Runner:
     def top_logprobs(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's n best tokens by log-probability (float64), best first: ``engine.topk``."""
         if self._top is None:
-            self._top = TopLogprobs(
-                self._threads, self.config.model.tgt_vocab_size, self.config.task.suppressed_ids
-            )
+            self._top = TopLogprobs(self._threads, self.config.task.suppressed_ids)
         return self._top(logits, n)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
@@ -187,6 +214,37 @@ class Runner:
         src_mask: np.ndarray,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One decoder step -> logits (B, T, V) and present K/V, flat like ``past``."""
+        out, present = self._decode(tgt_ids, positions, past_mask, past, cross, src_mask)
+        if self.head is not None:  # a split decoder (greedy_screen): its output is the hidden state
+            out = self.head.run(None, {self._hidden: out})[0]
+        return out, present
+
+    def decode_top1(
+        self,
+        tgt_ids: np.ndarray,
+        positions: np.ndarray,
+        past_mask: np.ndarray,
+        past: list[np.ndarray],
+        cross: list[np.ndarray],
+        src_mask: np.ndarray,
+        banned: list[tuple[int, np.ndarray]],
+    ) -> tuple[list[np.ndarray], np.ndarray]:
+        """One decoder step of one new token per row, for rows that take their argmax: present K/V and each row's
+        token (B,), never a suppressed one nor one ``banned`` to its row ((token, rows (B,) bool) pairs). Needs
+        ``screen``: the rows it does not settle get their logits from ``head``."""
+        hidden, present = self._decode(tgt_ids, positions, past_mask, past, cross, src_mask)
+        h = hidden[:, -1]  # (B, d_model)
+        tokens, settled = self.screen.top1(h, banned)
+        rest = np.flatnonzero(~settled)
+        if rest.size:
+            logits = self.head.run(None, {self._hidden: hidden[rest]})[0][:, -1]  # (R, V)
+            logits[:, self.suppressed] = -np.inf
+            for token, rows in banned:
+                logits[rows[rest], token] = -np.inf
+            tokens[rest] = logits.argmax(-1)
+        return present, tokens
+
+    def _decode(self, tgt_ids, positions, past_mask, past, cross, src_mask):
         feed = {
             names.TGT_IDS: tgt_ids,
             names.POSITIONS: positions,
@@ -195,5 +253,5 @@ class Runner:
         }
         feed.update(zip(self._past_names, past))
         feed.update(zip(self._cross_names, cross))
-        logits, *present = self.decoder.run(None, feed)
-        return logits, present
+        out, *present = self.decoder.run(None, feed)
+        return out, present

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contract.decoding import DecodingOptions
-from engine.cache import DecodeBatch, pad_axis
+from engine.cache import DecodeBatch, free_run, pad_axis, pad_batch  # noqa: F401  (pad_batch: re-exported)
 from engine.logits import RowOptions
 from engine.runner import Runner
 from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
@@ -79,26 +79,6 @@ class StepOutput:
 
     finished: list[Sequence]
     tokens: list[tuple[Sequence, int]]
-
-
-def free_run(free: list[int], n: int) -> int | None:
-    """The first row of n consecutive released rows, if there are; appending a beam instead copies the whole
-    cache, and so does compacting the rows a finished beam left (together a sixth of a beam-4 step's time)."""
-    if len(free) < n:
-        return None
-    rows = sorted(free)
-    for i in range(len(rows) - n + 1):
-        if rows[i + n - 1] - rows[i] == n - 1:
-            return rows[i]
-    return None
-
-
-def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), pad, np.int64)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = r
-    return ids, (ids != pad).astype(np.int64)
 
 
 class StepLoop:
@@ -274,32 +254,14 @@ class StepLoop:
         if b.stale():  # no newcomer took them for a while: stop computing them
             self._compact()
         b.trim()
-        if self.engine.io_binding:  # the cache stays in device memory from step to step
-            past, cross = b.device_kv(self.engine.to_device)
-            logits, present = self.engine.decode_bound(
-                b.tokens, b.positions, b.past_mask, past, cross, b.src_mask
+        bans = self._screen_bans() if self.engine.screen is not None else None
+        if bans is not None:  # greedy rows only: their tokens from the int8 screen (engine/screen.py)
+            present, next_tokens = self.engine.decode_top1(
+                b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask, bans
             )
+            logp = None
         else:
-            logits, present = self.engine.decode(
-                b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask
-            )
-        logits = logits[:, -1]  # (B, V)
-        sup = self.engine.suppressed
-        # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
-        if sup.size:
-            kept = logits[:, sup].copy()
-            logits[:, sup] = -np.inf
-        picks = None
-        if self.n_pass:  # rows with options: penalties and masks in place, their one-row tokens chosen
-            if self.row_options is None:
-                self.row_options = RowOptions(self.seqs, self.engine.special.eos, self.engine.special.unk)
-            picks = self.row_options.apply(logits, b.positions[:, 0], b.full_history())
-        next_tokens = logits.argmax(-1)  # greedy rows keep these; beam rows overwrite theirs
-        logp = None
-        if picks is not None and picks.rows.size:
-            next_tokens[picks.rows] = picks.tokens
-            logp = np.zeros(len(b))
-            logp[picks.rows] = picks.logp
+            present, logits, next_tokens, logp, kept = self._decoded()
         parents = np.arange(len(b))
         streamed: list[tuple[Sequence, int]] = []
         beams: list[Sequence] = []
@@ -312,8 +274,8 @@ class StepLoop:
             else:
                 beams.append(s)
         if beams:  # every beam's candidates in one vector pass, then each beam picks among its own
-            if sup.size:
-                logits[:, sup] = kept
+            if kept is not None:
+                logits[:, self.engine.suppressed] = kept
             rows = np.concatenate([np.arange(s.row, s.row + s.n_rows) for s in beams])
             beam_logits = (
                 logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
@@ -349,6 +311,60 @@ class StepLoop:
         if finished:
             self.remove(finished)
         return StepOutput(early + finished, streamed)
+
+    def _decoded(self):
+        """The decoder step with full logits: (present K/V, logits (B, V), the one-row tokens, their log P or None,
+        the suppressed tokens' logits that beams get back)."""
+        b = self.batch
+        if self.engine.io_binding:  # the cache stays in device memory from step to step
+            past, cross = b.device_kv(self.engine.to_device)
+            logits, present = self.engine.decode_bound(
+                b.tokens, b.positions, b.past_mask, past, cross, b.src_mask
+            )
+        else:
+            logits, present = self.engine.decode(
+                b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask
+            )
+        logits = logits[:, -1]  # (B, V)
+        sup, kept = self.engine.suppressed, None
+        # never generated: out of every one-row choice; beams get them back, masked after the log-softmax
+        if sup.size:
+            kept = logits[:, sup].copy()
+            logits[:, sup] = -np.inf
+        picks = None
+        if self.n_pass:  # rows with options: penalties and masks in place, their one-row tokens chosen
+            picks = self._row_options().apply(logits, b.positions[:, 0], b.full_history())
+        next_tokens = self._argmax(logits, picks)  # greedy rows keep these; beam rows overwrite theirs
+        logp = None
+        if picks is not None and picks.rows.size:
+            next_tokens[picks.rows] = picks.tokens
+            logp = np.zeros(len(b))
+            logp[picks.rows] = picks.logp
+        return present, logits, next_tokens, logp, kept
+
+    def _row_options(self) -> RowOptions:
+        if self.row_options is None:
+            self.row_options = RowOptions(self.seqs, self.engine.special.eos, self.engine.special.unk)
+        return self.row_options
+
+    def _screen_bans(self) -> list[tuple[int, np.ndarray]] | None:
+        """The tokens each row may not take this step when every row is greedy and wants only its argmax (options
+        that ban tokens at most); else None: the step needs full logits."""
+        if not all(isinstance(s.search, Greedy) for s in self.seqs):
+            return None
+        return self._row_options().bans(self.batch.positions[:, 0]) if self.n_pass else []
+
+    def _argmax(self, logits: np.ndarray, picks) -> np.ndarray:
+        """Each plain greedy row's argmax (B,): only over the rows that need one. Rows the logits pass picked for
+        and beam rows choose their own, and a (B, V) argmax of a large vocabulary is not free."""
+        if not self.n_pass and all(isinstance(s.search, Greedy) for s in self.seqs):
+            return logits.argmax(-1)  # plain greedy: every row (released ones too: their tokens are ignored)
+        taken = set() if picks is None else set(picks.rows.tolist())
+        rows = [s.row for s in self.seqs if isinstance(s.search, Greedy) and s.row not in taken]
+        out = np.zeros(len(logits), np.int64)
+        if rows:
+            out[rows] = logits[rows].argmax(-1)
+        return out
 
     def remove(self, seqs: list[Sequence]) -> None:
         """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""

@@ -1,4 +1,4 @@
-"""ONNX translations of the model's own operators: ``s2s::attention`` -> ``com.microsoft.MultiHeadAttention``.
+"""ONNX translations of the model's own operators: ``s2s::attention`` and ``s2s::cached_attention``.
 
 ``training.model.attention`` is one custom operator (its eager body is the written-out §3.2.1
 math). The exporter maps it here to ONNX Runtime's fused contrib operator instead of
@@ -11,6 +11,21 @@ Queries arrive before the head split and leave merged, keys and values in the ca
 layout, so neither side needs a Transpose. The graphs then need ONNX Runtime (the contrib domain),
 which is why bundles with them are format 3 (contract/bundle.py); every export is still checked
 against PyTorch (export/validate.py).
+
+``training.model.cached_attention`` is the decoder's self-attention with its cache: the new tokens' keys and
+values appended (a Concat of the whole cache), then attention. Written out, or with MultiHeadAttention, that
+is a Concat and the attention; with ``gqa`` it is one node,
+
+    GroupQueryAttention(query, key, value (B, T, d_model), past_key, past_value (B, H, P, Dh),
+                        seqlens_k (B,) = P + T - 1, total_sequence_length = P + T,
+                        attention_bias (B, 1, T, P + T); num_heads = kv_num_heads) -> (out, present K, present V)
+
+whose CPU kernel appends and attends per (row, head) in one pass over that row's cache, where the separate
+nodes pass over the whole batch's cache three times (Concat, Q K^T, softmax x V). It is what ONNX Runtime runs
+for decoder-only LLMs on CPUs (its onnxruntime-genai). Two limits, both outside what the engine asks of a
+decoder: more than one new token over a non-empty cache only at batch 1 (ONNX Runtime refuses it otherwise;
+the engine feeds one token a step, and export/validate.py checks what it feeds), and CUDA's kernel takes float16
+only (a float32 graph runs that node on the CPU there): for GPUs, export without it.
 """
 
 from __future__ import annotations
@@ -65,9 +80,49 @@ def _register_schema() -> None:
     )
 
 
+def _register_gqa_schema() -> None:
+    """GroupQueryAttention's inputs up to attention_bias (no rotary embedding here), as _register_schema."""
+    if onnx.defs.has("GroupQueryAttention", DOMAIN):
+        return
+    opt, single = OpSchema.FormalParameterOption.Optional, OpSchema.FormalParameterOption.Single
+    types = {"seqlens_k": "M", "total_sequence_length": "M", "position_ids": "P"}
+    names = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length")
+    names += ("cos_cache", "sin_cache", "position_ids", "attention_bias")
+    inputs = [
+        OpSchema.FormalParameter(
+            n, types.get(n, "T"), param_option=single if n in names[:1] + names[5:7] else opt
+        )
+        for n in names
+    ]
+    onnx.defs.register_schema(
+        OpSchema(
+            "GroupQueryAttention",
+            DOMAIN,
+            1,
+            "ONNX Runtime contrib operator (onnxruntime/docs/ContribOperators.md)",
+            inputs=inputs,
+            outputs=[OpSchema.FormalParameter(n, "T") for n in ("output", "present_key", "present_value")],
+            type_constraints=[
+                ("T", ["tensor(float)", "tensor(float16)"], "float tensors"),
+                ("M", ["tensor(int32)"], "lengths"),
+                ("P", ["tensor(int64)"], "positions"),
+            ],
+            attributes=[
+                OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "query heads", required=True),
+                OpSchema.Attribute("kv_num_heads", OpSchema.AttrType.INT, "key/value heads", required=True),
+                OpSchema.Attribute(
+                    "scale", OpSchema.AttrType.FLOAT, "default 1/sqrt(head size)", required=False
+                ),
+            ],
+        )
+    )
+
+
 _register_schema()
+_register_gqa_schema()
 MSFT = onnxscript.values.Opset(DOMAIN, 1)
 MULTI_HEAD_ATTENTION = MSFT.MultiHeadAttention
+GROUP_QUERY_ATTENTION = MSFT.GroupQueryAttention
 
 
 def multi_head_attention(q, k, v, bias, n_heads: int):
@@ -109,10 +164,75 @@ def written_out_attention(q, k, v, bias, n_heads: int):
     return op.Reshape(merged, const([0, 0, n_heads * d_k], np.int64))  # (B, T, d_model)
 
 
-def translation_table(fused: bool = True) -> dict:
-    """fused: com.microsoft.MultiHeadAttention (bundle format 3); else the standard ONNX nodes (format 2)."""
+def _split_heads(x, n_heads: int):
+    """(B, T, d_model) -> (B, H, T, Dh), as MultiHeadAttention.split_heads."""
+    import numpy as np
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    shape = op.Constant(value=ir.tensor(np.asarray([0, 0, n_heads, int(x.shape[-1]) // n_heads], np.int64)))
+    return op.Transpose(op.Reshape(x, shape), perm=[0, 2, 1, 3])
+
+
+def _appended(attend):
+    """``cached_attention`` as a Concat of the cache and the new tokens' keys and values, then ``attend``."""
+
+    def cached(q, k_new, v_new, past_k, past_v, bias, n_heads: int):
+        from onnxscript import opset18 as op
+
+        k = op.Concat(past_k, _split_heads(k_new, n_heads), axis=2)  # (B, H, P+T, Dh)
+        v = op.Concat(past_v, _split_heads(v_new, n_heads), axis=2)
+        return attend(q, k, v, bias, n_heads), k, v
+
+    return cached
+
+
+def group_query_attention(q, k_new, v_new, past_k, past_v, bias, n_heads: int):
+    """``cached_attention`` as one GroupQueryAttention node: every row's cache is P long, so each row's length
+    (seqlens_k, the kernel's "total length - 1") is P + T - 1, and the bias masks the holes."""
+    import numpy as np
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    # (1,) P + T, from the bias (the cache's mask and the new tokens): not from past_k, which may be a buffer with
+    # room for more steps (written in place when it is also the present output)
+    total = op.Shape(bias, start=3, end=4)
+    seqlens = op.Expand(
+        op.Cast(op.Sub(total, op.Constant(value=ir.tensor(np.asarray([1], np.int64)))), to=ir.DataType.INT32),
+        op.Shape(q, start=0, end=1),
+    )  # (B,)
+    scalar = op.Constant(value=ir.tensor(np.asarray([], np.int64)))
+    total_scalar = op.Reshape(op.Cast(total, to=ir.DataType.INT32), scalar)
+    # attention_bias (B, 1, T, P+T) as given; inputs by position: query, key, value, past_key, past_value,
+    # seqlens_k, total_sequence_length, cos_cache, sin_cache, position_ids (none: no rotary), attention_bias.
+    out, k, v = GROUP_QUERY_ATTENTION(
+        q,
+        k_new,
+        v_new,
+        past_k,
+        past_v,
+        seqlens,
+        total_scalar,
+        None,
+        None,
+        None,
+        bias,
+        num_heads=n_heads,
+        kv_num_heads=n_heads,
+        _num_outputs=3,
+    )
+    return out, k, v
+
+
+def translation_table(fused: bool = True, gqa: bool = False) -> dict:
+    """fused: com.microsoft.MultiHeadAttention (bundle format 3); else the standard ONNX nodes (format 2). gqa: the
+    decoder's self-attention and its cache as com.microsoft.GroupQueryAttention (format 3)."""
     import torch
 
     import training.model  # noqa: F401  (registers torch.ops.s2s.attention)
 
-    return {torch.ops.s2s.attention.default: multi_head_attention if fused else written_out_attention}
+    attend = multi_head_attention if fused else written_out_attention
+    return {
+        torch.ops.s2s.attention.default: attend,
+        torch.ops.s2s.cached_attention.default: group_query_attention if gqa else _appended(attend),
+    }

@@ -56,6 +56,9 @@ class ImportOptions:
     name: str
     version: int | None = None
     quantize: str = "none"  # as `s2s export --quantize`
+    # The decoder's self-attention as ONNX Runtime's GroupQueryAttention (export/fused.py): faster on CPUs at the
+    # sizes of the models users bring; off for bundles meant for CUDA (its kernel is float16-only).
+    gqa: bool = True
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -277,6 +280,7 @@ def _export(
                     name=opts.name,
                     version=opts.version,
                     quantize=opts.quantize,
+                    gqa=opts.gqa,
                     origin=origin,
                     source_language=langs[0],
                     target_language=langs[1],

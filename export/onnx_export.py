@@ -42,6 +42,9 @@ class ExportOptions:
     # Attention as ONNX Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py; format 3 bundles)
     # rather than standard ONNX nodes (format 2, any ONNX runtime).
     fused: bool = False
+    # The decoder's self-attention and its cache as ONNX Runtime's GroupQueryAttention (export/fused.py; format 3):
+    # faster on CPUs at OPUS-MT's size (docs/BENCHMARKS.md#marian-ct2-notes); CUDA's kernel is float16-only.
+    gqa: bool = False
     # The length penalty rule a request gets when it names none (task.length_penalty_type; format 4 unless gnmt).
     length_penalty_type: str | None = None
     origin: dict | None = None  # s2s import: where the checkpoint came from (written to config.json)
@@ -70,7 +73,7 @@ def _dims(io: names.GraphIO) -> dict[str, dict[int, Dim]]:
 
 
 def _export(
-    module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int, fused: bool
+    module: torch.nn.Module, args: tuple, io: names.GraphIO, path: Path, n_named: int, fused: bool, gqa: bool
 ) -> None:
     """n_named: how many leading forward() parameters are named; the rest arrive as *rest."""
     module.eval()
@@ -88,9 +91,55 @@ def _export(
         dynamic_shapes=shapes,
         optimize=True,
         verbose=False,
-        custom_translation_table=translation_table(fused),
+        custom_translation_table=translation_table(fused, gqa),
     )
     onnx.checker.check_model(str(path), full_check=True)
+
+
+def fold_output_bias(path: Path) -> bool:
+    """logits = MatMul(x, W) + b  ->  MatMul(Concat(x, 1), Concat(W, b)): the output bias as one more row of the
+    projection, so no Add passes over the (rows, vocabulary) logits after it (the same sums, in the same order:
+    MLAS adds the last row last). W^T of a tied table stays a Transpose and the new weight a Concat, both folded
+    into one initializer when ONNX Runtime loads the graph, so the file keeps one copy of the table. For float32
+    graphs: the quantizers take the bias as it is. Returns whether the graph had such an Add."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    add = producer.get(names.LOGITS)
+    if add is None or add.op_type != "Add":
+        return False
+    bias = next((i for i in add.input if i in inits and len(inits[i].dims) == 1), None)
+    matmul = next((producer.get(i) for i in add.input if i != bias), None)
+    if bias is None or matmul is None or matmul.op_type != "MatMul":
+        return False
+    x, w = matmul.input
+    for name in ("logits_bias_axes", "logits_bias_one"):  # [0], [1]
+        g.initializer.append(numpy_helper.from_array(np.array([name.endswith("one")], np.int64), name))
+    nodes = [
+        helper.make_node("Unsqueeze", [bias, "logits_bias_axes"], ["logits_bias_row"]),
+        helper.make_node("Concat", [w, "logits_bias_row"], ["logits_weight_with_bias"], axis=0),  # (K + 1, V)
+        helper.make_node("Shape", [x], ["logits_x_lead"], start=0, end=-1),
+        helper.make_node("Concat", ["logits_x_lead", "logits_bias_one"], ["logits_ones_shape"], axis=0),
+        helper.make_node(
+            "ConstantOfShape",
+            ["logits_ones_shape"],
+            ["logits_ones"],
+            value=numpy_helper.from_array(np.ones(1, np.float32)),
+        ),
+        helper.make_node("Concat", [x, "logits_ones"], ["logits_x_with_one"], axis=-1),  # (B, T, K + 1)
+        helper.make_node("MatMul", ["logits_x_with_one", "logits_weight_with_bias"], [names.LOGITS]),
+    ]
+    at = list(g.node).index(matmul)
+    g.node.remove(add)
+    g.node.remove(matmul)
+    for i, n in enumerate(nodes):
+        g.node.insert(at + i, n)
+    onnx.save(model, str(path))
+    return True
 
 
 def next_version(model_dir: Path) -> int:
@@ -105,6 +154,9 @@ def export(opts: ExportOptions) -> Path:
     ckpt = checkpoint.load(opts.checkpoint)
     model = ckpt.model.eval()
     c = model.config
+    if opts.gqa and c.d_head % 8:  # ONNX Runtime's GroupQueryAttention takes heads of a multiple of 8 only
+        log.info("heads of %d: the self-attention stays standard ONNX nodes", c.d_head)
+        opts = dataclasses.replace(opts, gqa=False)
     version = opts.version or next_version(opts.repo / opts.name)
     final = opts.repo / opts.name / str(version)
     with tempfile.TemporaryDirectory(prefix="s2s-export-") as tmp:
@@ -118,6 +170,7 @@ def export(opts: ExportOptions) -> Path:
                 out / bundle.ENCODER_FILE,
                 2,
                 opts.fused,
+                opts.gqa,
             )
             _export(
                 DecoderGraph(model),
@@ -126,8 +179,11 @@ def export(opts: ExportOptions) -> Path:
                 out / bundle.DECODER_FILE,
                 3,
                 opts.fused,
+                opts.gqa,
             )
-        if quantization != "none":
+        if quantization == "none":
+            fold_output_bias(out / bundle.DECODER_FILE)
+        else:
             from export.quantize import quantize
 
             quantize(out, quantization)
@@ -155,12 +211,14 @@ def export(opts: ExportOptions) -> Path:
             origin=opts.origin,
             languages=opts.languages,
             format_version=bundle.format_for(
-                c, task, opts.fused, target_tokenizer, opts.languages is not None
+                c, task, opts.fused or opts.gqa, target_tokenizer, opts.languages is not None
             ),
         )
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.
-        report = validate_bundle(model, out, atol=opts.atol if quantization == "none" else None)
+        report = validate_bundle(
+            model, out, atol=opts.atol if quantization == "none" else None, one_token_over_past=opts.gqa
+        )
         cfg = BundleConfig(**{**cfg.__dict__, "validation": report})
         cfg.write(out)
         final.parent.mkdir(parents=True, exist_ok=True)

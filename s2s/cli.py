@@ -174,7 +174,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         out = import_model(
-            ImportOptions(Path(args.folder), Path(args.repo), args.name, args.version, args.quantize)
+            ImportOptions(
+                Path(args.folder),
+                Path(args.repo),
+                args.name,
+                args.version,
+                args.quantize,
+                gqa=args.attention == "gqa",
+            )
         )
     except ImportRefused as e:
         print(f"s2s import: {e}", file=sys.stderr)
@@ -362,6 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", required=True, help="model name (the folder under --repo)")
     p.add_argument("--version", type=int, default=None, help="version number (default: next free)")
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help="as `s2s export --quantize`")
+    p.add_argument(
+        "--attention",
+        choices=("gqa", "standard"),
+        default="gqa",
+        help="the decoder's self-attention: gqa = ONNX Runtime's GroupQueryAttention, its cache appended inside "
+        "the kernel (faster on CPUs, docs/BENCHMARKS.md#marian-ct2-notes); standard = ONNX nodes, for CUDA, "
+        "whose GroupQueryAttention takes float16 only",
+    )
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import subprocess
@@ -128,6 +129,26 @@ def test_onnx_runtime_top_k_equals_the_numpy_reference(engine: Translator):
     assert ids[5, :3].tolist() == [7, 700, 7000] and ids[6].tolist() == list(range(8))
     np.testing.assert_allclose(lp, ref_lp, rtol=0, atol=1e-5)
     assert engine.runner.top_logprobs(x[:2, :5], 8)[1].shape == (2, 5)  # n above the vocabulary: all of it
+
+
+def test_top_k_leaves_out_suppressed_tokens_after_the_log_softmax():
+    """Tokens a model never generates (Marian's <pad>) count in the log-softmax's normaliser but are never among a
+    row's n best, also where one of them is a row's top token; with n above what is left, they come last at -inf."""
+    from engine.topk import TopLogprobs
+
+    rng = np.random.default_rng(2)
+    x = (3 * rng.standard_normal((9, 500))).astype(np.float32)
+    sup = (3, 250, 499)
+    x[0, 250] = x[0].max() + 5  # a suppressed token on top
+    x[1, list(sup)] = x[1].max() + 1  # all of them on top
+    m = x.max(-1, keepdims=True)
+    ref = x.astype(np.float64) - (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))
+    ref[:, list(sup)] = -np.inf
+    lp, ids = TopLogprobs(1, sup)(x, 8)
+    assert ids.tolist() == np.argsort(-ref, axis=-1, kind="stable")[:, :8].tolist()
+    np.testing.assert_allclose(lp, np.take_along_axis(ref, ids, axis=-1), rtol=0, atol=1e-5)
+    lp, ids = TopLogprobs(1, sup)(x[:2, :5], 8)  # 5 tokens, one suppressed: it comes last
+    assert ids.shape == (2, 5) and ids[:, -1].tolist() == [3, 3] and np.isneginf(lp[:, -1]).all()
 
 
 @pytest.mark.parametrize("kind,alpha", [("gnmt", 0.6), ("ctranslate2", 0.6), ("ctranslate2", 0.0)])
@@ -455,20 +476,33 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path):
-    """--fused-attention: ONNX Runtime's MultiHeadAttention replaces the written-out attention (format 3); the
-    export validated it against PyTorch (ragged past, empty past, greedy), and decoding held-out inputs, with
-    rows joining a running batch, gives the tokens of the committed standard-ONNX bundle."""
+@pytest.mark.parametrize(
+    "option,op", [("fused", "MultiHeadAttention"), ("gqa", "GroupQueryAttention")], ids=["fused", "gqa"]
+)
+def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path, option: str, op: str):
+    """--fused-attention: ONNX Runtime's MultiHeadAttention replaces the written-out attention (format 3); gqa: its
+    GroupQueryAttention the decoder's self-attention and the Concat of its cache. The export validated each against
+    PyTorch (ragged past, empty past, greedy), and decoding held-out inputs, with rows joining a running batch,
+    gives the tokens of the committed standard-ONNX bundle."""
     import onnx
 
     from engine.step_loop import run
     from export.onnx_export import ExportOptions, export
 
-    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, fused=True))
+    out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, **{option: True}))
     fused = Translator(out)
     assert fused.config.format_version == 3 and fused.config.validation["greedy_identical"] == "16/16"
-    ops = {(n.domain, n.op_type) for n in onnx.load(str(out / "decoder.onnx")).graph.node}
-    assert ("com.microsoft", "MultiHeadAttention") in ops
+    nodes = onnx.load(str(out / "decoder.onnx")).graph.node
+    ops = collections.Counter((n.domain, n.op_type) for n in nodes)
+    assert ops[("com.microsoft", op)] >= fused.config.model.n_decoder_layers
+    past = [
+        n for n in nodes if n.op_type == "Concat" and any(i.startswith("past_key_values") for i in n.input)
+    ]
+    assert len(past) == (
+        0 if option == "gqa" else 2 * fused.config.model.n_decoder_layers
+    )  # gqa appends inside
+    # the output bias is a row of the projection's weight: no Add over the logits (export.onnx_export.fold_output_bias)
+    assert next(n for n in nodes if "logits" in n.output).op_type == "MatMul"
     standard = Translator(MODEL_REPO / "addition" / "1")
     assert standard.config.format_version in (1, 2)
     assert {n.domain for n in onnx.load(str(standard.folder / "decoder.onnx")).graph.node} <= {"", "ai.onnx"}

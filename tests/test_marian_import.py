@@ -12,6 +12,7 @@ import asyncio
 import os
 
 import numpy as np
+import onnx
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded, ever
@@ -40,11 +41,16 @@ def imported(tmp_path_factory):
     repo = root / "repo"
     out = {}
     for name, kw in (
-        ("joint", {"codes": CODES, "langs": ("en", "de")}),
+        (
+            "joint",
+            {"codes": CODES, "langs": ("en", "de"), "heads": 2},
+        ),  # GroupQueryAttention (export/fused.py)
         ("separate", {"separate_vocabs": True, "activation": "gelu", "seed": 1}),
     ):
         model, tok, src = mm.make(root / name, **kw)
         folder = import_model(ImportOptions(root / name, repo, name))
+        ops = {n.op_type for n in onnx.load(str(folder / "decoder.onnx")).graph.node}
+        assert ("GroupQueryAttention" in ops) == (name == "joint")  # heads of 4 take the standard nodes
         out[name] = (model, tok, folder, src)
     return out
 

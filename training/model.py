@@ -100,6 +100,32 @@ def _(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
     return torch.empty_like(q)
 
 
+@torch.library.custom_op("s2s::cached_attention", mutates_args=())
+def cached_attention(
+    q: Tensor, k_new: Tensor, v_new: Tensor, past_k: Tensor, past_v: Tensor, bias: Tensor, n_heads: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Decoder self-attention over the cache: the new tokens' keys and values appended to it, then §3.2.1.
+
+    q, k_new, v_new: (B, T, d_model) projections of the T new tokens; past_k, past_v: (B, H, P, Dh); bias as
+    ``attention``'s, (B, 1, T, P+T). Returns the attention (B, T, d_model) and the cache with the new tokens,
+    (B, H, P+T, Dh) each. One operator so that the export can map the append and the attention together to ONNX
+    Runtime's GroupQueryAttention, which appends inside its kernel (export/fused.py); this eager body (a Concat,
+    then ``attention``) is what the exported graphs are validated against."""
+    b, t, d = k_new.shape
+    k = torch.cat([past_k, k_new.view(b, t, n_heads, d // n_heads).transpose(1, 2)], dim=2)  # (B, H, P+T, Dh)
+    v = torch.cat([past_v, v_new.view(b, t, n_heads, d // n_heads).transpose(1, 2)], dim=2)
+    return attention(q, k, v, bias, n_heads), k, v
+
+
+@cached_attention.register_fake
+def _(
+    q: Tensor, k_new: Tensor, v_new: Tensor, past_k: Tensor, past_v: Tensor, bias: Tensor, n_heads: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    b, h, p, d_k = past_k.shape
+    present = past_k.new_empty(b, h, p + k_new.shape[1], d_k)
+    return torch.empty_like(q), present, torch.empty_like(present)
+
+
 class MultiHeadAttention(nn.Module):
     """§3.2.2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
     with §3.2.1 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V."""
@@ -133,6 +159,18 @@ class MultiHeadAttention(nn.Module):
             q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropout.p, scale=self.d_k**-0.5
         )
         return self.w_o(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
+
+    def attend_cached(self, x: Tensor, past: KV, bias: Tensor) -> tuple[Tensor, KV]:
+        """Self-attention of x (B, T, d_model) over the cache ``past`` (B, H, P, Dh) and x itself, its keys and
+        values appended: the attention (B, T, d_model) and the new cache (B, H, P+T, Dh)."""
+        if not self.training:  # one operator for the export (``cached_attention``)
+            out, k, v = cached_attention(
+                self.w_q(x), self.w_k(x), self.w_v(x), past[0], past[1], bias, self.h
+            )
+            return self.w_o(out), (k, v)
+        k_new, v_new = self.project_kv(x)  # (B, H, T, Dh)
+        k, v = torch.cat([past[0], k_new], dim=2), torch.cat([past[1], v_new], dim=2)  # (B, H, P+T, Dh)
+        return self.attend(x, k, v, bias), (k, v)
 
 
 def mask_bias(keep: Tensor) -> Tensor:
@@ -202,10 +240,8 @@ class DecoderLayer(nn.Module):
         self, y: Tensor, past: KV, self_bias: Tensor, cross: KV, cross_bias: Tensor
     ) -> tuple[Tensor, KV]:
         h = sublayer_input(self.norm1, y, self.pre)
-        k_new, v_new = self.self_attn.project_kv(h)  # (B, H, T, Dh)
-        k = torch.cat([past[0], k_new], dim=2)  # (B, H, P+T, Dh)
-        v = torch.cat([past[1], v_new], dim=2)
-        y = add_norm(self.norm1, y, self.dropout(self.self_attn.attend(h, k, v, self_bias)), self.pre)
+        a, (k, v) = self.self_attn.attend_cached(h, past, self_bias)  # cache (B, H, P+T, Dh)
+        y = add_norm(self.norm1, y, self.dropout(a), self.pre)
         h = sublayer_input(self.norm2, y, self.pre)
         y = add_norm(
             self.norm2, y, self.dropout(self.cross_attn.attend(h, cross[0], cross[1], cross_bias)), self.pre

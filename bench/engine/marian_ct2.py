@@ -37,7 +37,7 @@ from pathlib import Path
 
 from bench import CACHE as BENCH_CACHE
 from bench import ROOT
-from bench.common.abba import abba
+from bench.common.abba import abba, rotated
 from bench.common.machine import machine
 from bench.common.report import RESULTS, Report
 
@@ -133,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beams", default="1,4")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
+        "--no-screen",
+        action="store_true",
+        help="leave out the float32 greedy cells' third system: the engine with greedy_screen (engine/screen.py)",
+    )
+    p.add_argument(
         "--quick", action="store_true", help="a small model and 4 inputs; writes nothing unless --results"
     )
     p.add_argument(
@@ -175,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ),
     }
+    screen = None if args.no_screen else engine.load(f32, threads=1, device="cpu", greedy_screen=True)
     n = args.new_tokens
     rows = []
     for precision, (eng, ct2) in systems.items():
@@ -188,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                         texts, beam_size=beam, max_batch_size=batch * beam, min_new_tokens=n, max_new_tokens=n
                     )
                     assert all(len(r.tokens) == n for r in out)
+                    return [r.tokens for r in out]
 
                 def run_ct2(ct2=ct2, tokens=tokens, beam=beam, batch=batch):
                     out = ct2.translate_batch(
@@ -201,17 +208,25 @@ def main(argv: list[str] | None = None) -> int:
                         :4
                     ]
 
-                times = {"engine": [], "ct2": []}
-                run_engine(), run_ct2()  # warm-up
+                sides = [("engine", run_engine), ("ct2", run_ct2)]
+                if screen is not None and precision == "float32" and beam == 1:
+                    sides.append(
+                        ("screen", lambda texts=texts, batch=batch: run_engine(screen, texts, 1, batch))
+                    )
+                times = {name: [] for name, _ in sides}
+                warm = [fn() for _, fn in sides]  # warm-up; the screen's tokens are the engine's
+                assert len(sides) < 3 or warm[2] == warm[0], "greedy_screen changed an output"
                 for r in range(args.repeats):
-                    for name, fn in abba([("engine", run_engine), ("ct2", run_ct2)], r):
+                    for name, fn in (abba if len(sides) == 2 else rotated)(sides, r):
                         t0 = time.perf_counter()
                         fn()
                         times[name].append(time.perf_counter() - t0)
                 e, c = len(texts) / min(times["engine"]), len(texts) / min(times["ct2"])
-                rows.append((precision, beam, batch, len(texts), e, c))
+                sc = len(texts) / min(times["screen"]) if "screen" in times else None
+                rows.append((precision, beam, batch, len(texts), e, c, sc))
                 print(
-                    f"{precision} beam {beam} batch {batch}: engine {e:.2f}/s ct2 {c:.2f}/s = {e / c:.2f}x",
+                    f"{precision} beam {beam} batch {batch}: engine {e:.2f}/s ct2 {c:.2f}/s = {e / c:.2f}x"
+                    + (f"; greedy_screen {sc:.2f}/s = {sc / c:.2f}x" if sc else ""),
                     flush=True,
                 )
     report = render(args, info, rows)
@@ -261,7 +276,10 @@ def render(args, info: dict, rows: list) -> Report:
         "`save_pretrained`; the engine runs it as `s2s import` made it (float32, and `--quantize int8`), CTranslate2 as "
         "its own `ct2-transformers-converter` made it (compute_type float32 / int8). "
         f"Exactly {args.new_tokens} tokens per output on both sides (min = max decoding length), one thread each, "
-        f"least of {args.repeats} passes in ABBA order after a warm-up; sequences/s. "
+        f"least of {args.repeats} passes in ABBA order after a warm-up; sequences/s. The last two columns: the "
+        "engine with `greedy_screen` (opt-in, engine/screen.py: greedy rows' tokens from an int8 screen of the output "
+        "projection, each proven to be the argmax or computed in full; same outputs), in the same passes (the three "
+        "taking turns) for float32 greedy. "
         f"Machine: {info['nproc']} × {info['cpu']}, load average at start {info['loadavg'][0]:.2f}."
     )
     t = report.table(
@@ -273,9 +291,12 @@ def render(args, info: dict, rows: list) -> Report:
         ("engine seq/s", "{:.2f}"),
         ("CTranslate2 seq/s", "{:.2f}"),
         ("engine / CTranslate2", "{:.2f}×"),
+        ("greedy_screen seq/s", "{:.2f}"),
+        ("greedy_screen / CTranslate2", "{:.2f}×"),
     )
-    for precision, beam, batch, k, e, c in rows:
-        t.row(precision, "greedy" if beam == 1 else f"beam {beam}", batch, k, e, c, e / c)
+    for precision, beam, batch, k, e, c, sc in rows:
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        t.row(precision, search, batch, k, e, c, e / c, sc, sc / c if sc else None)
     return report
 
 
