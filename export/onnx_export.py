@@ -139,7 +139,14 @@ def fold_output_bias(path: Path) -> bool:
     g.node.remove(matmul)
     for i, n in enumerate(nodes):
         g.node.insert(at + i, n)
-    onnx.save(model, str(path))
+    data = path.with_name(path.name + ".data")
+    if data.exists():  # a graph past the protobuf limit keeps its weights beside it, as torch wrote them
+        data.unlink()  # onnx.load read them in; written anew with the graph's new initializers
+        onnx.save(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name
+        )
+    else:
+        onnx.save(model, str(path))
     return True
 
 
