@@ -19,7 +19,9 @@ such as addition that has no languages) loads as before and is not offered by th
 A bundle made by ``s2s import`` from another trainer's checkpoint also records its ``origin`` (the
 family, the transformers version, the sha256 of the weights it was made from). A multilingual model's bundle
 says its ``languages`` (``contract/languages.py``): each language's token, how it is asked for (a forced first
-token, a source prefix), and ISO 639-1 codes mapped to the model's own; such a bundle is format 6.
+token, a source prefix), and ISO 639-1 codes mapped to the model's own; such a bundle is format 6. A bundle whose
+sources start with a token of their own or whose outputs with a forced one (BART's ``<s>``) is format 7, and
+``start`` gives any reader a request's source ids and forced tokens, whatever the family.
 """
 
 from __future__ import annotations
@@ -47,8 +49,12 @@ FORMAT_PENALTY_RULE = 4
 FORMAT_IMPORTED = 5
 # A bundle with languages is format 6: a reader of 1-5 would decode it without the language tokens it needs.
 FORMAT_LANGUAGES = 6
+# A bundle whose sources start with a token of their own or whose outputs with a forced one (task.source_start_id,
+# task.forced_bos_id: BART's <s>), or whose model has a LayerNorm on its embeddings, is format 7: readers of 1-6 know
+# neither field.
+FORMAT_START_TOKENS = 7
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
-READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6, 7)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = (
     "config.json",
     "tokenizer.json",
@@ -135,6 +141,18 @@ class BundleConfig:
             d["languages"] = self.languages.to_dict()
         return d
 
+    def start(
+        self, src_ids: list[int], source: str | None = None, target: str | None = None
+    ) -> tuple[list[int], list[int]]:
+        """A request's source ids as the model reads them, and the tokens forced first on its output, which are not
+        part of the answer: a multilingual model's language tokens (``Languages.apply``; None: this bundle's
+        source_language / target_language), else the task's forced_bos_id (BART's <s>), else none."""
+        if self.languages is not None:
+            return self.languages.apply(
+                src_ids, source or self.source_language, target or self.target_language
+            )
+        return src_ids, [] if self.task.forced_bos_id is None else [self.task.forced_bos_id]
+
     def write(self, folder: Path) -> None:
         write_json(Path(folder) / CONFIG_FILE, self.to_dict())
 
@@ -143,6 +161,8 @@ def format_for(
     model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False
 ) -> int:
     """The oldest format whose readers read such a bundle right (see the FORMAT_ constants)."""
+    if model.embedding_norm or task.source_start_id is not None or task.forced_bos_id is not None:
+        return FORMAT_START_TOKENS
     if languages:
         return FORMAT_LANGUAGES
     if (

@@ -21,6 +21,7 @@ _KNOBS = (
     "norm",
     "final_norm",
     "output_bias",
+    "embedding_norm",
 )
 
 
@@ -46,12 +47,15 @@ class ModelConfig:
     scale_embedding: bool = True  # §3.4: embeddings x sqrt(d_model); Marian configs may turn it off
     # sinusoid: §3.5, sin and cos interleaved; sinusoid_half: the same frequencies, all sines first then all
     # cosines (Marian); sinusoid_fairseq: sines first, frequencies 10000^(-i/(d/2 - 1)) in float32 (fairseq's, M2M100 and
-    # NLLB); learned: a stored table. Row = position + position_offset in every kind (fairseq starts at pad + 1).
+    # NLLB); learned: a stored table per stack (BART's: the encoder's and the decoder's). Row = position +
+    # position_offset in every kind (fairseq starts at pad + 1, BART at 2).
     positions: str = "sinusoid"
     position_offset: int = 0
     norm: str = "post"  # post: LayerNorm(x + Sublayer(x)) (§3.1); pre: x + Sublayer(LayerNorm(x))
     final_norm: bool = False  # a LayerNorm after the last layer of each stack (pre-norm families have one)
     output_bias: bool = True  # the pre-softmax projection has a bias (Marian's final_logits_bias)
+    # a LayerNorm of each stack's embeddings, positions added, before its first layer (BART's layernorm_embedding)
+    embedding_norm: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -117,6 +121,11 @@ class TaskConfig:
     length_penalty: float | None = None
     no_repeat_ngram_size: int = 0
     suppressed_ids: tuple[int, ...] = ()
+    # A token every source starts with, before its text (BART's <s>; CTranslate2's add_source_bos), and a token forced
+    # as the first of every output, not part of the answer (generation_config.json's forced_bos_token_id: BART's <s>);
+    # a multilingual model's target language takes the forced token's place (contract/languages.py).
+    source_start_id: int | None = None
+    forced_bos_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Fields at their defaults since the first bundles are not written, so those bundles read as they did."""
@@ -139,6 +148,8 @@ _TASK_OMITTED = {
     "length_penalty": None,
     "no_repeat_ngram_size": 0,
     "suppressed_ids": (),
+    "source_start_id": None,
+    "forced_bos_id": None,
 }
 
 

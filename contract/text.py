@@ -2,7 +2,8 @@
 
 The tokenizer itself is a Hugging Face ``tokenizers`` file that travels with the weights; this
 module adds what the model expects around it: the task's source preprocessing (reversed input),
-EOS on the source, BOS/EOS on the target, and the unknown-character policy.
+EOS on the source (and a start token where the family has one), BOS/EOS on the target, and the
+unknown-character policy.
 """
 
 from __future__ import annotations
@@ -77,13 +78,18 @@ class TextCodec:
 
         Exact for these tokenizers up to Unicode normalization: NFKC composes a letter and a combining
         mark into one character, so a text that long with many combining marks might still have fit."""
-        return max(0, max_source_tokens - 1) * self.longest_token_chars
+        return max(0, max_source_tokens - 1 - len(self._start)) * self.longest_token_chars
+
+    @property
+    def _start(self) -> list[int]:
+        return [] if self.task.source_start_id is None else [self.task.source_start_id]
 
     def source_ids(self, text: str) -> list[int]:
-        """Encoder input: the (optionally reversed) source tokens, then EOS."""
+        """Encoder input: the task's source start token where it has one (BART's <s>), the (optionally reversed)
+        source tokens, then EOS."""
         if self.task.reverse_source:
             text = text[::-1]
-        return self._ids(text) + [self.special.eos]
+        return self._start + self._ids(text) + [self.special.eos]
 
     def target_ids(self, text: str) -> list[int]:
         """Target tokens without BOS/EOS (the training batcher adds them)."""

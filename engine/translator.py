@@ -72,25 +72,21 @@ class Translator:
         ``num_hypotheses=4``, ``sampling_topk=10``, ...; 0 or None: the model's default); ``target_prefixes``: one text
         (or None) per input, forced as the start of its output. ``source_languages`` / ``target_languages``: one code per
         input (ISO 639-1 or the model's own; None: the bundle's source_language / target_language) for a multilingual
-        bundle; a forced language token is not part of the result. Rows are decoded together, at most ``max_batch_size``
-        at a time (a beam counts its width), and refilled as they finish."""
+        bundle; a forced first token (a target language's, BART's <s>) is not part of the result. Rows are decoded
+        together, at most ``max_batch_size`` at a time (a beam counts its width), and refilled as they finish."""
         if target_prefixes is not None and len(target_prefixes) != len(texts):
             raise ValueError(
                 f"{len(target_prefixes)} target prefixes for {len(texts)} texts; give one (or None) per text"
             )
         sources = [self.codec.source_ids(t) for t in texts]
         prefixes = [self.codec.target_ids(p) if p else [] for p in (target_prefixes or [None] * len(texts))]
-        forced = [[] for _ in texts]
-        langs = self.config.languages
-        if langs is not None:
-            for i, (sl, tl) in enumerate(
-                zip(source_languages or [None] * len(texts), target_languages or [None] * len(texts))
-            ):
-                sources[i], forced[i] = langs.apply(
-                    sources[i], sl or self.config.source_language, tl or self.config.target_language
-                )
-        elif source_languages or target_languages:
+        if self.config.languages is None and (source_languages or target_languages):
             raise ValueError(f"{self.folder}: the model has no languages to choose from")
+        forced = [[] for _ in texts]
+        for i, (sl, tl) in enumerate(
+            zip(source_languages or [None] * len(texts), target_languages or [None] * len(texts))
+        ):
+            sources[i], forced[i] = self.config.start(sources[i], sl, tl)
         seqs = self._decode(
             sources,
             [f + p for f, p in zip(forced, prefixes)],
@@ -125,8 +121,8 @@ class Translator:
         **options,
     ) -> list[TranslationResult]:
         """CTranslate2's call: the model's source tokens (preprocessed as the model reads them, e.g. reversed for a
-        reversed-input task; EOS appended when missing), optional target prefix tokens; the same options as
-        ``generate``. Returns token strings, EOS excluded."""
+        reversed-input task; EOS appended when missing, and the task's source start token), optional target prefix
+        tokens; the same options as ``generate``. Returns token strings, EOS and a forced first token excluded."""
         tok = self.codec.target_tokenizer  # outputs and prefixes; sources are read by codec.tokenizer
         eos = self.config.model.special.eos
 
@@ -142,14 +138,23 @@ class Translator:
             raise ValueError(
                 f"{len(target_prefix)} target prefixes for {len(source)} sources; give one (or None) each"
             )
-        sources = [
-            (lambda x: x if x[-1:] == [eos] else x + [eos])(ids(s, self.codec.tokenizer)) for s in source
-        ]
+        task = self.config.task
+        start = [] if task.source_start_id is None else [task.source_start_id]  # BART's <s>
+
+        def source_ids(tokens: list[str]) -> list[int]:
+            x = ids(tokens, self.codec.tokenizer)
+            x = x if x[: len(start)] == start else start + x
+            return x if x[-1:] == [eos] else x + [eos]
+
+        sources = [source_ids(s) for s in source]
         prefixes = [ids(p) if p else [] for p in (target_prefix or [None] * len(source))]
-        seqs = self._decode(sources, prefixes, max_batch_size, options)
+        forced = [] if task.forced_bos_id is None else [task.forced_bos_id]
+        seqs = self._decode(
+            sources, [forced + p for p in prefixes], max_batch_size, options, [len(forced)] * len(sources)
+        )
         return [
             TranslationResult(
-                [[tok.id_to_token(i) for i in h.tokens] for h in s.hypotheses],
+                [[tok.id_to_token(i) for i in h.tokens[len(forced) :]] for h in s.hypotheses],
                 [h.score for h in s.hypotheses] if s.options.return_scores else [],
             )
             for s in seqs
@@ -163,7 +168,7 @@ class Translator:
         options: dict,
         forced: list[int] | None = None,
     ) -> list[Sequence]:
-        """``forced``: per row, how many of its prefix tokens are a forced language token; those count among the new
+        """``forced``: per row, how many of its prefix tokens are a forced first token; those count among the new
         tokens, as generate() counts its forced BOS within max_length."""
         task, m = self.config.task, self.config.model
         if options.get("max_new_tokens") is None:  # None, as 0: the model's default

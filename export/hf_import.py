@@ -2,19 +2,21 @@
 
 The folder is read as a user downloaded it (config.json, generation_config.json, model.safetensors or
 pytorch_model.bin, the tokenizer files); nothing is fetched (offline mode is set before transformers can
-be imported). Its weights become this project's model (``training/model.py`` with the family's knobs,
-``export/hf_marian.py``), its tokenizers ``tokenizers`` JSON (``export/spm_tokenizer.py``), its
-generation_config.json the bundle's decoding defaults; then the checkpoint goes through the same export and
-validation as a trained one. Anything it cannot take is refused with ``ImportRefused`` naming the file and
-the field, before anything is written to the repository.
+be imported). One small module per family (``export/hf_marian.py``, ``hf_m2m100.py`` for M2M100 and NLLB,
+``hf_bart.py``, ``hf_mbart.py``, as CTranslate2's converter has one loader each) reads its config.json into this
+project's model (``training/model.py`` with the family's knobs) and its tokenizer files into ``tokenizers`` JSON
+(Marian's and M2M100's SentencePiece files converted by ``export/spm_tokenizer.py``; a tokenizer.json taken as it
+is, ``export/hf_tokenizer.py``), and names its weights; generation_config.json becomes the bundle's decoding
+defaults; then the checkpoint goes through the same export and validation as a trained one. Anything it cannot take
+is refused with ``ImportRefused`` naming the file and the field, before anything is written to the repository.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +26,27 @@ from contract import bundle
 from contract.config import ModelConfig, TaskConfig
 
 log = logging.getLogger("s2s.import")
-SUPPORTED = ("marian", "m2m_100")  # model_type values of config.json this import reads (m2m_100: NLLB too)
+# model_type values of config.json this import reads (m2m_100: NLLB too) -> the module of the family
+FAMILIES = {"marian": "hf_marian", "m2m_100": "hf_m2m100", "bart": "hf_bart", "mbart": "hf_mbart"}
+SUPPORTED = tuple(FAMILIES)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# Decoding fields that config.json held before generation_config.json did (older checkpoints)
+GENERATION_FIELDS = ("num_beams", "max_length", "bad_words_ids", "length_penalty", "forced_bos_token_id")
 
 
 class ImportRefused(Exception):
     """A checkpoint folder this import cannot take; the message names the file and the field."""
+
+
+@dataclass
+class Loaded:
+    """What a family's ``load(folder, cfg, tok_cfg)`` read from the folder, before the weights."""
+
+    config: ModelConfig
+    source_tokenizer: Any  # tokenizers.Tokenizer
+    target_tokenizer: Any = None  # where the sides differ (Marian's separate vocabularies)
+    languages: Any = None  # a multilingual model's contract.languages.Languages
+    source_start_id: int | None = None  # a token before every source (BART's <s>)
 
 
 @dataclass
@@ -44,7 +61,7 @@ class ImportOptions:
     gqa: bool = True
 
 
-def _json(path: Path, what: str) -> dict[str, Any]:
+def read_json(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise ImportRefused(f"{path}: missing; {what}")
     try:
@@ -78,10 +95,10 @@ def read_weights(folder: Path) -> tuple[Path, dict]:
 
 
 def family(model_type: str):
-    """The module that knows a family's knobs and weight names (one per family, as CTranslate2's converter)."""
-    from export import hf_m2m100, hf_marian
+    """The module that knows a family's knobs, tokenizer files and weight names."""
+    import importlib
 
-    return {"marian": hf_marian, "m2m_100": hf_m2m100}[model_type]
+    return importlib.import_module(f"export.{FAMILIES[model_type]}")
 
 
 def map_weights(
@@ -92,18 +109,20 @@ def map_weights(
 
     from training.model import Transformer
 
-    hf_marian = family(model_type)  # its field_of names the config field of a tensor
+    fam = family(model_type)  # its field_of names the config field of a tensor
     want = {k: v.shape for k, v in Transformer(c).state_dict().items()}
     out = {}
-    for ours, names in hf_marian.weight_names(c).items():
+    for ours, names in fam.weight_names(c).items():
         name = next((n for n in names if n in theirs), None)
         if name is None:
             if ours == "output_projection.bias":  # transformers does not save a zero final_logits_bias either
                 out[ours] = torch.zeros(c.tgt_vocab_size)
                 continue
+            layer = re.match(r"model\.(encoder|decoder)\.layers\.\d+\.", names[0])
+            field = f"{layer.group(1)}_layers" if layer else fam.field_of(names[0])
             raise ImportRefused(
-                f"{weights_file}: tensor {names[0]!r} is missing ({config_file} field "
-                f"{hf_marian.field_of(names[0])!r} or the layer counts say it should be there)"
+                f"{weights_file}: tensor {names[0]!r} is missing ({config_file} field {field!r} says it should be "
+                "there)"
             )
         t = theirs[name].float()
         if ours == "output_projection.bias":
@@ -111,7 +130,7 @@ def map_weights(
         if tuple(t.shape) != tuple(want[ours]):
             raise ImportRefused(
                 f"{weights_file}: tensor {name!r} has shape {tuple(theirs[name].shape)}, but {config_file} "
-                f"field {hf_marian.field_of(name)!r} makes it {tuple(want[ours])}"
+                f"field {fam.field_of(name)!r} makes it {tuple(want[ours])}"
             )
         out[ours] = t.contiguous()
     for stack, n in (("encoder", c.n_encoder_layers), ("decoder", c.n_decoder_layers)):
@@ -122,8 +141,9 @@ def map_weights(
     return out
 
 
-def task_config(gen: dict[str, Any], c: ModelConfig, gen_file: Path) -> TaskConfig:
+def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConfig:
     """generation_config.json's decoding -> the bundle's defaults."""
+    c = loaded.config
     bad = gen.get("bad_words_ids") or []
     if any(not isinstance(w, list) or len(w) != 1 for w in bad):
         raise ImportRefused(
@@ -141,6 +161,13 @@ def task_config(gen: dict[str, Any], c: ModelConfig, gen_file: Path) -> TaskConf
             )
     max_length = int(gen.get("max_length") or c.max_len)
     alpha = float(gen.get("length_penalty", 1.0))
+    # A multilingual model's forced first token is the target language a request names, not this constant.
+    forced = None if loaded.languages is not None else gen.get("forced_bos_token_id")
+    if forced is not None and not (isinstance(forced, int) and 0 <= forced < c.tgt_vocab_size):
+        raise ImportRefused(
+            f"{gen_file} (or config.json): field 'forced_bos_token_id' is {forced!r}; an id below vocab_size "
+            f"({c.tgt_vocab_size}) was expected"
+        )
     return TaskConfig(
         "translation",
         unknown="unk",
@@ -150,61 +177,9 @@ def task_config(gen: dict[str, Any], c: ModelConfig, gen_file: Path) -> TaskConf
         length_penalty=None if alpha == 1.0 else alpha,
         no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size") or 0),
         suppressed_ids=tuple(suppressed),
+        source_start_id=loaded.source_start_id,
+        forced_bos_id=forced,
     )
-
-
-def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: ModelConfig):
-    """(source tokenizer, target tokenizer or None when the sides are one), converted from Marian's files."""
-    from export.spm_tokenizer import TokenizerError, convert, missing_pieces
-
-    files = ["source.spm", "target.spm", "vocab.json"] + (["target_vocab.json"] if separate else [])
-    for f in files:
-        if not (folder / f).is_file():
-            raise ImportRefused(f"{folder / f}: missing; a Marian tokenizer needs {', '.join(files)}")
-    src_vocab = _json(folder / "vocab.json", "")
-    tgt_vocab = _json(folder / "target_vocab.json", "") if separate else src_vocab
-    sides = (
-        (folder / "vocab.json", src_vocab, c.src_vocab_size, "vocab_size", "source.spm"),
-        (
-            folder / ("target_vocab.json" if separate else "vocab.json"),
-            tgt_vocab,
-            c.tgt_vocab_size,
-            "decoder_vocab_size" if separate else "vocab_size",
-            "target.spm",
-        ),
-    )
-    for path, vocab, size, field, spm in sides:
-        ids = {int(i) for i in vocab.values()}
-        if max(ids) >= size:
-            raise ImportRefused(f"{path}: ids up to {max(ids)}, but config.json field {field!r} is {size}")
-        for token in specials.values():
-            if token not in vocab:
-                raise ImportRefused(f"{path}: no {token!r} entry (the tokenizer's special token)")
-        try:
-            missing = missing_pieces(folder / spm, vocab)
-        except TokenizerError as e:
-            raise ImportRefused(str(e)) from None
-        if missing:
-            log.warning(
-                "%s: %d SentencePiece pieces are not in it (MarianTokenizer reads them as <unk>): %s",
-                path,
-                len(missing),
-                missing[:5],
-            )
-    ids = {t: src_vocab[t] for t in specials.values()}
-    try:
-        src = convert(folder / "source.spm", src_vocab, ids, decodes=False)
-        same = (folder / "source.spm").read_bytes() == (folder / "target.spm").read_bytes() and not separate
-        tgt = (
-            None
-            if same
-            else convert(
-                folder / "target.spm", tgt_vocab, {t: tgt_vocab[t] for t in specials.values()}, decodes=True
-            )
-        )
-    except TokenizerError as e:
-        raise ImportRefused(str(e)) from None
-    return src, tgt
 
 
 def import_model(opts: ImportOptions) -> Path:
@@ -213,7 +188,7 @@ def import_model(opts: ImportOptions) -> Path:
     if not folder.is_dir():
         raise ImportRefused(f"{folder}: not a folder; give the folder of a Hugging Face checkpoint")
     config_file = folder / "config.json"
-    cfg = _json(
+    cfg = read_json(
         config_file, "not a Hugging Face checkpoint folder (config.json, weights and tokenizer files)"
     )
     model_type = cfg.get("model_type")
@@ -223,35 +198,23 @@ def import_model(opts: ImportOptions) -> Path:
         )
     gen_file = folder / "generation_config.json"
     gen = {
-        **{k: cfg[k] for k in ("num_beams", "max_length", "bad_words_ids", "length_penalty") if k in cfg},
-        **(_json(gen_file, "") if gen_file.is_file() else {}),
+        **{k: cfg[k] for k in GENERATION_FIELDS if k in cfg},
+        **(read_json(gen_file, "") if gen_file.is_file() else {}),
     }
     tok_cfg = (
-        _json(folder / "tokenizer_config.json", "") if (folder / "tokenizer_config.json").is_file() else {}
+        read_json(folder / "tokenizer_config.json", "")
+        if (folder / "tokenizer_config.json").is_file()
+        else {}
     )
-    specials = {
-        "eos": tok_cfg.get("eos_token", "</s>"),
-        "unk": tok_cfg.get("unk_token", "<unk>"),
-        "pad": tok_cfg.get("pad_token", "<pad>"),
-    }
-    specials = {k: v["content"] if isinstance(v, dict) else str(v) for k, v in specials.items()}
-    languages = None
-    if model_type == "marian":
-        c, src_tok, tgt_tok = _marian(folder, cfg, config_file, tok_cfg, specials)
-    else:
-        c, src_tok, languages = _m2m100(folder, cfg, config_file, tok_cfg)
-        tgt_tok = None
+    loaded = family(model_type).load(folder, cfg, tok_cfg)
     weights_file, theirs = read_weights(folder)
-    state = map_weights(c, theirs, weights_file, config_file, model_type)
-    task = task_config(gen, c, gen_file)
+    state = map_weights(loaded.config, theirs, weights_file, config_file, model_type)
+    task = task_config(gen, loaded, gen_file)
     return _export(
         opts,
-        c,
+        loaded,
         task,
         state,
-        src_tok,
-        tgt_tok,
-        languages,
         {
             "model_type": model_type,
             "transformers_version": cfg.get("transformers_version"),
@@ -263,47 +226,10 @@ def import_model(opts: ImportOptions) -> Path:
     )
 
 
-def _marian(folder: Path, cfg: dict, config_file: Path, tok_cfg: dict, specials: dict):
-    vocab_file = folder / "vocab.json"
-    unk = _json(vocab_file, "a Marian tokenizer needs source.spm, target.spm and vocab.json").get(
-        specials["unk"]
-    )
-    if unk is None:
-        raise ImportRefused(f"{vocab_file}: no {specials['unk']!r} entry (the tokenizer's unk_token)")
-    from export import hf_marian
-
-    try:
-        c = hf_marian.model_config(cfg, int(unk))
-    except hf_marian.ConfigError as e:
-        raise ImportRefused(f"{config_file}: {e}") from None
-    separate = bool(tok_cfg.get("separate_vocabs", False))
-    if separate == c.share_embeddings:
-        raise ImportRefused(
-            f"{folder / 'tokenizer_config.json'}: field 'separate_vocabs' is {separate}, but "
-            f"{config_file} field 'share_encoder_decoder_embeddings' is {c.share_embeddings}"
-        )
-    return c, *_tokenizers(folder, separate, specials, c)
-
-
-def _m2m100(folder: Path, cfg: dict, config_file: Path, tok_cfg: dict):
-    from export import hf_m2m100
-
-    try:
-        c = hf_m2m100.model_config(cfg, 3)  # unk: replaced below by the tokenizer's own
-    except hf_m2m100.ConfigError as e:
-        raise ImportRefused(f"{config_file}: {e}") from None
-
-    def refuse(message: str):
-        raise ImportRefused(message)
-
-    tok, languages = hf_m2m100.tokenizer(folder, tok_cfg, c.src_vocab_size, refuse)
-    unk_token = tok_cfg.get("unk_token", "<unk>")
-    unk = tok.token_to_id(unk_token["content"] if isinstance(unk_token, dict) else str(unk_token))
-    if unk is None:
-        refuse(
-            f"{folder}: the tokenizer has no {tok_cfg.get('unk_token', '<unk>')!r} token (tokenizer_config.json's unk_token)"
-        )
-    return dataclasses.replace(c, special=dataclasses.replace(c.special, unk=unk)), tok, languages
+def token_of(tok_cfg: dict, field: str, default: str) -> str:
+    """tokenizer_config.json's name of a special token (a string, or an AddedToken's dict)."""
+    v = tok_cfg.get(field, default)
+    return v["content"] if isinstance(v, dict) else str(v)
 
 
 def _language(code) -> str | None:
@@ -324,19 +250,13 @@ def _transformers_version() -> str | None:
 
 
 def _export(
-    opts: ImportOptions,
-    c: ModelConfig,
-    task: TaskConfig,
-    state: dict,
-    src_tok,
-    tgt_tok,
-    languages,
-    origin: dict,
-    tok_cfg: dict,
+    opts: ImportOptions, loaded: Loaded, task: TaskConfig, state: dict, origin: dict, tok_cfg: dict
 ) -> Path:
     from export.onnx_export import ExportOptions, export
     from training import checkpoint
     from training.model import Transformer
+
+    c, src_tok, tgt_tok = loaded.config, loaded.source_tokenizer, loaded.target_tokenizer
 
     model = Transformer(c)
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -364,7 +284,7 @@ def _export(
                     origin=origin,
                     source_language=langs[0],
                     target_language=langs[1],
-                    languages=languages,
+                    languages=loaded.languages,
                 )
             )
         except ValueError as e:  # validation: ONNX Runtime disagreed with PyTorch; nothing was published

@@ -18,7 +18,8 @@ from tokenizers import Tokenizer
 
 from contract.config import ModelConfig
 from contract.languages import Languages
-from export import hf_marian
+from export import hf_marian, hf_tokenizer
+from export.hf_import import ImportRefused, Loaded, token_of
 
 MODEL_TYPE = "m2m_100"
 ConfigError = hf_marian.ConfigError
@@ -55,34 +56,33 @@ field_of = hf_marian.field_of
 SPM_FILE = "sentencepiece.bpe.model"  # M2M100Tokenizer's name for it, whatever the model type inside
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # FLORES-200: eng_Latn
 M2M_CODE = re.compile(r"__[a-z]{2,3}__")
+# the language tokens a tokenizer.json may add
+ADDED_CODE = re.compile(f"{NLLB_CODE.pattern}|{M2M_CODE.pattern}")
 
 
-def tokenizer(folder: Path, tok_cfg: dict[str, Any], vocab_size: int, refuse) -> tuple[Tokenizer, Languages]:
-    """The one tokenizer of both sides and the languages: NLLB's tokenizer.json as it is (its post-processor is never
-    run: the source language's token and </s> are added by the server), or M2M100's SentencePiece model re-indexed
-    by vocab.json with the language tokens transformers appends after it (tokenizer_config.json's language_codes).
-    ``refuse(message)`` raises the import's error."""
+def tokenizer(folder: Path, tok_cfg: dict[str, Any], cfg: dict[str, Any]) -> tuple[Tokenizer, Languages]:
+    """The one tokenizer of both sides and the languages: NLLB's tokenizer.json as it is (``export/hf_tokenizer.py``:
+    the source language's token and </s> are the bundle's to add), or M2M100's SentencePiece model re-indexed by
+    vocab.json with the language tokens transformers appends after it (tokenizer_config.json's language_codes)."""
     from export.spm_tokenizer import TokenizerError, convert
 
-    if (folder / "tokenizer.json").is_file():
+    vocab_size = int(cfg["vocab_size"])
+    if (folder / hf_tokenizer.FILE).is_file():
         if tok_cfg.get("legacy_behaviour"):
-            refuse(
+            raise ImportRefused(
                 f"{folder / 'tokenizer_config.json'}: field 'legacy_behaviour' is true (source X </s> src_lang); "
-                "only the prefix layout (src_lang X </s>) is supported"
+                "only the prefix layout (src_lang X </s>, NllbTokenizer's default) is supported"
             )
-        try:
-            tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        except Exception as e:  # tokenizers' own parse errors
-            refuse(f"{folder / 'tokenizer.json'}: cannot be read ({type(e).__name__}: {e})")
-        langs = {
-            t.content: i for i, t in tok.get_added_tokens_decoder().items() if NLLB_CODE.fullmatch(t.content)
-        }
-        where = folder / "tokenizer.json"
+        tok = hf_tokenizer.read(folder, "NLLB")
+        hf_tokenizer.check(tok, folder, cfg, tok_cfg)
+        langs = hf_tokenizer.language_tokens(tok, ADDED_CODE)
+        where = folder / hf_tokenizer.FILE
     else:
         for f in ("vocab.json", SPM_FILE):
             if not (folder / f).is_file():
-                refuse(
-                    f"{folder / f}: missing; an M2M100 tokenizer needs vocab.json and {SPM_FILE} (or NLLB's tokenizer.json)"
+                raise ImportRefused(
+                    f"{folder / f}: missing; an M2M100 tokenizer needs vocab.json and {SPM_FILE} (or NLLB's "
+                    "tokenizer.json)"
                 )
         vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
         where = folder / "tokenizer_config.json"
@@ -92,21 +92,40 @@ def tokenizer(folder: Path, tok_cfg: dict[str, Any], vocab_size: int, refuse) ->
 
         listed = tok_cfg.get("language_codes", "m2m100")
         if listed not in FAIRSEQ_LANGUAGE_CODES:
-            refuse(
+            raise ImportRefused(
                 f"{where}: field 'language_codes' is {listed!r}; known: {', '.join(FAIRSEQ_LANGUAGE_CODES)}"
             )
         langs = {f"__{code}__": len(vocab) + i for i, code in enumerate(FAIRSEQ_LANGUAGE_CODES[listed])}
         specials = {t: vocab[t] for t in ("<s>", "<pad>", "</s>", "<unk>") if t in vocab} | langs
         if "<unk>" not in specials:
-            refuse(f"{folder / 'vocab.json'}: no '<unk>' entry")
+            raise ImportRefused(f"{folder / 'vocab.json'}: no '<unk>' entry")
         try:
             tok = convert(folder / SPM_FILE, {**vocab, **langs}, specials, decodes=True)
         except TokenizerError as e:
-            refuse(str(e))
+            raise ImportRefused(str(e)) from None
+        if (top := tok.get_vocab_size(with_added_tokens=True)) > vocab_size:
+            raise ImportRefused(
+                f"{where}: ids up to {top - 1}, but config.json field 'vocab_size' is {vocab_size}"
+            )
     if not langs:
-        refuse(
+        raise ImportRefused(
             f"{where}: no language tokens (__xx__ or xxx_Xxxx added tokens); a multilingual model needs them"
         )
-    if (top := tok.get_vocab_size(with_added_tokens=True)) > vocab_size:
-        refuse(f"{where}: ids up to {top - 1}, but config.json field 'vocab_size' is {vocab_size}")
     return tok, Languages.of_tokens(langs, target="forced_bos", source="prefix")
+
+
+def load(folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, Any]) -> Loaded:
+    try:
+        c = model_config(cfg, 3)  # unk: replaced below by the tokenizer's own
+    except ConfigError as e:
+        raise ImportRefused(f"{folder / 'config.json'}: {e}") from None
+    tok, languages = tokenizer(folder, tok_cfg, cfg)
+    unk = tok.token_to_id(token_of(tok_cfg, "unk_token", "<unk>"))
+    if unk is None:
+        raise ImportRefused(
+            f"{folder}: the tokenizer has no {token_of(tok_cfg, 'unk_token', '<unk>')!r} token "
+            "(tokenizer_config.json's unk_token)"
+        )
+    return Loaded(
+        dataclasses.replace(c, special=dataclasses.replace(c.special, unk=unk)), tok, languages=languages
+    )

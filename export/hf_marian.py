@@ -9,12 +9,16 @@ nothing else in the import is Marian's.
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 from contract.config import ModelConfig
 from contract.tokens import SpecialIds
+from export.hf_import import ImportRefused, Loaded, read_json, token_of
 
 MODEL_TYPE = "marian"
+log = logging.getLogger("s2s.import")
 ACTIVATIONS = {
     "swish": "swish",
     "silu": "swish",
@@ -141,3 +145,83 @@ def weight_names(c: ModelConfig) -> dict[str, list[str]]:
 
 def field_of(name: str) -> str:
     return next((f for key, f in FIELD_OF.items() if key in name), "d_model")
+
+
+def load(folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, Any]) -> Loaded:
+    """config.json and Marian's tokenizer files (source.spm, target.spm, vocab.json, target_vocab.json)."""
+    config_file = folder / "config.json"
+    specials = {
+        k: token_of(tok_cfg, f"{k}_token", d)
+        for k, d in (("eos", "</s>"), ("unk", "<unk>"), ("pad", "<pad>"))
+    }
+    vocab_file = folder / "vocab.json"
+    unk = read_json(vocab_file, "a Marian tokenizer needs source.spm, target.spm and vocab.json").get(
+        specials["unk"]
+    )
+    if unk is None:
+        raise ImportRefused(f"{vocab_file}: no {specials['unk']!r} entry (the tokenizer's unk_token)")
+    try:
+        c = model_config(cfg, int(unk))
+    except ConfigError as e:
+        raise ImportRefused(f"{config_file}: {e}") from None
+    separate = bool(tok_cfg.get("separate_vocabs", False))
+    if separate == c.share_embeddings:
+        raise ImportRefused(
+            f"{folder / 'tokenizer_config.json'}: field 'separate_vocabs' is {separate}, but "
+            f"{config_file} field 'share_encoder_decoder_embeddings' is {c.share_embeddings}"
+        )
+    return Loaded(c, *_tokenizers(folder, separate, specials, c))
+
+
+def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: ModelConfig):
+    """(source tokenizer, target tokenizer or None when the sides are one), converted from Marian's files."""
+    from export.spm_tokenizer import TokenizerError, convert, missing_pieces
+
+    files = ["source.spm", "target.spm", "vocab.json"] + (["target_vocab.json"] if separate else [])
+    for f in files:
+        if not (folder / f).is_file():
+            raise ImportRefused(f"{folder / f}: missing; a Marian tokenizer needs {', '.join(files)}")
+    src_vocab = read_json(folder / "vocab.json", "")
+    tgt_vocab = read_json(folder / "target_vocab.json", "") if separate else src_vocab
+    sides = (
+        (folder / "vocab.json", src_vocab, c.src_vocab_size, "vocab_size", "source.spm"),
+        (
+            folder / ("target_vocab.json" if separate else "vocab.json"),
+            tgt_vocab,
+            c.tgt_vocab_size,
+            "decoder_vocab_size" if separate else "vocab_size",
+            "target.spm",
+        ),
+    )
+    for path, vocab, size, field, spm in sides:
+        ids = {int(i) for i in vocab.values()}
+        if max(ids) >= size:
+            raise ImportRefused(f"{path}: ids up to {max(ids)}, but config.json field {field!r} is {size}")
+        for token in specials.values():
+            if token not in vocab:
+                raise ImportRefused(f"{path}: no {token!r} entry (the tokenizer's special token)")
+        try:
+            missing = missing_pieces(folder / spm, vocab)
+        except TokenizerError as e:
+            raise ImportRefused(str(e)) from None
+        if missing:
+            log.warning(
+                "%s: %d SentencePiece pieces are not in it (MarianTokenizer reads them as <unk>): %s",
+                path,
+                len(missing),
+                missing[:5],
+            )
+    ids = {t: src_vocab[t] for t in specials.values()}
+    try:
+        src = convert(folder / "source.spm", src_vocab, ids, decodes=False)
+        same = (folder / "source.spm").read_bytes() == (folder / "target.spm").read_bytes() and not separate
+        tgt = (
+            None
+            if same
+            else convert(
+                folder / "target.spm", tgt_vocab, {t: tgt_vocab[t] for t in specials.values()}, decodes=True
+            )
+        )
+    except TokenizerError as e:
+        raise ImportRefused(str(e)) from None
+    return src, tgt

@@ -17,6 +17,7 @@ from torch.export import Dim
 from contract import bundle, names
 from contract.bundle import BundleConfig
 from export.fused import translation_table
+from export.quantize import graph_data_files
 from export.quantize import resolve as resolve_quantization
 from export.validate import validate_bundle
 from export.wrappers import DecoderGraph, EncoderGraph
@@ -85,7 +86,7 @@ def _export(
         str(path),
         dynamo=True,
         opset_version=OPSET,
-        external_data=False,
+        external_data=False,  # unless the weights pass 1.5 GB: then torch writes <graph>.data beside the graph
         input_names=list(io.inputs),
         output_names=list(io.outputs),
         dynamic_shapes=shapes,
@@ -138,7 +139,14 @@ def fold_output_bias(path: Path) -> bool:
     g.node.remove(matmul)
     for i, n in enumerate(nodes):
         g.node.insert(at + i, n)
-    onnx.save(model, str(path))
+    data = path.with_name(path.name + ".data")
+    if data.exists():  # a graph past the protobuf limit keeps its weights beside it, as torch wrote them
+        data.unlink()  # onnx.load read them in; written anew with the graph's new initializers
+        onnx.save(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name
+        )
+    else:
+        onnx.save(model, str(path))
     return True
 
 
@@ -192,6 +200,9 @@ def export(opts: ExportOptions) -> Path:
         if target_tokenizer:
             shutil.copy(opts.checkpoint / checkpoint.TARGET_TOKENIZER, out / bundle.TARGET_TOKENIZER_FILE)
         payload = bundle.PAYLOAD_FILES + ((bundle.TARGET_TOKENIZER_FILE,) if target_tokenizer else ())
+        # A graph over 1.5 GB of weights (NLLB-600M's) is written with its weights in <graph>.data, hashed as the
+        # graph is: the bundle check refuses a graph reading a file config.json does not list.
+        payload += tuple(graph_data_files(out))
         task = (
             ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size)
         )

@@ -97,6 +97,13 @@ def fold_weight_transposes(model) -> int:
     return folded
 
 
+def graph_data_files(folder: Path) -> list[str]:
+    """The external-data files the bundle's two graphs read (none for a graph under ``LARGE_GRAPH_BYTES``)."""
+    from contract.graph_files import external_data_files
+
+    return [f for g in (bundle.ENCODER_FILE, bundle.DECODER_FILE) for f in external_data_files(folder / g)]
+
+
 def convert_bundle(src: Path, dst: Path, variant: str) -> BundleConfig:
     """A float32 bundle -> a ``variant`` copy at ``dst`` (config.json's hashes and quantization rewritten; its
     validation says what was converted from what). Torch-free; the caller checks the result's outputs."""
@@ -107,13 +114,15 @@ def convert_bundle(src: Path, dst: Path, variant: str) -> BundleConfig:
         raise ValueError(f"{src}: already {cfg.quantization}; convert a float32 bundle")
     variant = resolve(variant)
     dst.mkdir(parents=True, exist_ok=True)
-    for f in (*bundle.PAYLOAD_FILES,):
+    for f in (*bundle.PAYLOAD_FILES, *graph_data_files(src)):
         shutil.copy(src / f, dst / f)
     quantize(dst, variant)
     out = BundleConfig(
         **{
             **cfg.__dict__,
-            "files": {f: bundle.sha256_file(dst / f) for f in bundle.PAYLOAD_FILES},
+            "files": {
+                f: bundle.sha256_file(dst / f) for f in (*bundle.PAYLOAD_FILES, *graph_data_files(dst))
+            },
             "quantization": variant,
             "validation": {"converted_from": str(src), "source_files": cfg.files},
         }
@@ -122,43 +131,87 @@ def convert_bundle(src: Path, dst: Path, variant: str) -> BundleConfig:
     return out
 
 
-def _fp16(src: Path, tmp: Path) -> None:
+# ONNX's protobuf holds at most 2 GB: a graph with more weights than this keeps them in ``<graph>.data`` beside it
+# (torch.onnx.export's own threshold), a file of the bundle that config.json hashes like the graph.
+LARGE_GRAPH_BYTES = 1536 * 1024 * 1024
+
+
+def weight_bytes(model) -> int:
+    """The bytes of a graph's initializers (loaded, external data included)."""
+    from onnx import numpy_helper
+
+    return sum(
+        numpy_helper.to_array(t).nbytes if not t.raw_data else len(t.raw_data)
+        for t in model.graph.initializer
+    )
+
+
+def save(model, path: Path) -> None:
+    """``model`` at ``path``, its weights in ``<name>.data`` beside it when they pass ``LARGE_GRAPH_BYTES``."""
     import onnx
+
+    large = weight_bytes(model) > LARGE_GRAPH_BYTES
+    onnx.save_model(model, str(path), save_as_external_data=large, location=f"{path.name}.data")
+
+
+def _fp16(model, dst: Path) -> None:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     # keep_io_types: float32 at the graph's edges (Casts inserted there), so the engine's arrays and the cache
     # it keeps between steps are what a float32 bundle uses; inside, MatMuls and attention run in half.
-    onnx.save(convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(tmp))
+    save(convert_float_to_float16(model, keep_io_types=True), dst)
 
 
 def _quantize(folder: Path, variant: str) -> None:
+    """Each graph rewritten through a scratch folder beside it: the new graph (and its ``.data``, when large)
+    replace the old graph and the external data it had."""
+    import tempfile
+
     import onnx
+
+    from contract.graph_files import external_data_files
 
     for name in (bundle.ENCODER_FILE, bundle.DECODER_FILE):
         src = folder / name
-        tmp = folder / f"{name}.{variant}"
-        if variant == FP16:
-            _fp16(src, tmp)
-            tmp.replace(src)
-            continue
-        model = onnx.load(str(src))
-        if fold_weight_transposes(model):
-            onnx.save(model, str(src))
-        if variant == "int8-dynamic":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+        old = external_data_files(src)
+        model = onnx.load(str(src))  # with its external data
+        with tempfile.TemporaryDirectory(prefix=f"{name}.", dir=folder) as scratch:
+            work, dst = Path(scratch) / "in", Path(scratch) / "out"
+            work.mkdir(), dst.mkdir()
+            if variant == FP16:
+                _fp16(model, dst / name)
+            elif variant == "int8-dynamic":
+                from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            # MatMul only: Gather (embeddings) and attention internals stay float for accuracy.
-            quantize_dynamic(src, tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
-        else:
-            from onnxruntime.quantization.matmul_nbits_quantizer import (
-                DefaultWeightOnlyQuantConfig,
-                MatMulNBitsQuantizer,
-            )
+                fold_weight_transposes(model)
+                large = weight_bytes(model) > LARGE_GRAPH_BYTES  # the float graph; int8 MatMuls are a quarter
+                save(model, work / name)  # quantize_dynamic reads a path without copying the graph in memory
+                del model
+                # MatMul only: Gather (embeddings) and attention internals stay float for accuracy.
+                quantize_dynamic(
+                    work / name,
+                    dst / name,
+                    weight_type=QuantType.QInt8,
+                    op_types_to_quantize=["MatMul"],
+                    use_external_data_format=large,
+                )
+            else:
+                from onnxruntime.quantization.matmul_nbits_quantizer import (
+                    DefaultWeightOnlyQuantConfig,
+                    MatMulNBitsQuantizer,
+                )
 
-            cfg = DefaultWeightOnlyQuantConfig(
-                block_size=NBITS_BLOCK, is_symmetric=True, accuracy_level=4, bits=8
-            )
-            q = MatMulNBitsQuantizer(model, algo_config=cfg)
-            q.process()
-            q.model.save_model_to_file(str(tmp), use_external_data_format=False)
-        tmp.replace(src)
+                fold_weight_transposes(model)
+                cfg = DefaultWeightOnlyQuantConfig(
+                    block_size=NBITS_BLOCK, is_symmetric=True, accuracy_level=4, bits=8
+                )
+                q = MatMulNBitsQuantizer(model, algo_config=cfg)
+                q.process()
+                save(q.model.model, dst / name)
+            for f in old:
+                (folder / f).unlink(missing_ok=True)
+            for f in dst.iterdir():
+                f.chmod(
+                    0o644
+                )  # the external-data writer makes 0600 files; the server may run as another user
+                f.replace(folder / f.name)

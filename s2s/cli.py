@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "import",
-        help="import a Hugging Face checkpoint (Marian: OPUS-MT, FuguMT) as a bundle",
+        help="import a Hugging Face checkpoint (Marian: OPUS-MT, FuguMT; M2M100, NLLB; BART, mBART-50) as a bundle",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Read a local Hugging Face checkpoint folder (config.json, generation_config.json, "
         "model.safetensors or pytorch_model.bin, the tokenizer files; nothing is downloaded) and write "
@@ -433,6 +433,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = model default")
     p.add_argument(
         "--beam-size", type=int, default=0, help="0 = the model's default (ListModels shows it); 1 = greedy"
+    )
+    p.add_argument(
+        "--source-lang",
+        default="",
+        metavar="CODE",
+        help="the inputs' language, for a multilingual model (ISO 639-1 such as en, or the model's own code; "
+        "--list shows them); default: the model's",
+    )
+    p.add_argument(
+        "--target-lang",
+        default="",
+        metavar="CODE",
+        help="the language to translate to, for a multilingual model (a multilingual model needs one "
+        "unless its bundle names a default)",
     )
     g = p.add_argument_group(
         "decoding options (CTranslate2's names; docs/DECODING.md has defaults and ranges)"

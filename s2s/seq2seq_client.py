@@ -109,10 +109,13 @@ class Seq2SeqClient:
         beam_size: int = 0,
         version: str = "",
         target_prefixes: list[str] | None = None,
+        source_language: str = "",
+        target_language: str = "",
         **options,
     ) -> pb.GenerateRequest:
         """``options``: any other GenerateOptions field by name (num_hypotheses=4, sampling_topk=10, seed=1, ...), and
-        the request's TEXT_FLAGS (protect_spans=False, ...; absent = the server's default, on)."""
+        the request's TEXT_FLAGS (protect_spans=False, ...; absent = the server's default, on). The languages: a
+        code each ("" = the model's default), for models that know theirs (ListModels lists them)."""
         text = {k: options.pop(k) for k in TEXT_FLAGS if k in options}
         return pb.GenerateRequest(
             model=model,
@@ -120,6 +123,8 @@ class Seq2SeqClient:
             inputs=texts,
             target_prefixes=target_prefixes or [],
             options=pb.GenerateOptions(max_new_tokens=max_new_tokens, beam_size=beam_size, **options),
+            source_language=source_language,
+            target_language=target_language,
             **text,
         )
 
@@ -318,9 +323,15 @@ def run_cli(args) -> int:
         with Seq2SeqClient(args.server, token=args.token, tls_ca=args.tls_ca, timeout=args.timeout) as client:
             if args.list:
                 for m in client.models():
+                    langs = (
+                        f"\tlanguages={','.join(m.source_languages)}->{','.join(m.target_languages)}"
+                        if m.target_languages
+                        else ""
+                    )
                     print(
                         f"{m.name}\tversion {m.version}\t{m.task}\t{m.provider}\tmax_input_tokens={m.max_input_tokens}"
                         f"\tmax_new_tokens={m.max_new_tokens}\tmax_inputs_per_request={m.max_inputs_per_request}"
+                        + langs
                     )
                 return 0
             if not args.model:
@@ -333,6 +344,7 @@ def run_cli(args) -> int:
             if from_stdin and not n and sys.stdin.isatty():
                 n = concurrency = 1  # typed by hand: answer each line once it is entered
             kw = dict(max_new_tokens=args.max_new_tokens, beam_size=args.beam_size)
+            kw.update(source_language=args.source_lang, target_language=args.target_lang)
             kw.update({k: v for k in DECODING_FLAGS if (v := getattr(args, k, None)) is not None})
             kw.update({k: False for k in TEXT_FLAGS if getattr(args, f"no_{k}", False)})
             if args.stream:

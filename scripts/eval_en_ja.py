@@ -10,6 +10,9 @@
   projects that no training file draws on (``training.corpus_en_ja.HELDOUT_PROJECTS``), none of
   whose English strings occurs in a training file. This is the realistic measure: users send
   strings of software the model has never seen.
+* **plain sentences**: ``data/en-ja/plain-sentences.tsv``, 50 everyday sentences (not UI strings) with
+  references written for this project: what a new user tries first. Their outputs at the served default
+  are kept too, one column per bundle, in docs/experiments.md#en-ja-plain.
 
 Each bundle is decoded by the ONNX engine (what is served), greedy and beam 4 (α 0.6), and scored
 with sacrebleu's chrF and character BLEU, next to copying the source. Results accumulate in
@@ -35,6 +38,7 @@ from bench.common.markdown import write_section  # noqa: E402
 
 CORPUS = (ROOT / "data/en-ja/ui-strings.tsv", ROOT / "data/en-ja/ui-strings-copyleft.tsv")
 HELDOUT = ROOT / "data/en-ja/heldout-projects.tsv"
+PLAIN = ROOT / "data/en-ja/plain-sentences.tsv"
 RESULTS = ROOT / "docs/eval_en_ja.json"
 N_HASH = 2000
 
@@ -44,7 +48,11 @@ def test_sets() -> dict[str, list[tuple[str, str]]]:
 
     test = tasks.translation(*CORPUS).test
     test = sorted(test, key=lambda p: hashlib.sha256(p[0].encode()).digest())[:N_HASH]
-    return {"hash split": test, "unseen projects": tasks.read_tsv(HELDOUT)}
+    return {
+        "hash split": test,
+        "unseen projects": tasks.read_tsv(HELDOUT),
+        "plain sentences": tasks.read_tsv(PLAIN),
+    }
 
 
 def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
@@ -65,14 +73,20 @@ def main() -> int:
         help="a bundle to score under LABEL (default: served=models/translate-en-ja/1); repeatable",
     )
     ap.add_argument("--beams", default="1,4", help="beam sizes to decode with (1 = greedy)")
+    ap.add_argument(
+        "--sets",
+        default="hash split,unseen projects,plain sentences",
+        help="which test sets to decode (comma-separated); the others keep their stored figures",
+    )
     args = ap.parse_args()
     import engine
 
-    sets = test_sets()
+    wanted = {name.strip() for name in args.sets.split(",")}
+    sets = {name: pairs for name, pairs in test_sets().items() if name in wanted}
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["copy the source"] = {
-        name: {"1": scores([s for s, _ in pairs], [t for _, t in pairs])} for name, pairs in sets.items()
-    }
+    results.setdefault("copy the source", {}).update(
+        {name: {"1": scores([s for s, _ in pairs], [t for _, t in pairs])} for name, pairs in sets.items()}
+    )
     for spec in args.bundle or ["served=models/translate-en-ja/1"]:
         label, _, path = spec.partition("=")
         eng = engine.load(ROOT / path if not Path(path).is_absolute() else path, threads=1, device="cpu")
@@ -89,31 +103,57 @@ def main() -> int:
                     **scores(hyps, refs),
                     "seconds": round(time.perf_counter() - t0, 1),
                 }
+                if name == "plain sentences":
+                    entry.setdefault("plain outputs", {})[str(beam)] = hyps
                 print(f"{label:>16} {name:>16} beam {beam}: {entry[name][str(beam)]}", flush=True)
     RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
     rows = [
-        "| model | decoding | hash split chrF | hash split BLEU (char) | unseen projects chrF | unseen projects BLEU (char) |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | decoding | hash split chrF | hash split BLEU (char) | unseen projects chrF | unseen projects BLEU (char) "
+        "| plain sentences chrF |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for label, entry in results.items():
         for beam in ("1", "4"):
             if beam not in entry.get("hash split", {}):
                 continue
             h, u = entry["hash split"][beam], entry["unseen projects"][beam]
+            plain = entry.get("plain sentences", {}).get(beam)
             decoding = "–" if label == "copy the source" else ("greedy" if beam == "1" else "beam 4, α 0.6")
             rows.append(
-                f"| {label} | {decoding} | {h['chrf']:.1f} | {h['bleu_char']:.1f} | {u['chrf']:.1f} | {u['bleu_char']:.1f} |"
+                f"| {label} | {decoding} | {h['chrf']:.1f} | {h['bleu_char']:.1f} | {u['chrf']:.1f} | {u['bleu_char']:.1f} "
+                f"| {'–' if plain is None else format(plain['chrf'], '.1f')} |"
             )
-    n = {name: len(p) for name, p in sets.items()}
+    n = {name: len(p) for name, p in test_sets().items()}
     table = (
         f"Hash split: {n['hash split']:,} pairs of the corpus's test split; unseen projects: {n['unseen projects']:,} "
-        "pairs of `data/en-ja/heldout-projects.tsv`. Decoded by the ONNX engine; `python scripts/eval_en_ja.py`.\n\n"
+        f"pairs of `data/en-ja/heldout-projects.tsv`; plain sentences: the {n['plain sentences']} of "
+        "`data/en-ja/plain-sentences.tsv`. Decoded by the ONNX engine; `python scripts/eval_en_ja.py`.\n\n"
         + "\n".join(rows)
     )
     write_section(ROOT / "docs" / "experiments.md", "en-ja-eval", table, title="# Experiments")
+    write_section(
+        ROOT / "docs" / "experiments.md", "en-ja-plain", plain_table(results), title="# Experiments"
+    )
     print(table)
     return 0
+
+
+def plain_table(results: dict) -> str:
+    """The plain sentences, their references and each bundle's beam-4 outputs, side by side."""
+    pairs = test_sets()["plain sentences"]
+    labels = [label for label, entry in results.items() if "4" in entry.get("plain outputs", {})]
+    rows = [
+        "| English | reference | " + " | ".join(labels) + " |",
+        "|---|---|" + "---|" * len(labels),
+    ]
+    for i, (src, ref) in enumerate(pairs):
+        outs = [results[label]["plain outputs"]["4"][i].replace("|", "\\|") for label in labels]
+        rows.append(f"| {src} | {ref} | " + " | ".join(outs) + " |")
+    return (
+        "What a new user sees: everyday sentences, not UI strings, each bundle at beam 4 (α 0.6); "
+        '`python scripts/eval_en_ja.py --sets "plain sentences"`.\n\n' + "\n".join(rows)
+    )
 
 
 if __name__ == "__main__":

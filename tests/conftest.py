@@ -315,3 +315,39 @@ def make_repo(root: Path, other: bool = True) -> Path:
             for f in version.iterdir():
                 (repo / JA / version.name / f.name).symlink_to(f.resolve())
     return repo
+
+
+@pytest.fixture(scope="session")
+def m2m100(tmp_path_factory):
+    """A tiny trained M2M100 checkpoint (tests/m2m100_models.py: its answer depends on the target language) and
+    its `s2s import` bundle, made once a session: (model, tokenizer, bundle folder, rows)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import m2m100_models as mm
+
+    from export.hf_import import ImportOptions, import_model
+
+    root = tmp_path_factory.mktemp("m2m100")
+    model, tok, rows = mm.make(root / "ckpt")
+    folder = import_model(ImportOptions(root / "ckpt", root / "repo", "m2m"))
+    return model, tok, folder, rows
+
+
+def link_model(repo: Path, name: str, folder: Path) -> None:
+    """A model version's files linked into ``repo/name/<its version>/`` (its folder stays inside the repository)."""
+    (repo / name / folder.name).mkdir(parents=True)
+    for f in folder.iterdir():
+        (repo / name / folder.name / f.name).symlink_to(f.resolve())
+
+
+@pytest.fixture(scope="session")
+def multilingual_server(m2m100, tmp_path_factory):
+    """One server for the session holding the tiny multilingual model (``m2m``, 100 languages) and the committed
+    translate-en-ja, one engine core each."""
+    repo = tmp_path_factory.mktemp("multilingual") / "models"
+    link_model(repo, "m2m", m2m100[2])
+    link_model(repo, DEFAULT_MODELS[1], MODEL_REPO / DEFAULT_MODELS[1] / "1")
+    srv = ServerThread(server_config(model_repo=repo, instances=1))
+    yield srv
+    srv.stop()

@@ -79,10 +79,25 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
         tok.src_lang, tok.tgt_lang = s, t
         enc = tok(text, text_target=answer(text, t))
         src.append(enc["input_ids"]), labels.append(enc["labels"])
+    fit(model, src, labels, steps, seed)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, bos_token_id=0, num_beams=4, max_length=48
+    )
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return model, tok, data
+
+
+def fit(
+    model, src: list[list[int]], labels: list[list[int]], steps: int, seed: int, lr: float = 1e-2
+) -> None:
+    """Adam on random batches of 32 (padding id 1, labels' padding ignored), then every LayerNorm perturbed."""
+    import torch
+
     pad = lambda seqs, v: torch.tensor([x + [v] * (max(map(len, seqs)) - len(x)) for x in seqs])  # noqa: E731
     ids, lab = pad(src, 1), pad(labels, -100)
     mask = (ids != 1).long()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(steps):
@@ -92,13 +107,41 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
         loss.backward()
         opt.step()
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad():  # perturb what training barely moved, so a missing LayerNorm shows
         for name, p in model.named_parameters():
-            if "layer_norm" in name:
+            if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, bos_token_id=0, num_beams=4, max_length=48
+
+
+def encode(tok, rows):
+    """Source ids and mask of ``rows`` (source language, target language, text), padded as one batch."""
+    import torch
+
+    ids = []
+    for s, _, text in rows:
+        tok.src_lang = s
+        ids.append(tok(text)["input_ids"])
+    width = max(map(len, ids))
+    return (
+        torch.tensor([x + [1] * (width - len(x)) for x in ids]),
+        torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
     )
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return model, tok, data
+
+
+def hf_generate(model, tok, rows, **kw) -> list[list[int]]:
+    """transformers' outputs, one padded batch per target language (its forced BOS is one per call), in input order,
+    without the start token, the forced language token, the EOS and the padding."""
+    import torch
+
+    out: dict[int, list[int]] = {}
+    for lang in sorted({t for _, t, _ in rows}):
+        idx = [i for i, r in enumerate(rows) if r[1] == lang]
+        ids, mask = encode(tok, [rows[i] for i in idx])
+        with torch.no_grad():
+            got = model.generate(
+                input_ids=ids, attention_mask=mask, forced_bos_token_id=tok.get_lang_id(lang), **kw
+            )
+        for i, r in zip(idx, got[:, 2:].tolist()):
+            r = r[: r.index(2)] if 2 in r else r
+            out[i] = [t for t in r if t != 1]
+    return [out[i] for i in range(len(rows))]

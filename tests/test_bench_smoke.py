@@ -257,9 +257,9 @@ def test_option_table_against_a_baseline_commit_quick_run(tmp_path):
 
 @needs_addition
 def test_peers_benchmark_quick_run(tmp_path):
-    """`bench.serving.peers_bench --quick` on the addition model: `s2s serve` beside the two grpc.aio CTranslate2
-    peers (per request, micro-batched) on the same weights, one window each, every side's answers the in-process
-    engine's and every figure present."""
+    """`bench.serving.peers_bench --quick` on the addition model: `s2s serve` (and the server of another commit,
+    ``--tree``) beside the two grpc.aio CTranslate2 peers (per request, micro-batched) on the same weights, one
+    window each, every side's answers the in-process engine's and every figure present."""
     ct2_module()
     run_bench(
         "bench.serving.peers_bench",
@@ -274,12 +274,15 @@ def test_peers_benchmark_quick_run(tmp_path):
         str(ADDITION / "test.tsv"),
         "--peers",
         "per-request,batcher",
+        "--tree",
+        "head=HEAD",
         "--results",
         str(tmp_path),
     )
     peers = json.loads((tmp_path / "serve-peers.json").read_text())
     table = rows(peers, "greedy-c8")
-    assert [r["server"].split(" ")[0] for r in table] == ["s2s", "CTranslate2", "CTranslate2"], table
+    assert [r["server"].split(" ")[0] for r in table] == ["s2s", "s2s", "CTranslate2", "CTranslate2"], table
+    assert table[1]["server"] == "s2s serve @head", table
     for r in table:
         assert r["answers_s"] > 0 and r["server_cpu_ms_request"] > 0 and r["answer_bytes"] > 0, r
         served, total = (int(x) for x in r["outputs_engine_s"].split(" of "))

@@ -23,7 +23,9 @@ from s2s.seq2seq_client import Seq2SeqClient
 ADD, JA = "addition", "translate-en-ja"
 
 
-def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_repo):
+def test_a_killed_core_fails_only_the_requests_it_had_started_and_is_restarted(model_repo):
+    """Two cores; one is killed with requests in flight. Those it had started fail at once (503, "retry"); those
+    still queued in it go to the other core and are answered; the dead core is restarted."""
     srv = ServerThread(server_config(instances=2, models=(JA,)))
     model = srv.running.repo.get(JA)
     try:
@@ -55,9 +57,10 @@ def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_r
         on_victim, results, took = asyncio.run(main())
         failed = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
         ok = [r for r in results if not isinstance(r, Exception)]
-        assert len(failed) == on_victim and len(ok) == len(results) - on_victim, (on_victim, results)
+        assert len(failed) <= on_victim and len(ok) == len(results) - len(failed), (on_victim, results)
         assert all(
-            e.code() == grpc.StatusCode.UNAVAILABLE and "engine core stopped" in e.details() for e in failed
+            e.code() == grpc.StatusCode.UNAVAILABLE and "stopped while decoding" in e.details()
+            for e in failed
         )
         assert all(len(r.outputs) == 4 and all(o.text for o in r.outputs) for r in ok)
         # The model serves again once the core is back.
@@ -65,7 +68,9 @@ def test_a_killed_core_fails_only_its_requests_promptly_and_is_restarted(model_r
         assert model.cores[0].state.restarts == 1
         with Seq2SeqClient(srv.address) as c:
             assert c.generate(JA, ["Save changes"])[0]
-        assert took < 60  # a hang guard: the dead core's requests fail at once, the others finish their work
+        assert (
+            took < 60
+        )  # a hang guard: the dead core's started requests fail at once, the others are answered
     finally:
         srv.stop()
 

@@ -163,6 +163,7 @@ def test_a_load_builds_its_tokenizer_off_the_event_loop(tmp_path, monkeypatch):
             f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/addition/load",
             data=b"",
             method="POST",
+            headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=60) as r:
             assert r.status == 200

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import http.client
 import json
 import threading
 import urllib.error
@@ -25,11 +26,17 @@ from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 ADD, JA = "addition", "translate-en-ja"
 
 
+JSON = {"Content-Type": "application/json"}  # what a load or unload needs on a server without a token
+
+
 def post(
     srv, path: str, body: bytes = b"", headers: dict | None = None, timeout: float = 120
 ) -> tuple[int, str]:
     req = urllib.request.Request(
-        f"http://127.0.0.1:{srv.config.http_port}{path}", data=body, method="POST", headers=headers or {}
+        f"http://127.0.0.1:{srv.config.http_port}{path}",
+        data=body,
+        method="POST",
+        headers=JSON if headers is None else headers,
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -40,7 +47,7 @@ def post(
 
 def translate(srv, q: str, fmt: str = "text") -> tuple[int, str]:
     body = json.dumps({"q": q, "source": "en", "target": "ja", "format": fmt}).encode()
-    return post(srv, "/translate", body, {"Content-Type": "application/json"})
+    return post(srv, "/translate", body)
 
 
 def test_an_unload_whose_caller_gives_up_still_stops_its_processes(tmp_path, model_repo):
@@ -151,6 +158,39 @@ def test_a_page_of_another_site_cannot_unload_a_model(open_server):
         status == 200
     )  # JSON: a page could only have sent it after a CORS preflight the server did not grant
     assert post(open_server, f"/v2/repository/models/{ADD}/load")[0] == 200  # curl: no Origin, goes through
+
+
+def test_a_load_or_unload_without_a_token_must_be_json(open_server):
+    """Without --auth-token, a load or unload that is not JSON is refused 415 naming the header to send, whatever
+    else it says or omits (here neither Origin nor Sec-Fetch-Site: an old browser's form sends neither), and the
+    model goes on serving; JSON, with an empty body or one, goes through."""
+    for action in ("unload", "load"):
+        path = f"/v2/repository/models/{ADD}/{action}"
+        for kind in (
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "text/plain",
+            None,
+        ):
+            conn = http.client.HTTPConnection("127.0.0.1", open_server.config.http_port, timeout=30)
+            try:  # http.client sends no Content-Type unless told (urllib would add a form's)
+                conn.request("POST", path, b"", {"Content-Type": kind} if kind else {})
+                r = conn.getresponse()
+                status, error = r.status, json.loads(r.read())["error"]
+            finally:
+                conn.close()
+            assert status == 415 and "Content-Type: application/json" in error, (kind, status, error)
+            assert (kind or "came with none") in error  # what it sent, named
+        assert ADD in open_server.running.repo.models and infer_add(open_server, "12+30") == (200, "42")
+    assert post(open_server, f"/v2/repository/models/{ADD}/unload", b"")[0] == 200  # JSON, empty
+    assert post(open_server, f"/v2/repository/models/{ADD}/load", b'{"parameters": {}}')[0] == 200
+    assert infer_add(open_server, "12+30") == (200, "42")
+
+
+def infer_add(srv, text: str) -> tuple[int, str]:
+    body = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": [text]}]}
+    status, answer = post(srv, f"/v2/models/{ADD}/infer", json.dumps(body).encode())
+    return status, json.loads(answer)["outputs"][0]["data"][0] if status == 200 else answer
 
 
 def test_libretranslate_answers_503_for_an_unloaded_model(open_server):

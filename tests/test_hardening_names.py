@@ -52,7 +52,10 @@ def load_grpc(srv, name: str) -> tuple[str, str]:
 
 def load_http(srv, quoted: str) -> tuple[int, str]:
     req = urllib.request.Request(
-        f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/{quoted}/load", data=b"", method="POST"
+        f"http://127.0.0.1:{srv.config.http_port}/v2/repository/models/{quoted}/load",
+        data=b"",
+        method="POST",
+        headers={"Content-Type": "application/json"},
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:

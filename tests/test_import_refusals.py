@@ -14,6 +14,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import bart_models as bm  # noqa: E402
 import marian_models as mm  # noqa: E402
 
 from s2s.cli import main  # noqa: E402
@@ -57,7 +58,14 @@ def test_not_a_checkpoint(capsys, tmp_path):
 def test_unsupported_model_type_lists_the_supported(capsys, checkpoint, tmp_path):
     folder = edited(checkpoint, tmp_path)
     edit_json(folder / "config.json", model_type="t5")
-    refused(capsys, folder, tmp_path / "repo", "config.json", "'model_type' is 't5'", "supported: marian")
+    refused(
+        capsys,
+        folder,
+        tmp_path / "repo",
+        "config.json",
+        "'model_type' is 't5'",
+        "supported: marian, m2m_100, bart, mbart",
+    )
 
 
 @pytest.mark.parametrize("name", ["target.spm", "vocab.json"])
@@ -125,3 +133,76 @@ def test_pytorch_pickle_and_int8(capsys, checkpoint, tmp_path):
     assert cfg.task.suppressed_ids == (cfg.model.special.pad,) and cfg.task.beam_size == 4
     out = engine.load(repo / "m" / "1").generate(["the cat", "水"], max_new_tokens=5)
     assert all(len(r.tokens) <= 5 for r in out) and all(cfg.model.special.pad not in r.tokens for r in out)
+
+
+@pytest.fixture(scope="module")
+def family_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """Small BART, mBART-50 and NLLB folders, untrained (these tests read files, they do not compare outputs)."""
+    root = tmp_path_factory.mktemp("families")
+    for family in ("bart", "mbart", "nllb"):
+        bm.make(family, root / family, steps=0, n_lines=60)
+    return {f: root / f for f in ("bart", "mbart", "nllb")}
+
+
+@pytest.mark.parametrize("family", ["bart", "mbart", "nllb"])
+def test_missing_tokenizer_json(capsys, family_checkpoints, tmp_path, family):
+    folder = edited(family_checkpoints[family], tmp_path)
+    (folder / "tokenizer.json").unlink()
+    refused(capsys, folder, tmp_path / "repo", "tokenizer.json", "missing")
+
+
+@pytest.mark.parametrize("family", ["bart", "mbart"])
+def test_bart_config_that_disagrees_with_its_weights_or_tokenizer(
+    capsys, family_checkpoints, tmp_path, family
+):
+    folder = edited(family_checkpoints[family], tmp_path)
+    config = folder / "config.json"
+    original = json.loads(config.read_text())
+    edit_json(config, encoder_ffn_dim=64, decoder_ffn_dim=64)
+    refused(
+        capsys, folder, tmp_path / "repo", "model.safetensors", "fc1", "'encoder_ffn_dim / decoder_ffn_dim'"
+    )
+    edit_json(config, **{**original, "max_position_embeddings": 128})
+    refused(
+        capsys, folder, tmp_path / "repo", "model.safetensors", "embed_positions", "'max_position_embeddings"
+    )
+    edit_json(config, **{**original, "decoder_layers": 3})
+    refused(capsys, folder, tmp_path / "repo", "model.decoder.layers.2", "'decoder_layers'")
+    edit_json(config, **{**original, "vocab_size": 50})
+    refused(capsys, folder, tmp_path / "repo", "tokenizer.json", "ids up to", "'vocab_size' is 50")
+    edit_json(config, **{**original, "pad_token_id": 0})
+    refused(capsys, folder, tmp_path / "repo", "config.json", "'pad_token_id' is 0", "'<pad>' at 1")
+    edit_json(config, **{**original, "activation_function": "gelu_new"})
+    refused(capsys, folder, tmp_path / "repo", "config.json", "'activation_function' is 'gelu_new'")
+
+
+def test_a_missing_embedding_norm_is_named(capsys, family_checkpoints, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = edited(family_checkpoints["bart"], tmp_path)
+    weights = load_file(str(folder / "model.safetensors"))
+    del weights["model.decoder.layernorm_embedding.weight"]
+    save_file(weights, str(folder / "model.safetensors"))
+    refused(
+        capsys,
+        folder,
+        tmp_path / "repo",
+        "model.safetensors",
+        "'model.decoder.layernorm_embedding.weight' is missing",
+    )
+
+
+def test_mbart_cc25_and_nllb_legacy_layouts_are_refused_by_name(capsys, family_checkpoints, tmp_path):
+    """The source layouts with the language token last (mBART-cc25's MBartTokenizer, NLLB's legacy_behaviour)."""
+    folder = edited(family_checkpoints["mbart"], tmp_path)
+    edit_json(folder / "tokenizer_config.json", tokenizer_class="MBartTokenizer")
+    refused(
+        capsys, folder, tmp_path / "repo", "tokenizer_config.json", "'tokenizer_class' is 'MBartTokenizer'"
+    )
+    edit_json(folder / "tokenizer_config.json", tokenizer_class="MBart50Tokenizer")
+    edit_json(folder / "config.json", decoder_start_token_id=250004)
+    refused(capsys, folder, tmp_path / "repo", "config.json", "'decoder_start_token_id' is 250004")
+    nllb = tmp_path / "nllb"
+    shutil.copytree(family_checkpoints["nllb"], nllb)
+    edit_json(nllb / "tokenizer_config.json", legacy_behaviour=True)
+    refused(capsys, nllb, tmp_path / "repo", "tokenizer_config.json", "'legacy_behaviour' is true")

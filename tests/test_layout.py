@@ -30,7 +30,7 @@ FORBIDDEN = {
 }
 # The engine-core child process imports neither asyncio nor gRPC nor aiohttp, at any depth: only the front
 # end's handle of a core (server.core.client, and its requests in flight) lives on the event loop.
-CORE_FRONT_END = ("server.core.client", "server.core.inflight")
+CORE_FRONT_END = ("server.core.client", "server.core.router", "server.core.inflight", "server.core.hold")
 # Modules that speak HTTP, by folder: they reach no gRPC or protobuf.
 HTTP_FOLDERS = ("server.doors",)
 HTTP_EXTRA = ("server.kserve.rest_binding", "server.kserve.repository_rest", "server.kserve.json_codec")

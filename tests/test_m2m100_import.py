@@ -2,7 +2,8 @@
 step's logits, and greedy and beam-4 outputs token-identical to ``generate(forced_bos_token_id=...)`` while this
 engine decodes rows of several source and target languages in one padded batch.
 
-The checkpoint is made here (tests/m2m100_models.py): its answer depends on the target language.
+The checkpoint is made here (tests/m2m100_models.py, once a session: tests/conftest.py's ``m2m100``): its answer
+depends on the target language.
 """
 
 from __future__ import annotations
@@ -20,52 +21,19 @@ import m2m100_models as mm  # noqa: E402
 
 from contract import bundle  # noqa: E402
 from contract.languages import LanguageError  # noqa: E402
-from export.hf_import import ImportOptions, import_model  # noqa: E402
 
 N_INPUTS = 200
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("m2m100")
-    model, tok, rows = mm.make(root / "ckpt")
-    folder = import_model(ImportOptions(root / "ckpt", root / "repo", "m2m"))
-    return model, tok, folder, rows
+def imported(m2m100):
+    return m2m100  # made once a session (tests/conftest.py), shared with the server's tests
 
 
 def inputs(rows, n: int = N_INPUTS):
     """Mixed lengths and languages: training rows, and rows of two lines joined."""
     joined = [(s, t, f"{a} {b}") for (s, t, a), (_, _, b) in zip(rows[::2], rows[1::2])]
     return (rows[: n // 2] + joined[: n - n // 2])[:n]
-
-
-def encode(tok, rows):
-    ids = []
-    for s, _, text in rows:
-        tok.src_lang = s
-        ids.append(tok(text)["input_ids"])
-    width = max(map(len, ids))
-    return (
-        torch.tensor([x + [1] * (width - len(x)) for x in ids]),
-        torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
-    )
-
-
-def hf_generate(model, tok, rows, **kw) -> list[list[int]]:
-    """transformers' outputs, one padded batch per target language (its forced BOS is one per call), in input order,
-    without the start token, the forced language token, the EOS and the padding."""
-    out: dict[int, list[int]] = {}
-    for lang in sorted({t for _, t, _ in rows}):
-        idx = [i for i, r in enumerate(rows) if r[1] == lang]
-        ids, mask = encode(tok, [rows[i] for i in idx])
-        with torch.no_grad():
-            got = model.generate(
-                input_ids=ids, attention_mask=mask, forced_bos_token_id=tok.get_lang_id(lang), **kw
-            )
-        for i, r in zip(idx, got[:, 2:].tolist()):
-            r = r[: r.index(2)] if 2 in r else r
-            out[i] = [t for t in r if t != 1]
-    return [out[i] for i in range(len(rows))]
 
 
 def test_bundle_languages_and_tokenizer_ids(imported):
@@ -94,7 +62,7 @@ def test_every_step_logits_within_1e_4(imported):
     model, tok, folder, rows = imported
     runner = Runner(folder, EngineOptions(device="cpu"))
     rows = inputs(rows, 24)
-    ids, mask = encode(tok, rows)
+    ids, mask = mm.encode(tok, rows)
     forced = torch.tensor([[2, tok.get_lang_id(t)] for _, t, _ in rows])
     with torch.no_grad():
         tgt = torch.cat(
@@ -135,7 +103,7 @@ def test_greedy_and_beam4_with_mixed_target_languages_in_one_batch(imported):
     translator = engine.load(folder, threads=1)
     texts = [r[2] for r in rows]
     for beam in (1, 4):
-        want = hf_generate(model, tok, rows, num_beams=beam)
+        want = mm.hf_generate(model, tok, rows, num_beams=beam)
         got = translator.generate(
             texts,
             source_languages=[r[0] for r in rows],
@@ -155,11 +123,18 @@ def test_greedy_and_beam4_with_mixed_target_languages_in_one_batch(imported):
         translator.generate(texts[:1], source_languages=["en"], target_languages=["xx"])
 
 
-def test_the_server_refuses_a_multilingual_bundle_by_name(imported):
-    """No door asks for a target language yet: serving the bundle would answer in no chosen language, so the
-    server refuses it at start, naming the file, instead of decoding it wrongly."""
-    from conftest import ServerThread, server_config
+def test_the_server_serves_a_multilingual_bundle(imported, multilingual_server):
+    """The server takes a target language per request (every door: tests/test_multilingual_serving.py) and answers
+    as generate() does with that language's token forced, the token itself left out."""
+    from s2s.seq2seq_client import Seq2SeqClient
 
-    _, _, folder, _ = imported
-    with pytest.raises(bundle.BundleError, match=r"config\.json: a multilingual bundle .* target_languages"):
-        ServerThread(server_config(model_repo=folder.parent.parent))
+    model, tok, _, rows = imported
+    rows = [("en", "de", t) for _, _, t in rows[:6]]
+    want = mm.hf_generate(model, tok, rows, num_beams=4)
+    with Seq2SeqClient(multilingual_server.address) as c:
+        got = c.generate_full(
+            "m2m", [t for _, _, t in rows], source_language="en", target_language="de", protect_spans=False
+        ).outputs
+    assert [(o.text, o.output_tokens) for o in got] == [
+        (t, len(w)) for t, w in zip(tok.batch_decode(want, skip_special_tokens=True), want)
+    ]

@@ -19,6 +19,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded, ever
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import hf_parity as hp  # noqa: E402
 import marian_models as mm  # noqa: E402
 from conftest import MODEL_REPO, ServerThread, server_config  # noqa: E402
 
@@ -26,20 +27,10 @@ from contract import names  # noqa: E402
 from export.hf_import import ImportOptions, import_model  # noqa: E402
 
 CODES = (">>up<<", ">>lo<<")
-AWKWARD = [
-    "",
-    " ",
-    "  the   cat  ",
-    "ＴＨＥ　ｃａｔ ＡＢＣ",
-    "ﬁne ① Ⅻ ㍻",
-    "café ｶﾀｶﾅ",
-    "the\tcat\nsees",
-    "猫が犬を見る。",
+AWKWARD = hp.AWKWARD + [
     "水　水",
-    "x y z q",
     "</s> the <unk>",
-    "the the the the the the the the the the the the",
-]
+]  # a full-width space between ideographs; special tokens as text
 N_INPUTS = 200
 
 

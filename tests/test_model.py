@@ -65,6 +65,33 @@ def test_kv_cached_greedy_equals_uncached_token_for_token():
     assert sum(map(len, cached)) > 0
 
 
+BART = dict(
+    positions="learned", position_offset=2, embedding_norm=True, activation="gelu", scale_embedding=False
+)
+MBART = {**BART, "norm": "pre", "final_norm": True}
+
+
+def test_knobs_default_to_the_paper_and_add_only_their_own_tensors():
+    """A config that moves no knob is the model (and the config.json) it always was; BART's knobs add their tables."""
+    paper = set(tiny().state_dict())
+    assert "embedding_norm" not in ModelConfig(20, 20).to_dict() and ModelConfig(20, 20).is_paper
+    added = {"pos.table.weight", "decoder_pos.table.weight"} | {
+        f"{s}_embed_norm.{p}" for s in ("encoder", "decoder") for p in ("weight", "bias")
+    }
+    assert set(tiny(**BART).state_dict()) - paper == added and paper - set(tiny(**BART).state_dict()) == set()
+    assert ModelConfig.from_dict(ModelConfig(20, 20, **MBART).to_dict()) == ModelConfig(20, 20, **MBART)
+
+
+@pytest.mark.parametrize("knobs", [BART, MBART], ids=["bart", "mbart"])
+def test_kv_cached_greedy_equals_uncached_with_the_bart_knobs(knobs):
+    model = tiny(vocab=30, **knobs)
+    src = torch.randint(4, 30, (4, 7))
+    mask = (torch.arange(7)[None] < torch.tensor([7, 2, 5, 1])[:, None]).long()
+    src = src * mask
+    cached, uncached = greedy(model, src, mask, 20), greedy_uncached(model, src, mask, 20)
+    assert cached == uncached and sum(map(len, cached)) > 0
+
+
 def test_decode_step_with_cache_holes_matches_a_row_alone():
     """A row whose cache has holes (it joined a running batch late) decodes as it would alone."""
     model = tiny()

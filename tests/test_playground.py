@@ -201,6 +201,36 @@ def test_addition_with_ctrl_enter(server, driver):
     page.set("#input", "12+30\n\n999+1")  # the blank line is skipped
     assert page.run(ctrl_enter=True) == "done", page.error()
     assert page.outputs() == ["42", "1000"]
+    assert not page.find("#languages").is_displayed()  # a model without languages: no pickers
+
+
+@needs_chromium
+def test_language_pickers_ask_a_multilingual_model_for_a_language(multilingual_server, driver):
+    from selenium.webdriver.support.ui import Select
+
+    from s2s.seq2seq_client import Seq2SeqClient
+
+    texts = ["dog runs", "the red house"]
+    page = Page(driver, multilingual_server.running.web.port)
+    page.pick("translate-en-ja")
+    page.wait(lambda: page.find("#languages").is_displayed(), "the language pickers")
+    assert (
+        page.find("#source-lang").get_attribute("value"),
+        page.find("#target-lang").get_attribute("value"),
+    ) == (
+        "en",
+        "ja",
+    )
+    page.pick("m2m")
+    page.wait(lambda: len(Select(page.find("#target-lang")).options) == 100, "the 100 languages of m2m")
+    assert Select(page.find("#source-lang")).first_selected_option.text == "English (en)"
+    Select(page.find("#target-lang")).select_by_value("de")
+    page.set("#input", "\n".join(texts))
+    assert page.run() == "done", page.error()
+    with Seq2SeqClient(multilingual_server.address) as client:
+        assert page.outputs() == client.generate("m2m", texts, source_language="en", target_language="de")
+        assert page.outputs() != client.generate("m2m", texts, source_language="en", target_language="ja")
+    assert driver.execute_script("return document.querySelector('#outputs .out').lang") == "de"
 
 
 @needs_chromium

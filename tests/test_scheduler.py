@@ -1,5 +1,5 @@
 """The scheduler an engine core runs, driven in process with the real engine: what it reports
-(Token / Finished / Failed events), and fault injection that needs the engine in this process."""
+(Admitted / Token / Finished / Failed events), and fault injection that needs the engine in this process."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import MODEL_REPO, english
 from engine import EngineOptions, Sequence, Translator
 from engine.step_loop import run
 from server.config import SchedulerConfig
-from server.core.events import Failed, Finished, Token
+from server.core.events import Admitted, Failed, Finished, Token
 from server.core.scheduler import Scheduler
 
 ADD, JA = "addition", "translate-en-ja"
@@ -118,9 +118,10 @@ def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving(engines
         assert sink.wait(ended(2, 1))
     finally:
         sched.drain(5)
-    (fail,) = sink.of(1)
+    admitted, fail = sink.of(1)  # it had joined the batch when the step failed
+    assert isinstance(admitted, Admitted)
     assert isinstance(fail, Failed) and fail.code == "INTERNAL" and "inference failed" in fail.message
-    assert [e.tokens for e in sink.of(2)] == [engine.codec.target_ids("42")]
+    assert [e.tokens for e in sink.of(2) if isinstance(e, Finished)] == [engine.codec.target_ids("42")]
     assert not sched.active
 
 
@@ -164,11 +165,13 @@ def test_an_encoder_failure_while_others_decode_fails_only_that_request(engines)
     finally:
         engine.runner.encode = real
         sched.drain(5)
-    (fail,) = sink.of(1)
+    (fail,) = sink.of(1)  # encoded ahead, never admitted: no Admitted
     assert isinstance(fail, Failed) and fail.code == "INTERNAL" and "encoder failed" in fail.message
     assert failed_on == ["encoder-test"]
-    assert all(isinstance(e, Finished) and e.tokens for i in range(len(long_inputs)) for e in sink.of(10 + i))
-    assert isinstance(sink.of(2)[0], Finished)
+    for i in range(len(long_inputs)):
+        admitted, finished = sink.of(10 + i)
+        assert isinstance(admitted, Admitted) and isinstance(finished, Finished) and finished.tokens
+    assert isinstance(sink.of(2)[-1], Finished)
 
 
 def test_one_report_per_step_carries_every_event_of_that_step(engines):
@@ -193,3 +196,20 @@ def test_one_report_per_step_carries_every_event_of_that_step(engines):
         rows = {e.index for e in events if isinstance(e, (Token, Finished))}
         assert len(rows) == stats.batch_rows[0], (len(rows), stats.batch_rows)
     assert sum(isinstance(e, Finished) for e in sink.events) == 16
+
+
+def test_a_request_is_reported_admitted_once_in_the_report_of_the_step_it_joined(engines):
+    """``Admitted`` tells the front end a request has started (a core that dies then fails it rather than send it
+    to another core): once per request, however many steps later its other inputs join, before any of its
+    tokens, in the report of the step its first input joined (no pipe write of its own)."""
+    engine = engines[ADD]
+    sched, sink = scheduler(engine, mode="none", max_batch_size=1)  # one input at a time: three admissions
+    try:
+        sched.submit(1, [Sequence(engine.codec.source_ids(f"{i}+1"), 6, stream=True) for i in range(3)], None)
+        assert sink.wait(ended(1, 3))
+    finally:
+        sched.drain(5)
+    events = sink.of(1)
+    assert isinstance(events[0], Admitted) and sum(isinstance(e, Admitted) for e in events) == 1
+    (joined,) = [(evs, stats) for evs, stats in sink.reports if any(isinstance(e, Admitted) for e in evs)]
+    assert joined[1].step_s and any(isinstance(e, Token) for e in joined[0])

@@ -4,9 +4,10 @@ Section numbers refer to the paper. Post-LN as in the paper: each sub-layer is
 ``LayerNorm(x + Dropout(Sublayer(x)))`` (§3.1, §5.4).
 
 The paper's choices are the defaults of ``ModelConfig``'s architecture knobs (activation, embedding
-scale, positions, pre/post norm and a final norm, output bias); the models other trainers made
-(``export/hf_marian.py``: Marian's swish, unscaled embeddings, half-split sinusoids) are this same
-model with those knobs moved, so every imported model runs, exports and is validated through this file.
+scale, positions, pre/post norm and a final norm, output bias, a norm on the embeddings); the models other
+trainers made (``export/hf_marian.py``: Marian's swish, unscaled embeddings, half-split sinusoids;
+``export/hf_bart.py``: BART's learned positions and embedding LayerNorm) are this same model with those knobs
+moved, so every imported model runs, exports and is validated through this file.
 
 The model exposes the two calls that inference needs and that the ONNX export traces:
 ``encode(src, src_mask)`` and ``decode_step(tgt, positions, past, past_mask, cross, src_mask)``.
@@ -263,6 +264,13 @@ class Transformer(nn.Module):
             else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.special.pad)
         )
         self.pos = PositionalEncoding(c.d_model, c.max_len, c.positions, c.position_offset)
+        if c.positions == "learned":  # a stored table per stack (BART's); a sinusoid is one function for both
+            self.decoder_pos = PositionalEncoding(c.d_model, c.max_len, c.positions, c.position_offset)
+        if c.embedding_norm:  # BART's layernorm_embedding, one per stack
+            self.encoder_embed_norm, self.decoder_embed_norm = (
+                nn.LayerNorm(c.d_model),
+                nn.LayerNorm(c.d_model),
+            )
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
         if c.final_norm:  # pre-norm stacks end on an un-normed residual sum: one LayerNorm after each stack
@@ -285,8 +293,19 @@ class Transformer(nn.Module):
         if not self.config.share_embeddings:
             nn.init.normal_(self.src_embed.weight, std=self.config.d_model**-0.5)
 
-    def embed(self, table: nn.Embedding, ids: Tensor, positions: Tensor) -> Tensor:
-        return self.dropout(table(ids) * self.scale + self.pos(positions))  # (B, T, d_model)
+    def embed(self, stack: str, ids: Tensor, positions: Tensor) -> Tensor:
+        """§3.4 + §3.5 for the encoder's or the decoder's ids: scaled embeddings plus positions (then LayerNorm where
+        the family has one there) -> (B, T, d_model)."""
+        c = self.config
+        table, pos = (
+            (self.src_embed, self.pos)
+            if stack == "encoder"
+            else (self.tgt_embed, self.decoder_pos if c.positions == "learned" else self.pos)
+        )
+        x = table(ids) * self.scale + pos(positions)
+        if c.embedding_norm:
+            x = getattr(self, f"{stack}_embed_norm")(x)
+        return self.dropout(x)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src, src_mask: (B, S) ids and 1/0 mask -> memory (B, S, d_model)."""
@@ -294,7 +313,7 @@ class Transformer(nn.Module):
         bias = mask_bias(
             src_mask.bool()[:, None, None, :]
         )  # (B, 1, 1, S): queries may look at real tokens only
-        x = self.embed(self.src_embed, src, positions)
+        x = self.embed("encoder", src, positions)
         for layer in self.encoder:
             x = layer(x, bias)
         return self.encoder_norm(x) if self.config.final_norm else x
@@ -332,7 +351,7 @@ class Transformer(nn.Module):
         )[:, None]  # (B, 1, T, P+T)
         self_bias = mask_bias(self_keep)
         cross_bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
-        y = self.embed(self.tgt_embed, tgt, positions)
+        y = self.embed("decoder", tgt, positions)
         present: list[KV] = []
         for layer, layer_past, layer_cross in zip(self.decoder, past, cross):
             y, kv = layer(y, layer_past, self_bias, layer_cross, cross_bias)

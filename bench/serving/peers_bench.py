@@ -1,9 +1,11 @@
 """`s2s serve` beside the servers users would build instead, on the same weights, inputs and client.
 
     python -m bench.serving.peers_bench [--rounds 6] [--seconds 5] [--concurrency 64] [--serve 'LABEL=FLAGS']
+        [--tree 'LABEL=REF']
 
 Sides (every one a KServe v2 gRPC server on 127.0.0.1 that tokenizes and detokenizes itself): `s2s serve` with its
-defaults (and any --serve variant: its flags added), CTranslate2 behind grpc.aio per request, the same with a
+defaults (and any --serve variant: its flags added; any --tree side: another commit's server, with its defaults,
+to measure a change of code in the same run), CTranslate2 behind grpc.aio per request, the same with a
 micro-batcher (bench/serving/peers.py), PyTriton with CTranslate2 (bench/serving/peer_triton.py). Per search
 (greedy; the served default) and concurrency, --rounds windows a side, the sides taking turns (ABBA), each
 window's load one tritonclient aio closed loop in a process of its own (bench/serving/peer_load.py). The
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +33,7 @@ from bench.serving.cost import searches
 from bench.serving.peer_load import Target, Window, window
 from bench.serving.peer_process import PeerProcess
 from bench.serving.server_process import ServerProcess
+from bench.serving.trees import baseline_tree
 
 PEERS = {
     "per-request": "CTranslate2 behind grpc.aio, per request",
@@ -48,7 +52,7 @@ class Side:
     identical: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
 
-def ours(args, flags: str) -> ServerProcess:
+def ours(args, flags: str, root: Path = ROOT) -> ServerProcess:
     ns = SimpleNamespace(
         model_repo=args.model_repo,
         model=args.model,
@@ -57,7 +61,7 @@ def ours(args, flags: str) -> ServerProcess:
         intra_op_threads=0,
         queue_delay_ms=0,
     )
-    s = ServerProcess(ns, "continuous", 0, label="s2s serve", defaults=True)
+    s = ServerProcess(ns, "continuous", 0, root=root, label="s2s serve", defaults=True)
     s.cmd += flags.split()
     return s
 
@@ -110,10 +114,15 @@ def run(args, inputs: list[str], engine, log) -> tuple[list[Side], list]:
     sides = [Side("s2s serve (defaults)", "ours")] + [
         Side(f"s2s serve {lab}", "ours") for lab, _ in args.serve
     ]
+    sides += [Side(f"s2s serve @{lab}", "ours") for lab, _ in args.tree]
     sides += [Side(PEERS[k], k) for k in args.peers]
     flags = {sides[0].label: ""} | {f"s2s serve {lab}": f for lab, f in args.serve}
     with contextlib.ExitStack() as stack:
         mine = {lab: stack.enter_context(ours(args, f)) for lab, f in flags.items()}
+        for lab, ref in args.tree:
+            into = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"peers-tree-{lab}-")))
+            log(f"  {lab}: the server of {ref}")
+            mine[f"s2s serve @{lab}"] = stack.enter_context(ours(args, "", baseline_tree(ROOT, ref, into)))
         for search in search_list:
             with contextlib.ExitStack() as peers:
                 servers = dict(mine)
@@ -186,6 +195,13 @@ def parse_args(argv):
         metavar="LABEL=FLAGS",
         help="another `s2s serve` side with these flags added, e.g. '--instances 2=--instances 2'",
     )
+    p.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL=REF",
+        help="another `s2s serve` side, the server of git REF with its defaults, e.g. 'main=main'",
+    )
     p.add_argument("--concurrency", default="64")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=5.0, help="a window lasts this long ...")
@@ -199,6 +215,7 @@ def parse_args(argv):
     args.searches = [s.strip() for s in args.searches.split(",") if s.strip()]
     args.peers = [s.strip() for s in args.peers.split(",") if s.strip()]
     args.serve = [tuple(x.split("=", 1)) for x in args.serve]
+    args.tree = [tuple(x.split("=", 1)) for x in args.tree]
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.max_new_tokens = 0
     if args.quick:

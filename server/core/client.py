@@ -1,17 +1,19 @@
-"""The front end's side of the engine cores: start them, route requests, restart the ones that die.
+"""The front end's side of one engine core: start it, send it requests, restart it when it dies.
 
 ``CoreHandle`` owns one child process (``server/core/process.py``) and its pipe. The pipe is read on the
 event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
 the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
-to the model version's telemetry (``server/telemetry/model_telemetry.py``). A core that dies (SIGKILL, segfault, OOM)
-is noticed by EOF on its pipe: its requests in flight fail at once with UNAVAILABLE (retryable) and it is started again, with a
-growing delay if it keeps dying.
+to the model version's telemetry (``server/telemetry/model_telemetry.py``); a busy core's reports wait a
+few ms first, so that answers leave together (``server/core/hold.py``). A core that dies (SIGKILL,
+segfault, OOM) is noticed by EOF on its pipe and started again, with a growing delay if it keeps dying.
+The requests in flight it had started (``Admitted``) fail at once with UNAVAILABLE (retryable); the others,
+still in its queue or in the pipe, go back to the model's router (``server/core/router.py``).
 
 A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
 every 50 ms while it has work (``server.core.scheduler.STATS_EVERY_S``), so a watchdog timer treats a
 core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is SIGKILLed
-and handled as above (marked down, its requests failed with UNAVAILABLE, restarted). Writes to the
-pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
+and handled as above (marked down, its started requests failed, the others sent on, restarted). Writes
+to the pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
 
 Silence is the core's only if the front end was listening. When the front end itself stops (a SIGSTOP,
 a long GC pause, a stalled VM), the core's reports pile up unread in the pipe, and on waking the
@@ -31,15 +33,17 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from server.core.events import Failed, Finished
+from server.core.events import Admitted, Failed, Finished
+from server.core.hold import SUBMIT_HOLD_S, ReportHold
 from server.core.inflight import InFlight
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.core.pipe import frame
+from server.core.pipe import FrameWriter
 from server.errors import ServingError
 from server.telemetry.model_telemetry import ModelTelemetry
 
@@ -79,9 +83,8 @@ class CoreHandle:
     def __init__(self, spec: CoreSpec, telemetry: ModelTelemetry, stall_s: float = 10.0):
         self.spec, self.telemetry, self.stall_s = spec, telemetry, stall_s
         self.heard_at = 0.0  # when the core last said something, or work arrived for an idle core
-        self._watch_due = (
-            0.0  # when the watchdog's timer is due (a timer that runs late: the front end paused)
-        )
+        # When the watchdog's timer is due (a timer that runs late: the front end paused).
+        self._watch_due = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
         self.state = CoreState()
         self.inflight: dict[int, InFlight] = {}
@@ -95,8 +98,17 @@ class CoreHandle:
         self._restart: asyncio.TimerHandle | None = None
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
         self._wsock: socket.socket | None = None
-        self._unsent = bytearray()  # framed messages the pipe has not taken yet (a busy or hung core)
-        self._writing = False  # waiting for the pipe to take more
+        self._hold: ReportHold | None = (
+            None  # the core's reports on their way to _dispatch (server/core/hold.py)
+        )
+        self._writer: FrameWriter | None = None  # to _wsock, never blocking
+        # Set by the model's router: where the requests this core had not started go when it dies, and who
+        # hears that it is up (again) or that a restart failed. Alone, a core fails them.
+        self.on_unstarted: Callable[[list[InFlight]], None] = lambda reqs: self._fail(
+            reqs, "its engine core stopped before this request started"
+        )
+        self.on_up: Callable[[], None] = lambda: None
+        self.on_restart_failed: Callable[[BaseException], None] = lambda exc: None
 
     @property
     def label(self) -> str:
@@ -121,7 +133,9 @@ class CoreHandle:
             )
         finally:
             theirs.close()  # ours alone would keep the channel open: EOF is how a death shows
-        self._wsock = ours.dup()  # writes go through this one, never blocking (_write)
+        self._wsock = ours.dup()  # writes go through this one, never blocking
+        self._writer = FrameWriter(loop, self._wsock)
+        self._hold = ReportHold(loop, self._dispatch)
         self.conn = Connection(ours.detach())
         self.conn.send(self.spec)
         self._exited = asyncio.Event()
@@ -135,7 +149,7 @@ class CoreHandle:
     def _watch(self) -> None:
         """Every stall_s / 4: a core with work that has said nothing for stall_s is SIGKILLed. EOF on its pipe then
         does the rest, as for any core that dies (``_died``). The pipe is never written with a blocking write
-        (``_write``), so a hung core cannot stop the event loop, and this timer, from running."""
+        (``FrameWriter``), so a hung core cannot stop the event loop, and this timer, from running."""
         self._watchdog = None
         if self.stopping:
             return
@@ -169,12 +183,15 @@ class CoreHandle:
 
     def _readable(self) -> None:
         self.heard_at = time.monotonic()
-        conn = self.conn
+        conn, messages, dead = self.conn, [], False
         try:
             while conn is not None and conn.poll():
-                self._dispatch(conn.recv())
+                messages.append(conn.recv())
         except (EOFError, OSError):
-            self._died()
+            dead = True
+        self._hold.take(messages, len(self.inflight))
+        if dead:
+            self._died()  # after what it said before it died
 
     def _dispatch(self, msg) -> None:
         if isinstance(msg, Report):
@@ -182,6 +199,9 @@ class CoreHandle:
                 req = self.inflight.get(ev.request)
                 if req is None:
                     continue  # cancelled on this side already
+                if isinstance(ev, Admitted):
+                    req.started = True
+                    continue
                 req.events.put_nowait(ev)
                 if isinstance(ev, Finished):
                     req.left -= 1
@@ -191,34 +211,34 @@ class CoreHandle:
                     self._forget(req)
             self.telemetry.stats(self.spec.index, msg.stats)
         elif isinstance(msg, Ready):
-            self.state.up, self.state.provider, self.state.io_binding, self.state.pid = (
+            st = self.state
+            st.up, st.provider, st.io_binding, st.pid, st.ready_at = (
                 True,
                 msg.provider,
                 msg.io_binding,
                 msg.pid,
+                time.monotonic(),
             )
-            self.state.ready_at = time.monotonic()
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(self)
             log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
             self.telemetry.core_state(self.spec.index, True, self.state.restarts)
+            self.on_up()
         elif isinstance(msg, LoadFailed):
             if self._ready is not None and not self._ready.done():
                 self._ready.set_exception(CoreLoadError(msg.message))
 
     def _died(self) -> None:
+        self._hold.release()  # what it said before it died counts
         loop = self.loop
         if self.conn is not None:
             loop.remove_reader(self.conn.fileno())
             self.conn.close()
             self.conn = None
         if self._wsock is not None:
-            if self._writing:
-                loop.remove_writer(self._wsock.fileno())
-                self._writing = False
+            self._writer.close()
             self._wsock.close()
             self._wsock = None
-        self._unsent.clear()
         was_up = self.state.up
         self.state.up = False
         code = None
@@ -228,23 +248,18 @@ class CoreHandle:
             except subprocess.TimeoutExpired:  # closed its end but lives on: make sure
                 self.proc.kill()
                 code = self.proc.wait()
-        failed = list(self.inflight.values())
+        lost = list(self.inflight.values())
         self.inflight.clear()
         self.rows = 0
-        for req in failed:
-            req.events.put_nowait(
-                Failed(
-                    req.id,
-                    CoreUnavailable.code,
-                    f"model {self.spec.model!r}: its engine core stopped while decoding this request; retry",
-                )
-            )
+        started = [req for req in lost if req.started]
+        self._fail(started, "its engine core stopped while decoding this request")
         self._exited.set()
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(
                 CoreLoadError(f"engine core {self.label} exited while loading (exit code {code})")
             )
         self.telemetry.core_state(self.spec.index, False, self.state.restarts)
+        self.on_unstarted([req for req in lost if not req.started])  # this core is down: they go elsewhere
         if self.stopping:
             return
         # Dying again soon after a start counts as "in a row": back off instead of spinning.
@@ -252,11 +267,13 @@ class CoreHandle:
         self.state.deaths_in_a_row = self.state.deaths_in_a_row + 1 if quick else 1
         delay = RESTART_DELAYS_S[min(self.state.deaths_in_a_row, len(RESTART_DELAYS_S)) - 1]
         log.warning(
-            "engine core %s (pid %s) died (exit code %s) with %d requests in flight%s; restarting in %.1f s",
+            "engine core %s (pid %s) died (exit code %s) with %d requests in flight (%d started)%s; "
+            "restarting in %.1f s",
             self.label,
             self.state.pid,
             code,
-            len(failed),
+            len(lost),
+            len(started),
             "" if was_up else " while loading",
             delay,
         )
@@ -266,11 +283,12 @@ class CoreHandle:
         if self.stopping:
             return
         self.state.restarts += 1
-        fut = self.start(self.loop)
-        fut.add_done_callback(
-            lambda f: f.exception()
-            and log.error("engine core %s failed to restart: %s", self.label, f.exception())
-        )
+        self.start(self.loop).add_done_callback(self._restarted)
+
+    def _restarted(self, fut: asyncio.Future) -> None:
+        if (exc := fut.exception()) is not None:
+            log.error("engine core %s failed to restart: %s", self.label, exc)
+            self.on_restart_failed(exc)
 
     # ---- requests --------------------------------------------------------------------------------
     def submit(
@@ -280,58 +298,58 @@ class CoreHandle:
         stream: bool,
         deadline: float | None,
         arrival: float,
+        forced: tuple[int, ...] = (),
+        resubmits: int = 1,
     ) -> InFlight:
-        """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes)."""
+        """Send a request; its events come on the returned handle's queue (``cancel`` it if its caller goes).
+        ``forced``: a target language's token(s), forced before every input's prefix. ``resubmits``: how often
+        it may go to another core when the one it is on dies before starting it."""
+        rid = next(_request_ids)
+        submit = Submit(rid, sequences, options.to_tuple(), stream, deadline, arrival, forced)
+        req = InFlight(rid, len(sequences) * options.beam_size, len(sequences), submit, resubmits)
+        self.take(req)
+        return req
+
+    def take(self, req: InFlight) -> None:
+        """Send a request to this core: a new one, or one whose core died before starting it (the same message)."""
         if not self.state.up or self.conn is None:
             raise CoreUnavailable(
                 f"model {self.spec.model!r}: engine core {self.spec.index} is not running; retry"
             )
-        req = InFlight(next(_request_ids), len(sequences) * options.beam_size, len(sequences))
-        if (
-            not self.inflight
-        ):  # the silence the watchdog measures starts now, not when the core last went idle
+        if not self.inflight:  # the silence the watchdog measures starts now, not when the core went idle
             self.heard_at = time.monotonic()
         self.inflight[req.id] = req
         self.rows += req.rows
-        self._post(Submit(req.id, sequences, options.to_tuple(), stream, deadline, arrival))
-        return req
+        self._post(req.submit)
+
+    def _fail(self, reqs: list[InFlight], why: str) -> None:
+        message = f"model {self.spec.model!r}: {why}; retry"
+        for req in reqs:
+            req.events.put_nowait(Failed(req.id, CoreUnavailable.code, message))
 
     def _post(self, message) -> None:
-        """Queue a message; every message of this event-loop iteration goes out in one pipe write. Each write
-        wakes the core's reader, and a wake-up per request costs the front end more than the batching of writes."""
+        """Queue a message; those of this event-loop iteration (and of SUBMIT_HOLD_S, to a core decoding) go out in
+        one pipe write: each write wakes the core's reader, and a wake-up per request costs more than batching."""
         if not self._outbox:
-            self.loop.call_soon(self._flush)
+            if len(self.inflight) > 1:  # busy with another request: it reads this after its step anyway
+                self.loop.call_later(SUBMIT_HOLD_S, self._flush)
+            else:
+                self.loop.call_soon(self._flush)
         self._outbox.append(message)
 
     def _flush(self) -> None:
         batch, self._outbox = self._outbox, []
         if self._wsock is None or not batch:
             return  # died meanwhile: _died failed the requests in flight
-        self._unsent += frame(batch)  # Connection's framing: the core reads with recv()
-        self._write()
+        self._writer.send(batch)
 
-    def _write(self) -> None:
-        """What the pipe takes now, never blocking. A core that hangs stops reading; once the pipe's buffer was
-        full, a blocking write would stop the event loop, and every door and health check with it, until the
-        watchdog killed the core. The rest goes when the pipe is writable again."""
-        sock = self._wsock
-        try:
-            while self._unsent:
-                del self._unsent[: sock.send(self._unsent, socket.MSG_DONTWAIT)]
-        except BlockingIOError:
-            if not self._writing:
-                self.loop.add_writer(sock.fileno(), self._write)
-                self._writing = True
-            return
-        except OSError:
-            self._unsent.clear()  # the core is gone; EOF on the pipe reports it and fails what is in flight
-        if self._writing:
-            self.loop.remove_writer(sock.fileno())
-            self._writing = False
-
-    def cancel(self, req: InFlight) -> None:
-        if self._forget(req) and self.conn is not None:
+    def cancel(self, req: InFlight) -> bool:
+        """False: the request is not (or no longer) on this core."""
+        if not self._forget(req):
+            return False
+        if self.conn is not None:
             self._post(Cancel(req.id))
+        return True
 
     def _forget(self, req: InFlight) -> bool:
         if self.inflight.pop(req.id, None) is None:
@@ -371,21 +389,3 @@ class CoreHandle:
         """Tests and emergencies: SIGKILL the process (it is restarted unless stopping)."""
         if self.proc is not None:
             self.proc.kill()
-
-
-@dataclass
-class Router:
-    """A model's cores; each request goes to the live core with the fewest rows in flight."""
-
-    cores: list[CoreHandle] = field(default_factory=list)
-
-    def pick(self) -> CoreHandle:
-        live = [c for c in self.cores if c.state.up]
-        if not live:
-            model = self.cores[0].spec.model if self.cores else "?"
-            raise CoreUnavailable(f"model {model!r}: no engine core is running (restarting); retry")
-        return min(live, key=lambda c: c.rows)
-
-    @property
-    def any_up(self) -> bool:
-        return any(c.state.up for c in self.cores)

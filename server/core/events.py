@@ -1,6 +1,6 @@
-"""What an engine core reports, as plain dataclasses: the typed events of each request (``Token``,
-``Finished``, ``Failed``) and the figures of each step (``Stats``). The scheduler makes them inside
-the core; the pipe carries them to the front end, where each event goes to its request's in-flight
+"""What an engine core reports, as plain dataclasses: the typed events of each request (``Admitted``,
+``Token``, ``Finished``, ``Failed``) and the figures of each step (``Stats``). The scheduler makes them
+inside the core; the pipe carries them to the front end, where each event goes to its request's in-flight
 handle and the stats to the metrics. Nothing here knows a process, a thread or a transport."""
 
 from __future__ import annotations
@@ -9,6 +9,17 @@ from dataclasses import dataclass, field
 
 from engine import Hypothesis
 from server.errors import ServingError
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The request joined the core's running batch (its first input did): it has started. Once per request,
+    in the first report after it joined, before any token or answer of it. The front end keeps it to itself
+    (``InFlight.started``): a core that dies fails the requests it had started, and sends the others, whose
+    caller has seen nothing of them, to another core (once: one that joined just before the death, its
+    ``Admitted`` not sent yet, may be what killed it)."""
+
+    request: int
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,7 @@ class Failed:
         return err
 
 
-Event = Token | Finished | Failed
+Event = Token | Finished | Failed  # what a request's handle receives (Admitted stays with the front end)
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""A request in flight to an engine core, as the front end holds it: its handle and the queue its core's
-typed events arrive on. Lives on the event loop (``server/core/client.py`` is its only writer)."""
+"""A request in flight to an engine core, as the front end holds it: its handle, the queue its core's
+typed events arrive on, and what was sent, to send again if its core dies before starting it. Lives on the
+event loop (``server/core/client.py`` and ``server/core/router.py`` are its only writers)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import collections
 from dataclasses import dataclass, field
 
 from server.core.events import Event
+from server.core.messages import Submit
 
 
 class EventQueue:
@@ -38,9 +40,13 @@ class EventQueue:
 @dataclass(eq=False)
 class InFlight:
     """A request sent to a core, as its caller holds it: the core's typed events for it arrive on ``events``
-    in order (``Token`` while streaming, one ``Finished`` per input, or one ``Failed`` that ends it)."""
+    in order (``Token`` while streaming, one ``Finished`` per input, or one ``Failed`` that ends it). On whichever
+    core it is, the caller holds one handle: a request resubmitted to another core keeps its id and queue."""
 
     id: int
     rows: int
     left: int  # inputs not finished yet
+    submit: Submit  # as sent to its core, to send again (the same id, sequences, options and deadline)
+    resubmits: int = 1  # times it may still go to another core if its core dies before starting it
+    started: bool = False  # its core admitted it into the running batch (``Admitted``)
     events: EventQueue = field(default_factory=EventQueue)

@@ -14,6 +14,7 @@ class Request:
     deadline: float | None  # time.monotonic() after which it is dropped
     left: int = 0  # jobs not finished yet
     over: bool = False  # failed, cancelled or done: nothing more is reported for it
+    admitted: bool = False  # one of its jobs joined the running batch (``Admitted`` was reported)
 
 
 @dataclass(eq=False)

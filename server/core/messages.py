@@ -36,6 +36,10 @@ class Submit:
     stream: bool
     deadline: float | None  # time.monotonic(): one clock for all processes of the machine
     arrival: float
+    # A multilingual model's target language: its token(s), forced before every input's prefix. They count among
+    # max_new_tokens (as transformers' generate() counts its forced BOS within max_length); the front end leaves
+    # them out of the answer.
+    forced: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -109,8 +109,10 @@ def _handle(msg, sched: Scheduler, send, start_drain) -> None:
     """One front-end message."""
     if isinstance(msg, Submit):
         o = DecodingOptions.from_tuple(msg.options)
+        forced = list(msg.forced)
+        budget = max(1, o.max_new_tokens - len(forced)) if forced else o.max_new_tokens
         seqs = [
-            Sequence(ids, o.max_new_tokens, stream=msg.stream, options=o, prefix=prefix)
+            Sequence(ids, budget, stream=msg.stream, options=o, prefix=forced + prefix)
             for ids, prefix in msg.sequences
         ]
         try:

@@ -12,7 +12,9 @@ the step loop no encoder time (the encoder is compute-bound, and a large share o
 under load with short outputs). When the step loop is idle it encodes newcomers
 itself, so a lone request never pays a thread hand-off.
 
-The batching policy (``server/core/admission.py``) says how many rows each step may admit.
+The batching policy (``server/core/admission.py``) says how many rows each step may admit. A request's
+first admission into the batch is reported (``Admitted``, riding in the next report): the front end tells
+the requests a core that died had started from those still queued in it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from engine import Runner, Sequence, StepLoop
 from server.config import SchedulerConfig
 from server.core.admission import POLICIES, QueueView
-from server.core.events import Failed, Finished, Stats, Token
+from server.core.events import Admitted, Failed, Finished, Stats, Token
 from server.core.jobs import Job, Request
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
@@ -54,6 +56,7 @@ class Scheduler:
         self.stopping = False
         self.aborting = False  # grace period over: fail whatever is left
         self.outbox: list = []  # events of this iteration, emitted together (one message per step)
+        self.admitted: list[Admitted] = []  # go out first in the next report, but make none of their own
         self.reported = 0.0  # when the last report went out
         self.idle_reported = True  # the figures at the last idle moment went out
         self.thread = threading.Thread(target=self._run, name=f"scheduler-{name}", daemon=True)
@@ -154,7 +157,8 @@ class Scheduler:
             if not self.outbox and not force and now - self.reported < STATS_EVERY_S:
                 return
             self.reported = now
-            events, self.outbox = self.outbox, []
+            # Admitted first: before any token or answer of its request (whose report it rides in, or an earlier).
+            events, self.outbox, self.admitted = self.admitted + self.outbox, [], []
             stats = self.stats.take()
         try:
             self.sink(events, stats)
@@ -269,9 +273,7 @@ class Scheduler:
                     or (self.stopping and not self.encoding)
                 ):
                     self.decoding = False
-                    if (
-                        not self.idle_reported
-                    ):  # going idle: the last figures (active and queued now 0) go out now
+                    if not self.idle_reported:  # going idle: the last figures (active, queued: 0) go out now
                         self.idle_reported = True
                         self.stats.active, self.stats.queued = len(self.active), self.queued_rows()
                         self._emit(force=True)
@@ -333,6 +335,9 @@ class Scheduler:
             return
         for job in jobs:
             self.active[job.seq.id] = job
+            if not job.request.admitted:
+                job.request.admitted = True
+                self.admitted.append(Admitted(job.request.id))
 
     def _expire(self) -> None:
         now = time.monotonic()

@@ -7,8 +7,10 @@ encoded (``libretranslatepy`` sends ``application/x-www-form-urlencoded``, even 
 ``Authorization: Bearer`` header.
 
 Languages come from the bundles: a served model whose ``config.json`` declares ``source_language``
-and ``target_language`` (``s2s export --source-lang/--target-lang``) serves that pair, at its latest
-loaded version; a model that declares no languages (addition) is not offered here.
+and ``target_language`` (``s2s export --source-lang/--target-lang``) serves that pair, a multilingual one
+(``s2s import`` of M2M100 or NLLB) each of its languages to each other, at its latest loaded version; a model
+that declares no languages (addition) is not offered here. ``source`` and ``target`` pick the model and, for a
+multilingual one, the languages it is asked for (``server/doors/libretranslate_languages.py``).
 
 ``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``), ``target``,
 ``format`` (``text``, the default, or ``html``), ``alternatives`` (default 0), ``api_key``, and this server's
@@ -46,123 +48,15 @@ from multidict import MultiDict
 from contract.decoding import DecodingOptions
 from server.doors.http_door import HttpDoor
 from server.doors.libretranslate_html import check_html, parse_all
+from server.doors.libretranslate_languages import AUTO, languages, resolve, served, unloaded_model
 from server.errors import InvalidInput, clip
 from server.models.text_plan import TextOptions
 from server.transport.http_body import deadline_of, json_response, parse_json_off_loop, read_body, read_json
 from server.transport.http_forms import multipart, urlencoded
 from server.transport.offload import off_loop
 
-AUTO = "auto"
 _COUNT = re.compile(r"\s*[0-9]{1,9}\s*")
 FORMATS = ("text", "html")
-
-# English names of common ISO 639-1 codes (LibreTranslate lists a name with every code); others show the code.
-LANGUAGE_NAMES = {
-    "ar": "Arabic",
-    "az": "Azerbaijani",
-    "bg": "Bulgarian",
-    "bn": "Bengali",
-    "ca": "Catalan",
-    "cs": "Czech",
-    "da": "Danish",
-    "de": "German",
-    "el": "Greek",
-    "en": "English",
-    "eo": "Esperanto",
-    "es": "Spanish",
-    "et": "Estonian",
-    "fa": "Persian",
-    "fi": "Finnish",
-    "fr": "French",
-    "ga": "Irish",
-    "he": "Hebrew",
-    "hi": "Hindi",
-    "hu": "Hungarian",
-    "id": "Indonesian",
-    "it": "Italian",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "lt": "Lithuanian",
-    "lv": "Latvian",
-    "ms": "Malay",
-    "nb": "Norwegian Bokmål",
-    "nl": "Dutch",
-    "pl": "Polish",
-    "pt": "Portuguese",
-    "ro": "Romanian",
-    "ru": "Russian",
-    "sk": "Slovak",
-    "sl": "Slovenian",
-    "sq": "Albanian",
-    "sv": "Swedish",
-    "th": "Thai",
-    "tl": "Tagalog",
-    "tr": "Turkish",
-    "uk": "Ukrainian",
-    "ur": "Urdu",
-    "vi": "Vietnamese",
-    "zh": "Chinese",
-    "zh-Hans": "Chinese (Simplified)",
-    "zh-Hant": "Chinese (Traditional)",
-}
-
-
-def language_name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code, code)
-
-
-# ---- the served pairs ------------------------------------------------------------------------------------------
-def served_pairs(doors: HttpDoor) -> dict[tuple[str, str], str]:
-    """(source, target) -> model name, over the served models whose latest loaded version declares both
-    languages. Two models declaring one pair: the first by name serves it (deterministic)."""
-    pairs: dict[tuple[str, str], str] = {}
-    for name in sorted(doors.repo.models):
-        b = doors.repo.get(name).bundle
-        if b.source_language and b.target_language:
-            pairs.setdefault((b.source_language, b.target_language), name)
-    return pairs
-
-
-def unloaded_model(doors: HttpDoor, source: str, target: str) -> str:
-    """The unloaded model that served source -> target when it was loaded ("" if none)."""
-    for name in sorted(doors.repo.unloaded):
-        pair = doors.repo.languages.get(name)
-        if pair and pair[1] == target and source in (pair[0], AUTO) and name not in doors.repo.models:
-            return name
-    return ""
-
-
-def _describe(pairs: dict[tuple[str, str], str]) -> str:
-    return (
-        ", ".join(f"{s} -> {t}" for s, t in sorted(pairs)) or "none (no served model declares its languages)"
-    )
-
-
-def languages(pairs: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
-    codes = sorted({c for pair in pairs for c in pair})
-    return [
-        {"code": c, "name": language_name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes
-    ]
-
-
-def resolve(pairs: dict[tuple[str, str], str], source: str, target: str) -> tuple[str, str]:
-    """(model name, source language) for a request's source (a code or "auto") and target; InvalidInput naming
-    what is served otherwise."""
-    if source == AUTO:
-        choices = sorted(s for s, t in pairs if t == target)
-        if len(choices) == 1:
-            return pairs[(choices[0], target)], choices[0]
-        if not choices:
-            raise InvalidInput(
-                f"source=auto: no served model translates to {clip(target)}; served: {_describe(pairs)}"
-            )
-        raise InvalidInput(
-            f"source=auto: this server has no language detector and several source languages translate "
-            f"to {clip(target)} ({', '.join(choices)}); send one of them as source"
-        )
-    if (source, target) not in pairs:
-        raise InvalidInput(f"{clip(source)} -> {clip(target)} is not served; served: {_describe(pairs)}")
-    return pairs[(source, target)], source
 
 
 # ---- the request body ------------------------------------------------------------------------------------------
@@ -287,10 +181,10 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
         req, error = None, None
         try:
             req = parse_translate(params)
-            name, source = resolve(served_pairs(doors), req.source, req.target)
+            name, source = resolve(served(doors.repo), req.source, req.target)
         except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
             # An unloaded model's pair: 503 "unloaded; load it again", as KServe answers, not 400 "not served".
-            name, error = (unloaded_model(doors, req.source, req.target) if req else ""), e
+            name, error = (unloaded_model(doors.repo, req.source, req.target) if req else ""), e
         async with doors.track(name, "Translate"):
             if error is not None:
                 if name:
@@ -324,7 +218,9 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
             nbest: list[list[str]] = []  # per input, best first
             if texts:  # html with no text in it is answered as it came
                 try:
-                    prepared = model.prepare(texts, options, text=req.text)
+                    prepared = model.prepare(
+                        texts, options, text=req.text, source_language=source, target_language=req.target
+                    )
                 except InvalidInput as e:
                     raise InvalidInput(
                         f"format=html, each text node is one input: {e}" if docs else str(e)
@@ -362,13 +258,12 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
 
     async def list_languages(request: web.Request) -> web.Response:
         await _read(doors, request, "Languages")
-        return json_response(languages(served_pairs(doors)))
+        return json_response(languages(served(doors.repo)))
 
     async def detect(request: web.Request) -> web.Response:
         params = await _read(doors, request, "Detect")
         _string(params, "q")  # LibreTranslate's own refusal of a request without text
-        pairs = served_pairs(doors)
-        sources = sorted({s for s, _ in pairs})
+        sources = sorted({s for _, o in served(doors.repo) for s in o.sources})
         if len(sources) != 1:
             why = (
                 "no served model declares its languages"

@@ -28,11 +28,19 @@ TEXT_SWITCHES = {
 }
 
 
+# A request's language, on the KServe doors (docs/KSERVE.md#languages).
+LANGUAGE_CODE = ("ISO 639-1 (ja) or the model's own code (__ja__, jpn_Jpan), for models that know their languages "
+                 "(config parameters source_languages / target_languages); absent: the model's default. A "
+                 "multilingual model needs a target")
+
+
 def _errors(*codes: int) -> dict[str, Any]:
     what = {400: "Malformed or out-of-range input (the message names the field and the limit).",
             401: "Missing or wrong bearer token (`--auth-token`).",
+            403: "A browser's request from a page of another site, not JSON (without `--auth-token`).",
             404: "Unknown model, version or path.",
             413: "Body over `--max-message-bytes`.",
+            415: "Not `Content-Type: application/json`, which a load or unload needs without `--auth-token`.",
             429: "The model's queue is full: retry with backoff.",
             503: "Not ready: shutting down, or no engine core of the model running. Retry elsewhere or later.",
             504: "The deadline (`X-Timeout-Seconds` header or `timeout` parameter) passed."}
@@ -112,7 +120,7 @@ def document() -> dict[str, Any]:
             "parameters": [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}],
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
                 "type": "object", "properties": {"parameters": {"type": "object"}}}}}},
-            "responses": {"200": {"description": "Done (empty body)."}, **_errors(400, 401, 404, 503)}}}
+            "responses": {"200": {"description": "Done (empty body)."}, **_errors(400, 401, 403, 404, 415, 503)}}}
            for op, summary in (("load", "Load or reload a model (--model-control-mode explicit): its latest or pinned "
                                         "version takes over once its engine cores answer a warm-up request"),
                                ("unload", "Unload a model (--model-control-mode explicit): new requests refused, "
@@ -125,7 +133,8 @@ def document() -> dict[str, Any]:
             "responses": {"200": _json("TranslateResponse", "The translation(s), in the shape of `q`."),
                           **_errors(400, 401, 429, 503, 504)}}},
         "/languages": {"get": {
-            "summary": "LibreTranslate: languages and their targets (models whose bundles declare languages)",
+            "summary": "LibreTranslate: languages and their targets (every pair of every model that declares "
+                       "languages: one pair, or each language of a multilingual model to each other)",
             "tags": ["LibreTranslate"],
             "responses": {"200": {"description": "One entry per language.", "content": {"application/json": {"schema": {
                 "type": "array", "items": {"type": "object", "properties": {
@@ -184,6 +193,8 @@ def document() -> dict[str, Any]:
                            for name, kind in DECODING_TYPES.items()},
                         **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
                            for name in TEXT_SWITCHES},
+                        **{name: {"type": "string", "description": LANGUAGE_CODE}
+                           for name in ("source_language", "target_language")},
                         "timeout": {"type": "integer", "minimum": 0, "description": "deadline in microseconds"},
                         "binary_data_output": {"type": "boolean"}}},
                     "inputs": {"type": "array", "items": tensor},
@@ -200,8 +211,9 @@ def document() -> dict[str, Any]:
                     "outputs": {"type": "array", "items": tensor}}},
                 "TranslateRequest": {"type": "object", "required": ["q", "target"], "properties": {
                     "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-                    "source": {"type": "string", "description": "ISO 639-1 code, or auto"},
-                    "target": {"type": "string", "description": "ISO 639-1 code"},
+                    "source": {"type": "string", "description": "ISO 639-1 code (GET /languages), or auto"},
+                    "target": {"type": "string", "description": "ISO 639-1 code: picks the model and, for a "
+                                                                "multilingual one, the language it writes"},
                     "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
                     "alternatives": {"type": "integer", "minimum": 0, "default": 0,
                                      "description": "the next best translations (beam search, n-best)"},

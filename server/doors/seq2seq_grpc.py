@@ -92,7 +92,12 @@ def _options_of(raw: bytes) -> DecodingOptions:
 
 def _prepare(model, request: pb.GenerateRequest):
     return model.prepare(
-        list(request.inputs), _options(request), list(request.target_prefixes) or None, _text_options(request)
+        list(request.inputs),
+        _options(request),
+        list(request.target_prefixes) or None,
+        _text_options(request),
+        request.source_language,
+        request.target_language,
     )
 
 
@@ -157,6 +162,8 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
                         pb.OptionLimit(name=r.name, min=r.min, max=r.max, default=r.default, note=r.note)
                         for r in lim.options
                     ],
+                    source_languages=info.languages.sources if info.languages else (),
+                    target_languages=info.languages.targets if info.languages else (),
                 )
             )
         return pb.ListModelsResponse(models=out)

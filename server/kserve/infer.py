@@ -75,5 +75,7 @@ def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
 async def infer(served: ServedModels, request: InferRequest, deadline: float | None) -> InferAnswer:
     """Raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...) naming the problem."""
     p = parse(served, request, deadline)
-    g = await p.model.generate(p.model.prepare(p.texts, p.options, p.prefixes, p.text), p.deadline)
+    g = await p.model.generate(
+        p.model.prepare(p.texts, p.options, p.prefixes, p.text, *p.languages), p.deadline
+    )
     return answer(request.id, p, g)

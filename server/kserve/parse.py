@@ -17,6 +17,7 @@ from server.kserve.protocol import (
     ALIASES,
     DECODING_PARAMETERS,
     EXTRA_OUTPUTS,
+    LANGUAGE_PARAMETERS,
     MAX_ID_CHARS,
     OPTIONS,
     TARGET_PREFIX,
@@ -44,6 +45,7 @@ class Parsed:
     prefixes: list[str] | None = None
     timings: bool = False  # the answer carries the request's timings (the TIMINGS parameter)
     text: TextOptions = TextOptions()
+    languages: tuple[str | None, str | None] = (None, None)  # source, target: the model API checks them
 
 
 def _texts(model: str, t: InferInput, lim: Limits) -> tuple[list[str], list[int]]:
@@ -195,6 +197,7 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
         until = time.monotonic() + timeout_us / 1e6
         deadline = until if deadline is None else min(deadline, until)
     text = TextOptions(**{key: _param(request.parameters, key, bool) is not False for key in TEXT_PARAMETERS})
+    source, target = (_param(request.parameters, key, str) for key in LANGUAGE_PARAMETERS)
     return Parsed(
         model,
         texts,
@@ -206,6 +209,7 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
         prefixes,
         flag(request.parameters, TIMINGS),
         text,
+        (source, target),
     )
 
 

@@ -46,6 +46,9 @@ DECODING_PARAMETERS = {
 TIMINGS = "timings"
 # Request parameters -> TextOptions (translation models; absent = on).
 TEXT_PARAMETERS = ("protect_spans", "keep_numbers", "split_long")
+# Request parameters (string_param): the request's languages, a code each ("" or absent: the model's default);
+# the model configuration lists the ones a model knows as source_languages / target_languages.
+LANGUAGE_PARAMETERS = ("source_language", "target_language")
 PLATFORM, BACKEND = "s2s", "onnxruntime"
 EXTENSIONS = ("model_configuration", "parameters")
 # Triton echoes a request's id in its response; a longer one is refused rather than copied into
@@ -76,6 +79,22 @@ def model_metadata(repo: ServedModels, model: ServedVersion) -> dict:
     }
 
 
+def _languages(model: ServedVersion) -> dict:
+    """The languages a request may name, comma-separated (a multilingual model translates each source to each
+    other target), and the bundle's defaults; nothing for a model without languages."""
+    offered, b = model.offered, model.bundle
+    if offered is None:
+        return {}
+    out = {"source_languages": ",".join(offered.sources), "target_languages": ",".join(offered.targets)}
+    for key, code in (
+        ("default_source_language", b.source_language),
+        ("default_target_language", b.target_language),
+    ):
+        if code:
+            out[key] = code
+    return out
+
+
 def model_config(model: ServedVersion) -> dict:
     info = model.info()
     lim = info.limits
@@ -95,6 +114,7 @@ def model_config(model: ServedVersion) -> dict:
         "max_id_chars": MAX_ID_CHARS,
         "scheduler_max_batch_size": model.sched.max_batch_size,
         "engine_cores": info.cores,
+        **_languages(model),
         # Each decoding parameter's accepted range: "min..max (default D)".
         **{f"{r.name}_range": f"{r.min:g}..{r.max:g} (default {r.default:g})" for r in lim.options},
     }

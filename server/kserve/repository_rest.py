@@ -9,11 +9,13 @@ A thin map onto ``server/models/control.py``, behind the same bearer-token auth 
 
 Load and unload change what the server runs, so a browser must not be able to call them from another site.
 With a token, the auth middleware sees to that (a page cannot add an Authorization header without a CORS
-preflight). Without one, a cross-site form or ``no-cors`` fetch would reach them: so a request that a
-browser sent from another origin (its ``Origin`` is not this server's, or ``Sec-Fetch-Site`` says
-cross-site) is refused unless it is JSON (``Content-Type: application/json``, which no page can send
-cross-site without a preflight that only ``--cors-allow-origin`` origins pass). curl, tritonclient and
-``s2s models`` send no ``Origin`` and go through as before.
+preflight), and the token suffices. Without one, a cross-site form or ``no-cors`` fetch would reach them, so
+they must be JSON: ``Content-Type: application/json``, which no page can send cross-site without a preflight
+that only ``--cors-allow-origin`` origins pass (a form can send only ``text/plain``, ``multipart/form-data``
+and ``application/x-www-form-urlencoded``). Anything else is refused: 403 when a browser says it came from
+another site (its ``Origin`` is not this server's, or ``Sec-Fetch-Site`` says cross-site), 415 otherwise,
+naming the header to send. Headers alone decide, before the body is read or the model name looked at (a
+server not in explicit mode asks for no header: it refuses every load and unload, naming its mode).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import asdict
 from aiohttp import web
 
 from server.doors.http_door import HttpDoor
-from server.errors import InvalidInput, PermissionDenied
+from server.errors import InvalidInput, PermissionDenied, clip
 from server.transport.http_body import json_response, read_json
 
 
@@ -45,23 +47,45 @@ def _cross_site(request: web.Request) -> bool:
     return origin is not None and origin != f"{request.scheme}://{request.host}"
 
 
-def check_state_change(doors: HttpDoor, request: web.Request) -> None:
-    """Refuse a load or unload a page of another site made a browser send (see the module's docstring)."""
+def check_state_change(doors: HttpDoor, request: web.Request) -> web.Response | None:
+    """None: this load or unload may go on. Else the 415 to answer; 403 (PermissionDenied) is raised for a
+    browser's request from another site (see the module's docstring). A server whose mode takes no load or
+    unload lets it through to be refused naming the mode: no header would help."""
     if (
         doors.auth.expected is not None
         or request.content_type == "application/json"
-        or not _cross_site(request)
+        or doors.control.mode != "explicit"
     ):
-        return
+        return None
+    action = request.path.rsplit("/", 1)[-1]
+    if _cross_site(request):
+        doors.tracker.refused(
+            action,
+            "http",
+            "PERMISSION_DENIED",
+            f"HTTP POST {request.path[:80]}: a cross-site browser request without JSON",
+        )
+        raise PermissionDenied(
+            "a load or unload from a page of another site is refused: send Content-Type: "
+            "application/json (or run the server with --auth-token and send the token)"
+        )
+    sent = request.headers.get("Content-Type")
+    shown = clip(sent, 40) if sent else "none"
+    came = f"this one came as {shown}" if sent else "this one came with none"
     doors.tracker.refused(
-        request.path.rsplit("/", 1)[-1],
+        action,
         "http",
-        "PERMISSION_DENIED",
-        f"HTTP POST {request.path[:80]}: a cross-site browser request without JSON",
+        "INVALID_ARGUMENT",
+        f"HTTP POST {request.path[:80]}: a model {action} without JSON (Content-Type: {shown})",
+        kind="UNSUPPORTED_MEDIA_TYPE",
     )
-    raise PermissionDenied(
-        "a load or unload from a page of another site is refused: send Content-Type: "
-        "application/json (or run the server with --auth-token and send the token)"
+    return json_response(
+        {
+            "error": f"a model {action} changes what the server runs: send it with the header Content-Type: "
+            f"application/json (the body may be empty; {came}), or run the server with --auth-token and send "
+            "the token"
+        },
+        status=415,
     )
 
 
@@ -81,14 +105,16 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
 
     async def load(request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        check_state_change(doors, request)
+        if (refused := check_state_change(doors, request)) is not None:
+            return refused
         async with doors.track(name, "RepositoryModelLoad"):
             await control.load(name, await _parameters(request))
         return web.Response(status=200)
 
     async def unload(request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        check_state_change(doors, request)
+        if (refused := check_state_change(doors, request)) is not None:
+            return refused
         async with doors.track(name, "RepositoryModelUnload"):
             await control.unload(name, await _parameters(request))
         return web.Response(status=200)

@@ -16,6 +16,7 @@ from contract.decoding import DecodingOptions
 from contract.text import TextCodec, UnknownCharactersError
 from server.config import SchedulerConfig
 from server.errors import InvalidInput
+from server.models import languages
 from server.models.text_plan import AS_SENT, MAX_TEXT_CHARS, Plan, TextOptions, plan
 
 
@@ -50,9 +51,9 @@ class Limits:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated request: per input its source ids (EOS included) and target prefix ids, and the options
-    (beam_size and max_new_tokens resolved to the model's defaults when 0; a sampled request's seed drawn
-    when none was given)."""
+    """A validated request: per input its source ids (EOS and any language token included) and target prefix ids,
+    and the options (beam_size and max_new_tokens resolved to the model's defaults when 0; a sampled request's
+    seed drawn when none was given)."""
 
     src_ids: list[list[int]]
     options: DecodingOptions
@@ -63,6 +64,8 @@ class Prepared:
     protected: bool = (
         False  # spans protected: an output has none its input has not (made-up ones are dropped)
     )
+    # The target language's token(s), forced before every input's prefix and left out of its answer
+    forced: tuple[int, ...] = ()
 
     @property
     def max_new_tokens(self) -> int:
@@ -122,6 +125,7 @@ def prepare(
     lim: Limits,
     target_prefixes: list[str] | None = None,
     text: TextOptions = AS_SENT,
+    asked: languages.Asked = languages.AS_SENT,
 ) -> Prepared:
     if not texts:
         raise InvalidInput(f"model {name!r}: the request has no inputs; send at least one text")
@@ -176,7 +180,8 @@ def prepare(
                 f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
                 f"{lim.max_input_chars}"
             )
-    planned = plan(name, codec, texts, target_prefixes, text, lim.max_input_tokens) if text.any else None
+    max_tokens = lim.max_input_tokens - asked.lead  # a source language token is read first
+    planned = plan(name, codec, texts, target_prefixes, text, max_tokens) if text.any else None
     if planned is not None:
         if planned.changed and planned.rows * beam > lim.max_rows:
             raise InvalidInput(
@@ -192,12 +197,18 @@ def prepare(
                 ids = codec.source_ids(t)
             except UnknownCharactersError as e:
                 raise InvalidInput(f"input {i}: {e}") from None
-            if len(ids) > lim.max_input_tokens:
+            if len(ids) > max_tokens:
                 raise InvalidInput(
-                    f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {lim.max_input_tokens}"
+                    f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {max_tokens}"
                 )
             out.append(ids)
-    prefixes = [_prefix_ids(name, codec, i, p, lim) for i, p in enumerate(target_prefixes or [""] * len(out))]
+    if asked.languages is not None:
+        out = [asked.source_ids(ids) for ids in out]
+    forced = len(asked.forced)  # the forced language token comes first
+    prefixes = [
+        _prefix_ids(name, codec, i, p, lim.max_prefix_tokens - forced, forced)
+        for i, p in enumerate(target_prefixes or [""] * len(out))
+    ]
     if (
         options.sampling and options.seed is None
     ):  # drawn here, so the core (and a retry of the same request) has one
@@ -208,10 +219,11 @@ def prepare(
         prefixes,
         planned if planned is not None and planned.changed else None,
         text.protect_spans and not target_prefixes,
+        asked.forced,
     )
 
 
-def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> list[int]:
+def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, room: int, forced: int) -> list[int]:
     """A target prefix tokenized as a target (no BOS/EOS), within the room it leaves for new tokens."""
     if not text:
         return []
@@ -222,9 +234,10 @@ def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, lim: Limits) -> 
     sp = codec.special
     if {sp.pad, sp.bos, sp.eos} & set(ids):
         raise InvalidInput(f"target prefix {i} holds a special token (<pad>, <bos> or <eos>); send text only")
-    if len(ids) > lim.max_prefix_tokens:
+    if len(ids) > room:
         raise InvalidInput(
             f"target prefix {i} has {len(ids)} tokens; model {name!r} accepts at most "
-            f"{lim.max_prefix_tokens} (target_prefix_tokens), leaving room for new ones"
+            f"{room} (target_prefix_tokens{', less the forced language token' if forced else ''}), leaving "
+            "room for new ones"
         )
     return ids

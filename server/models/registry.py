@@ -12,6 +12,7 @@ from server.core.client import CoreLoadError
 from server.core.sizing import default_beam, default_cores, encoder_thread
 from server.errors import ModelNotFound, ModelNotReady, clip
 from server.models.disk import model_folders, parse_model, select, versions_on_disk
+from server.models.languages import Offered
 from server.models.names import check_name, inside
 from server.models.served_version import ServedVersion
 from server.telemetry.metrics import Metrics
@@ -27,9 +28,8 @@ class ServedModels:
     def __init__(self, config: ServerConfig, telemetry: Telemetry):
         self.models: dict[str, dict[str, ServedVersion]] = {}
         self.unloaded: set[str] = set()  # unloaded through the API (or their folder removed, in poll mode)
-        self.languages: dict[
-            str, tuple[str, str]
-        ] = {}  # model -> (source, target) its last serving version declared
+        # model -> the languages its last serving version offered (an unloaded model's pairs answer "unloaded")
+        self.languages: dict[str, Offered] = {}
         self.config, self.telemetry, self.metrics = config, telemetry, telemetry.metrics
         self.device = config.device
         self._logged: set[str] = set()  # providers already logged
@@ -127,8 +127,8 @@ class ServedModels:
                 provider_reason(self.device),
             )
         self.metrics.model_info.labels(api.name, api.version, api.provider, api.bundle.quantization).set(1)
-        if api.bundle.source_language and api.bundle.target_language:
-            self.languages[api.name] = (api.bundle.source_language, api.bundle.target_language)
+        if api.offered is not None:
+            self.languages[api.name] = api.offered
         log.info("serving %s version %s (%s, %s)", api.name, api.version, api.bundle.task.name, api.provider)
 
     def get(self, name: str, version: str = "") -> ServedVersion:

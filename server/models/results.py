@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from contract.spans import Span
 from engine.search import TextHypothesis
+from server.models.languages import Offered
 from server.models.prepare import Limits
 
 
@@ -59,3 +60,4 @@ class ModelInfo:
     limits: Limits
     cores: int
     cores_up: int
+    languages: Offered | None = None  # the pairs it translates; None: a model without languages

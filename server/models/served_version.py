@@ -23,12 +23,13 @@ from contract.decoding import DecodingOptions
 from contract.text import TextCodec
 from engine import EngineOptions, TextHypothesis
 from server.config import ServerConfig
-from server.core.client import CoreHandle, Router
+from server.core.client import CoreHandle
 from server.core.events import Failed, Finished, Token
 from server.core.inflight import InFlight
 from server.core.messages import CoreSpec
+from server.core.router import Router
 from server.errors import DeadlineExceeded, ShuttingDown
-from server.models import distinct
+from server.models import distinct, languages
 from server.models.detokenize import StreamingText
 from server.models.prepare import Prepared, limits, prepare
 from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
@@ -53,19 +54,12 @@ class ServedVersion:
         self.bundle = bundle.read_bundle(
             folder, verify_hashes=False
         )  # each core verifies every hash as it loads
-        if self.bundle.languages is not None:
-            # Its rows need their target-language token forced; no door asks for a language yet, and decoding without
-            # one would answer in whichever language the model drifts to.
-            raise bundle.BundleError(
-                f"{folder / bundle.CONFIG_FILE}: a multilingual bundle ({len(self.bundle.languages.tokens)} languages); "
-                "the server does not take a target language per request yet: decode it in process with "
-                "engine.load(folder).generate(texts, target_languages=[...])"
-            )
         m = self.bundle.model
         self.codec = TextCodec.from_file(
             folder / bundle.TOKENIZER_FILE, self.bundle.task, m.special, folder / bundle.TARGET_TOKENIZER_FILE
         )
         self.sched = config.scheduler
+        self.offered = languages.Offered.of(self.bundle)  # None: a model without languages (addition)
         self.limits = limits(self.bundle, self.codec, config.scheduler)
         self.telemetry = telemetry.model(name, n_cores)
         self.stopping = False
@@ -111,6 +105,7 @@ class ServedVersion:
             self.limits,
             len(self.cores),
             sum(c.state.up for c in self.cores),
+            self.offered,
         )
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -135,11 +130,17 @@ class ServedVersion:
         options: DecodingOptions = DecodingOptions(),
         target_prefixes: list[str] | None = None,
         text: TextOptions = TextOptions(),
+        source_language: str | None = None,
+        target_language: str | None = None,
     ) -> Prepared:
         """Validate and tokenize; raises InvalidInput naming the limit. ``text``: protected spans and long inputs
-        split, for translation models (other tasks read their inputs as sent)."""
+        split, for translation models (other tasks read their inputs as sent). The languages (codes, None: the
+        bundle's default): ``server/models/languages.py``; a model without languages takes none."""
         text = text if self.bundle.task.name == "translation" else AS_SENT
-        return prepare(self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text)
+        asked = languages.ask(self.name, self.bundle, source_language, target_language)
+        return prepare(
+            self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text, asked
+        )
 
     def _submit(
         self,
@@ -149,20 +150,23 @@ class ServedVersion:
         stream: bool,
         core: CoreHandle | None = None,
         accepted: bool = False,
-    ) -> tuple[CoreHandle, InFlight]:
+    ) -> InFlight:
         if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
             raise ShuttingDown(self.stop_reason)
-        core = core or self.router.pick()
-        req = core.submit(list(zip(p.src_ids, p.prefixes)), p.options, stream, deadline, t0)
+        sequences = list(zip(p.src_ids, p.prefixes))
+        req = self.router.submit(sequences, p.options, stream, deadline, t0, p.forced, core)
         self.telemetry.input_tokens.inc(sum(len(ids) for ids in p.src_ids))
-        return core, req
+        return req
 
     def _output(self, p: Prepared, i: int, ev: Finished) -> Output:
-        scored = p.options.return_scores
+        scored, k = (
+            p.options.return_scores,
+            len(p.forced),
+        )  # a forced language token is not part of the answer
         hyps = tuple(
-            TextHypothesis(self.codec.decode(h.tokens), h.tokens, h.score if scored else 0.0)
+            TextHypothesis(self.codec.decode(h.tokens[k:]), h.tokens[k:], h.score if scored else 0.0)
             for h in ev.hypotheses
-        ) or (TextHypothesis(self.codec.decode(ev.tokens), ev.tokens, 0.0),)
+        ) or (TextHypothesis(self.codec.decode(ev.tokens[k:]), ev.tokens[k:], 0.0),)
         return Output(hyps[0].text, len(p.src_ids[i]), hyps[0].output_tokens, hyps)
 
     @staticmethod
@@ -201,6 +205,7 @@ class ServedVersion:
                     [p.src_ids[i] for i in todo],
                     distinct.widened(p.options, beam),
                     [p.prefixes[i] for i in todo],
+                    forced=p.forced,
                 )
                 g = await self._generate(sub, deadline, accepted=True)
                 first = first or g.timings
@@ -221,7 +226,7 @@ class ServedVersion:
         self, p: Prepared, deadline: float | None, core: CoreHandle | None = None, accepted: bool = False
     ) -> Generation:
         t0 = time.monotonic()
-        core, req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
+        req = self._submit(p, deadline, t0, stream=False, core=core, accepted=accepted)
         done: list[Finished | None] = [None] * len(p.src_ids)
         try:
             async with _deadline(deadline):
@@ -231,10 +236,10 @@ class ServedVersion:
                         raise ev.error()
                     done[ev.index] = ev
         except TimeoutError:  # the deadline passed: its rows leave the batch now
-            core.cancel(req)
+            self.router.cancel(req)
             raise _late() from None
         except BaseException:  # the client went away
-            core.cancel(req)
+            self.router.cancel(req)
             raise
         outputs = [self._output(p, i, ev) for i, ev in enumerate(done)]
         return Generation(self.name, self.version, outputs, self._timings(done, t0))
@@ -251,10 +256,11 @@ class ServedVersion:
                 yield StreamEvent(i, out.text, True, out)
             return
         t0 = time.monotonic()
-        core, req = self._submit(p, deadline, t0, stream=True)
+        req = self._submit(p, deadline, t0, stream=True)
         n = len(p.src_ids)
         done: list[Finished | None] = [None] * n
         text = StreamingText(self.codec, n)
+        forced = [len(p.forced)] * n  # per input, the forced tokens still to come: not streamed
         left = n
         try:
             while left:
@@ -266,7 +272,9 @@ class ServedVersion:
                 except TimeoutError:
                     raise _late() from None
                 if isinstance(ev, Token):
-                    if delta := text.add(ev.index, ev.token):
+                    if forced[ev.index]:
+                        forced[ev.index] -= 1
+                    elif delta := text.add(ev.index, ev.token):
                         yield StreamEvent(ev.index, delta)
                 elif isinstance(ev, Finished):
                     done[ev.index] = ev
@@ -274,7 +282,7 @@ class ServedVersion:
                 else:
                     raise ev.error()
         except BaseException:
-            core.cancel(req)
+            self.router.cancel(req)
             raise
         for i, ev in enumerate(done):
             out = self._output(p, i, ev)
@@ -326,6 +334,7 @@ class ServedVersion:
             )
 
     async def drain(self, grace_s: float) -> None:
+        self.router.close(self.stop_reason)  # no core restarts now: a request waiting for one is answered
         for core in self.cores:
             core.drain(grace_s)
         await asyncio.gather(*(core.wait_exited(grace_s + 10) for core in self.cores))

@@ -7,7 +7,8 @@
   const el = {
     form: $("form"), model: $("model"), modelInfo: $("model-info"), token: $("token"), input: $("input"),
     beam: $("beam"), maxTokens: $("max-tokens"), run: $("run"), error: $("error"), outputs: $("outputs"),
-    status: $("status"), empty: $("empty"),
+    status: $("status"), empty: $("empty"), languages: $("languages"), source: $("source-lang"),
+    target: $("target-lang"),
   };
   const configs = new Map(); // model name -> {task, max_tokens, max_beam_width, ...} (strings)
   let loading = null; // the repository index request in flight, shared
@@ -142,12 +143,47 @@
       el.maxTokens.nextElementSibling.textContent = "0 = default (max " + maxTokens + ")";
     }
     el.run.textContent = task === "translation" ? "Translate" : "Generate";
+    showLanguages(config);
     const facts = [];
     if (task) facts.push("task: " + task);
     if (maxInputs) facts.push("up to " + maxInputs + " lines per request");
     if (maxChars) facts.push(maxChars + " characters per line");
     el.modelInfo.textContent = facts.join(" · ");
     validate();
+  }
+
+  // ---- languages ----------------------------------------------------------------------------------
+  let names = null;
+  try {
+    names = new Intl.DisplayNames(["en"], { type: "language" });
+  } catch (e) { /* an older browser: codes only */ }
+
+  function languageName(code) {
+    try {
+      const name = names && names.of(code);
+      return name && name !== code ? name + " (" + code + ")" : code;
+    } catch (e) {
+      return code; // a model's own code ("__xx__", "jpn_Jpan") is no BCP 47 tag
+    }
+  }
+
+  function fill(select, codes, preferred) {
+    const previous = select.value;
+    select.replaceChildren(...codes.map((c) => new Option(languageName(c), c)));
+    const pick = [previous, ...preferred].find((c) => c && codes.includes(c));
+    if (pick) select.value = pick;
+  }
+
+  // The model's languages from its config (source_languages / target_languages, comma-separated): pickers for a
+  // model that knows them, none for one that does not (addition).
+  function showLanguages(config) {
+    const list = (key) => (param(config, key) || "").split(",").filter((c) => c);
+    const sources = list("source_languages"), targets = list("target_languages");
+    el.languages.hidden = !targets.length;
+    if (!targets.length) return;
+    fill(el.source, sources, [param(config, "default_source_language"), "en"]);
+    const other = targets.find((c) => c !== el.source.value);
+    fill(el.target, targets, [param(config, "default_target_language"), other]);
   }
 
   // The page shows out-of-range values but still sends them: the server's own message says why they fail.
@@ -163,8 +199,8 @@
 
   const chars = (s) => Array.from(s).length;
 
-  function render(model, texts, outputs, counts, timing, ms) {
-    const lang = targetLang(model);
+  function render(model, texts, outputs, counts, timing, ms, target) {
+    const lang = target || targetLang(model);
     const server = timing && typeof timing.total_seconds === "number"
       ? " · server " + (timing.total_seconds * 1000).toFixed(0) + " ms (first token " +
         (timing.time_to_first_token_seconds * 1000).toFixed(0) + " ms)"
@@ -220,6 +256,11 @@
         parameters: { max_tokens: parseInt(el.maxTokens.value, 10) || 0, beam_width: parseInt(el.beam.value, 10) || 0,
                       timings: true },
       };
+      const target = el.languages.hidden ? "" : el.target.value;
+      if (target) {
+        if (el.source.value) body.parameters.source_language = el.source.value;
+        body.parameters.target_language = target;
+      }
       const t0 = performance.now();
       let answer;
       try {
@@ -235,7 +276,7 @@
       const out = tensor("text_output");
       const counts = { input: (tensor("input_tokens") || {}).data, output: (tensor("output_tokens") || {}).data };
       clearError();
-      render(model, texts, out ? out.data : [], counts, answer.parameters, ms);
+      render(model, texts, out ? out.data : [], counts, answer.parameters, ms, /^[a-z]{2,3}(-|$)/.test(target) ? target : "");
       el.status.textContent = texts.length + (texts.length === 1 ? " output" : " outputs") + " from " + model +
         " v" + answer.model_version + " in " + ms.toFixed(0) + " ms round trip";
       el.outputs.dataset.state = "done";
