@@ -21,6 +21,8 @@ PARTS = (
     "decode-real",
     "marian-ct2",
     "marian-ct2-notes.md",
+    "nllb-ct2",
+    "nllb-ct2-notes.md",
     "beam-int8-notes.md",
     "int8-variants",
     "threads",

@@ -72,8 +72,9 @@ def decoder_feed(m, b: int, p: int, s: int) -> dict:
     return feed
 
 
-def profile(folder: Path, args) -> tuple[float, collections.Counter]:
-    """Mean ms per decoder step of folder/decoder.onnx at the given shape, and kernel microseconds per operator."""
+def profile(folder: Path, args, by_node: bool = False) -> tuple:
+    """Mean ms per decoder step of folder/decoder.onnx at the given shape, and kernel microseconds per operator
+    (and, ``by_node``, per node of the graph as ONNX Runtime runs it)."""
     from contract.bundle import read_bundle
 
     m = read_bundle(folder).model
@@ -100,10 +101,12 @@ def profile(folder: Path, args) -> tuple[float, collections.Counter]:
     step_ms = (time.perf_counter() - t0) / args.steps * 1e3
     events = json.loads(Path(sess.end_profiling()).read_text())
     per_op: collections.Counter = collections.Counter()
+    per_node: collections.Counter = collections.Counter()
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             per_op[e["args"]["op_name"]] += e["dur"] / args.steps
-    return step_ms, per_op
+            per_node[e["name"].removesuffix("_kernel_time")] += e["dur"] / args.steps
+    return (step_ms, per_op, per_node) if by_node else (step_ms, per_op)
 
 
 def fusion_ab(folder: Path, args, rounds: int = 9) -> dict:
