@@ -11,37 +11,16 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.common.local_serve import free_port, serve_cmd, wait_ready  # noqa: E402
+
 STRINGS = ["Save changes", "Open the file", "Delete this item?", "Settings", "Check for updates"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, timeout_s: float, server: subprocess.Popen) -> None:
-    stop = time.monotonic() + timeout_s
-    while time.monotonic() < stop:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited with {server.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise SystemExit(f"the server was not ready at {url} within {timeout_s:.0f} s")
 
 
 def main() -> int:
@@ -61,22 +40,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="s2s-playground-"))
     port, mport, hport = free_port(), free_port(), free_port()
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s2s.cli",
-            "serve",
-            "--model-repo",
-            str(ROOT / "models"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(mport),
-            "--http-port",
-            str(hport),
-        ],
+        serve_cmd(ROOT / "models", port, hport, mport),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,12 +23,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bench.common.local_serve import free_port, serve_cmd  # noqa: E402
 
 
 def main() -> int:
@@ -42,22 +36,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="s2s-prom-"))
     port, mport, pport = free_port(), free_port(), free_port()
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s2s.cli",
-            "serve",
-            "--model-repo",
-            str(ROOT / "models"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(mport),
-            "--http-port",
-            "0",
-        ],
+        serve_cmd(ROOT / "models", port, 0, mport),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

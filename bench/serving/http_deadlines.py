@@ -25,7 +25,7 @@ import aiohttp
 import grpc
 
 from bench import ROOT
-from bench.serving.server_process import free_port
+from bench.common.local_serve import free_port, serve_cmd
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 
@@ -41,24 +41,7 @@ async def run(args) -> None:
     port, http = free_port(), free_port()
     tree = Path(args.tree).resolve()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s2s.cli",
-            "serve",
-            "--model-repo",
-            str(ROOT / "models"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--http-port",
-            str(http),
-            "--metrics-port",
-            "0",
-            "--models",
-            JA,
-        ],
+        serve_cmd(ROOT / "models", port, http, 0, "--models", JA),
         cwd=tree,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -7,7 +7,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,15 +17,10 @@ from pathlib import Path
 import grpc
 
 from bench import ROOT
+from bench.common.local_serve import free_port
 from bench.common.proc_cpu import tree_cpu_s
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def die_with_parent() -> None:
