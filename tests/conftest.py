@@ -8,9 +8,7 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -19,6 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.common.local_serve import free_port, serve_cmd  # noqa: F401  (re-exported to the tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 # The committed default models; a test run can point elsewhere (e.g. while models are rebuilt).
@@ -111,12 +111,6 @@ def self_signed(tmp: Path) -> tuple[Path, Path]:
         capture_output=True,
     )
     return cert, key
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerThread:
@@ -233,23 +227,7 @@ class Served:
         self.log_path = tmp / "server.log"
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "s2s.cli",
-                "serve",
-                "--model-repo",
-                str(MODEL_REPO),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--metrics-port",
-                str(self.metrics_port),
-                "--http-port",
-                str(self.http_port),
-                *args,
-            ],
+            serve_cmd(MODEL_REPO, self.port, self.http_port, self.metrics_port, *args),
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -7,13 +7,22 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import grpc
 import pytest
-from conftest import MODEL_REPO, ROOT, ServerThread, alive, english, free_port, server_config, wait_for
+from conftest import (
+    MODEL_REPO,
+    ROOT,
+    ServerThread,
+    alive,
+    english,
+    free_port,
+    serve_cmd,
+    server_config,
+    wait_for,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
@@ -116,24 +125,7 @@ def _children(pid: int) -> set[int]:
 def test_no_core_outlives_the_server_however_it_stops(how):
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s2s.cli",
-            "serve",
-            "--model-repo",
-            str(MODEL_REPO),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            "0",
-            "--http-port",
-            "0",
-            "--instances",
-            "2",
-        ],
+        serve_cmd(MODEL_REPO, port, 0, 0, "--instances", "2"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,

@@ -11,7 +11,17 @@ import urllib.request
 
 import grpc
 import pytest
-from conftest import MODEL_REPO, ROOT, ServerThread, english, free_port, self_signed, server_config, wait_for
+from conftest import (
+    MODEL_REPO,
+    ROOT,
+    ServerThread,
+    english,
+    free_port,
+    self_signed,
+    serve_cmd,
+    server_config,
+    wait_for,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
@@ -275,23 +285,7 @@ def test_tls_serves_verified_clients_and_refuses_plaintext(model_repo, tmp_path)
 def _serve(*args: str) -> tuple[subprocess.Popen, int, int]:
     port, mport = free_port(), free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s2s.cli",
-            "serve",
-            "--model-repo",
-            str(MODEL_REPO),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(mport),
-            "--http-port",
-            "0",
-            *args,
-        ],
+        serve_cmd(MODEL_REPO, port, 0, mport, *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
