@@ -3,8 +3,8 @@
 - ``runner.Runner`` runs a bundle's two ONNX graphs on ids and arrays (ONNX Runtime sessions, CPU or CUDA:
   ``device``); ``cache.DecodeBatch`` owns the running batch's KV cache;
 - ``step_loop.StepLoop`` is the step loop the server's scheduler drives (add sequences, step, collect what
-  happened); ``logits`` applies each row's decoding options (``contract.decoding``), ``search`` picks tokens
-  (greedy, sampled, forced, or beams with n-best);
+  happened; ``drive.run`` drives it to completion in process); ``logits`` applies each row's decoding options
+  (``contract.decoding``), ``search`` picks tokens (greedy, sampled, forced, or beams with n-best);
 - ``translator.Translator`` is the in-process text API, CTranslate2's shape::
 
     import engine
