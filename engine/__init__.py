@@ -33,14 +33,15 @@ def load(
     threads: int = 1,
     device: str = "auto",
     io_binding: str = "auto",
-    greedy_screen: bool = False,
+    greedy_screen: bool | str = "auto",
 ) -> Translator:
     """Load a bundle (``models/<name>/<version>/``), verified against its config.json hashes.
 
     ``threads``: ONNX Runtime intra-op threads (1 was fastest per core at these sizes; run several
     engines for parallelism). ``device``: ``auto`` (CUDA when it can load, else CPU), ``cpu`` or ``cuda``.
     ``greedy_screen``: greedy rows' tokens from an int8 screen of the output projection, each proven to be the
-    argmax or computed in full (``engine.screen``; float32 bundles on the CPU).
+    argmax or computed in full (``engine.screen``; float32 bundles on the CPU): ``auto`` where the projection is
+    large enough to pay, ``on`` (True) or ``off`` (False).
     """
     options = EngineOptions(
         device=device, intra_op_threads=threads, io_binding=io_binding, greedy_screen=greedy_screen
