@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contract.decoding import DecodingOptions
-from engine.cache import DecodeBatch, free_run, pad_axis, pad_batch  # noqa: F401  (pad_batch: re-exported)
+from engine.cache import DecodeBatch, free_run, pad_batch, stack_rows  # noqa: F401  (pad_batch: re-exported)
 from engine.greedy_rows import argmax_rows, screen_bans
 from engine.logits import RowOptions
 from engine.runner import Runner
@@ -190,10 +190,8 @@ class StepLoop:
                 continue
             width = max(s.encoded[1].shape[0] for s in group)
             rows = [s for s in group for _ in range(s.n_rows)]
-            cross = [
-                np.stack([pad_axis(s.encoded[0][k], 1, width) for s in rows]) for k in range(len(b.cross))
-            ]
-            mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in rows])
+            cross = [stack_rows(group, lambda s, k=k: s.encoded[0][k], width) for k in range(len(b.cross))]
+            mask = stack_rows(group, lambda s: s.encoded[1], width)
             tokens = np.concatenate([first[id(s)][0] if started else [sp.bos] * s.n_rows for s in group])
             kv = (
                 [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))]
@@ -218,8 +216,10 @@ class StepLoop:
             return {}
         e = self.engine
         width = max(s.encoded[1].shape[0] for s in seqs)
-        cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in seqs]) for k in range(2 * e.n_layers)]
-        mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in seqs])
+        cross = [
+            stack_rows(seqs, lambda s, k=k: s.encoded[0][k], width, False) for k in range(2 * e.n_layers)
+        ]
+        mask = stack_rows(seqs, lambda s: s.encoded[1], width, False)
         n = len(seqs)
         past = [np.zeros((n, e.n_heads, 0, e.d_head), np.float32)] * (2 * e.n_layers)
         logits, present = e.decode(
