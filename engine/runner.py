@@ -102,9 +102,18 @@ class Runner:
         m = self.config.model
         on_cpu = self.device_type == "cpu" and not self.io_binding
         on, why = choose(mode, self.config.quantization, m.d_model, m.tgt_vocab_size, on_cpu)
-        split = split_decoder(self.folder / bundle.DECODER_FILE) if on else None
+        split, failed = None, None
+        if on:
+            try:
+                split = split_decoder(self.folder / bundle.DECODER_FILE)
+            except (
+                Exception
+            ) as e:  # onnx's own errors (a graph past protobuf's 2 GB once cut, say): decode unsplit
+                failed = (
+                    f"its decoder could not be split ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+                )
         if on and split is None:
-            on, why = False, "its logits are not a plain projection"
+            on, why = False, failed or "its logits are not a plain projection"
         # asked for and not possible: a warning; auto's choice, or off: information
         (log.warning if mode == "on" and not on else log.info)(
             "%s: greedy_screen %s: %s", self.folder, "on" if on else "off", why
