@@ -3,8 +3,8 @@
 - ``runner.Runner`` runs a bundle's two ONNX graphs on ids and arrays (ONNX Runtime sessions, CPU or CUDA:
   ``device``); ``cache.DecodeBatch`` owns the running batch's KV cache;
 - ``step_loop.StepLoop`` is the step loop the server's scheduler drives (add sequences, step, collect what
-  happened); ``logits`` applies each row's decoding options (``contract.decoding``), ``search`` picks tokens
-  (greedy, sampled, forced, or beams with n-best);
+  happened; ``drive.run`` drives it to completion in process); ``logits`` applies each row's decoding options
+  (``contract.decoding``), ``search`` picks tokens (greedy, sampled, forced, or beams with n-best);
 - ``translator.Translator`` is the in-process text API, CTranslate2's shape::
 
     import engine
@@ -33,14 +33,15 @@ def load(
     threads: int = 1,
     device: str = "auto",
     io_binding: str = "auto",
-    greedy_screen: bool = False,
+    greedy_screen: bool | str = "auto",
 ) -> Translator:
     """Load a bundle (``models/<name>/<version>/``), verified against its config.json hashes.
 
     ``threads``: ONNX Runtime intra-op threads (1 was fastest per core at these sizes; run several
     engines for parallelism). ``device``: ``auto`` (CUDA when it can load, else CPU), ``cpu`` or ``cuda``.
     ``greedy_screen``: greedy rows' tokens from an int8 screen of the output projection, each proven to be the
-    argmax or computed in full (``engine.screen``; float32 bundles on the CPU).
+    argmax or computed in full (``engine.screen``; float32 bundles on the CPU): ``auto`` where the projection is
+    large enough to pay, ``on`` (True) or ``off`` (False).
     """
     options = EngineOptions(
         device=device, intra_op_threads=threads, io_binding=io_binding, greedy_screen=greedy_screen

@@ -61,6 +61,24 @@ def free_run(free: list[int], n: int) -> int | None:
     return None
 
 
+def stack_rows(group: list, part, width: int, each: bool = True) -> np.ndarray:
+    """One array of every row of ``group``'s sequences (a beam's rows repeat its own; one row each unless ``each``),
+    ``part(s)`` of each ((H, S, Dh) cross K/V or (S,) mask) zero-padded to ``width`` on its source axis: written once
+    into place, where padding each row and stacking them copied every row twice."""
+    first = part(group[0])
+    axis = first.ndim - 2 if first.ndim > 1 else 0  # the source axis
+    shape = list(first.shape)
+    shape[axis] = width
+    n = [s.n_rows if each else 1 for s in group]
+    out = np.zeros((sum(n), *shape), first.dtype)
+    at = 0
+    for s, k in zip(group, n):
+        a = part(s)
+        out[(slice(at, at + k),) + (slice(None),) * axis + (slice(0, a.shape[axis]),)] = a
+        at += k
+    return out
+
+
 def pad_batch(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
     width = max(len(r) for r in rows)
     ids = np.full((len(rows), width), pad, np.int64)

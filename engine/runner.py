@@ -16,7 +16,7 @@ import onnxruntime as ort
 from contract import bundle, names
 from contract.bundle import BundleConfig, BundleError
 from engine.device import disabled_optimizers, log_provider_once, providers_for
-from engine.screen import Top1Screen, split_decoder
+from engine.screen import Top1Screen, choose, mode_of, split_decoder
 from engine.topk import TopLogprobs
 
 log = logging.getLogger("s2s.engine")
@@ -35,8 +35,9 @@ class EngineOptions:
     # the same code path (the tests do).
     io_binding: str = "auto"  # auto | on | off
     # Greedy rows' tokens from an int8 screen of the output projection, each proven to be the argmax or computed in
-    # full (engine/screen.py): float32 bundles on the CPU only. Opt-in.
-    greedy_screen: bool = False
+    # full (engine/screen.py): float32 bundles on the CPU only. auto: where the projection is large enough to pay
+    # (engine.screen.choose); on | off (True | False too).
+    greedy_screen: bool | str = "auto"
 
 
 class Runner:
@@ -82,8 +83,7 @@ class Runner:
         self._threads = options.intra_op_threads
         self.screen: Top1Screen | None = None
         self.head: ort.InferenceSession | None = None  # the split-off output projection (with ``screen``)
-        if options.greedy_screen:
-            self._split(so, providers)
+        self.screen_why = self._split(so, providers, mode_of(options.greedy_screen))
         self._top: TopLogprobs | None = None  # built when the first beam runs
         # Tokens the model never generates (task.suppressed_ids): out of greedy's argmax, and out of the beams'
         # candidates after their log-softmax (engine.topk).
@@ -96,26 +96,36 @@ class Runner:
             n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))
         ]
 
-    def _split(self, so: ort.SessionOptions, providers: list[str]) -> None:
-        """The decoder as trunk (up to its last hidden state) and head (the output projection), and the screen."""
-        why = (
-            "it runs on the CPU only"
-            if self.device_type != "cpu" or self.io_binding
-            else f"the bundle is {self.config.quantization}"
-            if self.config.quantization != "none"
-            else None
+    def _split(self, so: ort.SessionOptions, providers: list[str], mode: str) -> str:
+        """Where the screen runs (``engine.screen.choose``): the decoder as trunk (up to its last hidden state) and
+        head (the output projection), and the screen. Returns why it runs or not, as logged."""
+        m = self.config.model
+        on_cpu = self.device_type == "cpu" and not self.io_binding
+        on, why = choose(mode, self.config.quantization, m.d_model, m.tgt_vocab_size, on_cpu)
+        split, failed = None, None
+        if on:
+            try:
+                split = split_decoder(self.folder / bundle.DECODER_FILE)
+            except (
+                Exception
+            ) as e:  # onnx's own errors (a graph past protobuf's 2 GB once cut, say): decode unsplit
+                failed = (
+                    f"its decoder could not be split ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+                )
+        if on and split is None:
+            on, why = False, failed or "its logits are not a plain projection"
+        # asked for and not possible: a warning; auto's choice, or off: information
+        (log.warning if mode == "on" and not on else log.info)(
+            "%s: greedy_screen %s: %s", self.folder, "on" if on else "off", why
         )
-        split = None if why else split_decoder(self.folder / bundle.DECODER_FILE)
-        if split is None:
-            log.warning(
-                "%s: greedy_screen off: %s", self.folder, why or "its logits are not a plain projection"
-            )
-            return
+        if not on:
+            return why
         off = disabled_optimizers(providers)
         self.decoder = ort.InferenceSession(split.trunk, so, providers=providers, disabled_optimizers=off)
         self.head = ort.InferenceSession(split.head, so, providers=providers, disabled_optimizers=off)
         self._hidden = split.hidden
         self.screen = Top1Screen(split.weight, split.bias, self.config.task.suppressed_ids, self._threads)
+        return why
 
     def _session(
         self, file: str, so: ort.SessionOptions, providers: list[str], io: names.GraphIO

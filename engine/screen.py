@@ -1,8 +1,9 @@
-"""Greedy rows' next token without the float32 output projection: an int8 screen, proven by a bound (opt-in).
+"""Greedy rows' next token without the float32 output projection: an int8 screen, proven by a bound.
 
 A greedy row needs only the argmax of its logits, and at OPUS-MT's size the float32 output projection (d_model x
 vocabulary multiply-adds per row) is a third of a decoder step (docs/BENCHMARKS.md#marian-ct2-notes). With
-``EngineOptions(greedy_screen=True)`` a float32 bundle's decoder is split where its hidden state enters that
+``EngineOptions(greedy_screen="on")``, or ``"auto"`` (the default) where the projection is large enough for the
+screen to pay (``choose``), a float32 bundle's decoder is split where its hidden state enters that
 projection (``split_decoder``); for rows that only take their argmax, ``Top1Screen``
 
 1. computes every token's logit in int8 (ONNX Runtime's DynamicQuantizeMatMul: the activations quantized per
@@ -34,6 +35,37 @@ from contract import names
 log = logging.getLogger("s2s.engine")
 K = 16  # candidates per row: a trained model's top token stands far above its 16th; random weights settle too
 BITS = 7  # weights in [-63, 63]: u8 x s7 pairs fit int16, where AVX2's int8 dot product saturates with s8
+# "auto" screens from this many multiply-adds per row in the output projection (d_model x target vocabulary): below
+# it the screen's fixed cost (its session, the candidates' exact logits) outweighs the float32 GEMM it saves
+# (bench/engine/screen_rule.py; docs/bench/marian-ct2-notes.md).
+AUTO_MIN_MACS = 4_000_000
+MODES = ("auto", "on", "off")
+
+
+def mode_of(value: bool | str) -> str:
+    """``greedy_screen`` as given (True / False, or a mode) -> auto | on | off; anything else is refused."""
+    if value is True or value is False:
+        return "on" if value else "off"
+    if value not in MODES:
+        raise ValueError(f"greedy_screen must be auto, on or off, not {value!r}")
+    return value
+
+
+def choose(mode: str, quantization: str, d_model: int, vocab: int, on_cpu: bool) -> tuple[bool, str]:
+    """Whether a bundle's greedy rows are screened, and why: ``on`` wherever it can run (a float32 bundle on the
+    CPU), ``auto`` there too when its projection has ``AUTO_MIN_MACS`` multiply-adds per row or more."""
+    macs = f"output projection {d_model} x {vocab} = {d_model * vocab / 1e6:.1f}M multiply-adds per row"
+    if mode == "off":
+        return False, "greedy_screen off"
+    if not on_cpu:
+        return False, "it runs on the CPU only"
+    if quantization != "none":
+        return False, f"the bundle is {quantization}"
+    if mode == "on":
+        return True, f"greedy_screen on, {macs}"
+    if d_model * vocab < AUTO_MIN_MACS:
+        return False, f"auto: {macs}, under {AUTO_MIN_MACS / 1e6:g}M, where the float32 GEMM costs less"
+    return True, f"auto: {macs}, at least {AUTO_MIN_MACS / 1e6:g}M"
 
 
 @dataclass

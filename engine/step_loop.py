@@ -3,8 +3,8 @@
 This is iteration-level (continuous) batching's mechanism; the scheduler decides *when* to
 call ``add`` and ``step``, and ``step`` returns what happened (``StepOutput``: the sequences that
 finished, the tokens streaming sequences got) instead of calling back into it, as vLLM's
-schedule -> execute -> update. ``run`` drives the same loop to completion for in-process use. It works on
-ids and a ``runner.Runner``; texts are ``engine.translator``'s.
+schedule -> execute -> update. ``engine.drive.run`` drives the same loop to completion for in-process use. It
+works on ids and a ``runner.Runner``; texts are ``engine.translator``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contract.decoding import DecodingOptions
-from engine.cache import DecodeBatch, free_run, pad_axis, pad_batch  # noqa: F401  (pad_batch: re-exported)
+from engine.cache import DecodeBatch, free_run, pad_batch, stack_rows  # noqa: F401  (pad_batch: re-exported)
+from engine.greedy_rows import argmax_rows, screen_bans
 from engine.logits import RowOptions
 from engine.runner import Runner
 from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
@@ -189,10 +190,8 @@ class StepLoop:
                 continue
             width = max(s.encoded[1].shape[0] for s in group)
             rows = [s for s in group for _ in range(s.n_rows)]
-            cross = [
-                np.stack([pad_axis(s.encoded[0][k], 1, width) for s in rows]) for k in range(len(b.cross))
-            ]
-            mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in rows])
+            cross = [stack_rows(group, lambda s, k=k: s.encoded[0][k], width) for k in range(len(b.cross))]
+            mask = stack_rows(group, lambda s: s.encoded[1], width)
             tokens = np.concatenate([first[id(s)][0] if started else [sp.bos] * s.n_rows for s in group])
             kv = (
                 [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))]
@@ -217,8 +216,10 @@ class StepLoop:
             return {}
         e = self.engine
         width = max(s.encoded[1].shape[0] for s in seqs)
-        cross = [np.stack([pad_axis(s.encoded[0][k], 1, width) for s in seqs]) for k in range(2 * e.n_layers)]
-        mask = np.stack([pad_axis(s.encoded[1], 0, width) for s in seqs])
+        cross = [
+            stack_rows(seqs, lambda s, k=k: s.encoded[0][k], width, False) for k in range(2 * e.n_layers)
+        ]
+        mask = stack_rows(seqs, lambda s: s.encoded[1], width, False)
         n = len(seqs)
         past = [np.zeros((n, e.n_heads, 0, e.d_head), np.float32)] * (2 * e.n_layers)
         logits, present = e.decode(
@@ -254,7 +255,11 @@ class StepLoop:
         if b.stale():  # no newcomer took them for a while: stop computing them
             self._compact()
         b.trim()
-        bans = self._screen_bans() if self.engine.screen is not None else None
+        bans = (
+            screen_bans(self.seqs, self.options_now() if self.n_pass else None, b.positions[:, 0])
+            if self.engine.screen is not None
+            else None
+        )
         if bans is not None:  # greedy rows only: their tokens from the int8 screen (engine/screen.py)
             present, next_tokens = self.engine.decode_top1(
                 b.tokens, b.positions, b.past_mask, b.past, b.cross, b.src_mask, bans
@@ -333,8 +338,10 @@ class StepLoop:
             logits[:, sup] = -np.inf
         picks = None
         if self.n_pass:  # rows with options: penalties and masks in place, their one-row tokens chosen
-            picks = self._row_options().apply(logits, b.positions[:, 0], b.full_history())
-        next_tokens = self._argmax(logits, picks)  # greedy rows keep these; beam rows overwrite theirs
+            picks = self.options_now().apply(logits, b.positions[:, 0], b.full_history())
+        next_tokens = argmax_rows(
+            self.seqs, self.n_pass, logits, picks
+        )  # greedy rows keep these; beam rows overwrite theirs
         logp = None
         if picks is not None and picks.rows.size:
             next_tokens[picks.rows] = picks.tokens
@@ -342,29 +349,11 @@ class StepLoop:
             logp[picks.rows] = picks.logp
         return present, logits, next_tokens, logp, kept
 
-    def _row_options(self) -> RowOptions:
+    def options_now(self) -> RowOptions:
+        """The options of the rows that go through the logits pass, as vectors (rebuilt after the batch changed)."""
         if self.row_options is None:
             self.row_options = RowOptions(self.seqs, self.engine.special.eos, self.engine.special.unk)
         return self.row_options
-
-    def _screen_bans(self) -> list[tuple[int, np.ndarray]] | None:
-        """The tokens each row may not take this step when every row is greedy and wants only its argmax (options
-        that ban tokens at most); else None: the step needs full logits."""
-        if not all(isinstance(s.search, Greedy) for s in self.seqs):
-            return None
-        return self._row_options().bans(self.batch.positions[:, 0]) if self.n_pass else []
-
-    def _argmax(self, logits: np.ndarray, picks) -> np.ndarray:
-        """Each plain greedy row's argmax (B,): only over the rows that need one. Rows the logits pass picked for
-        and beam rows choose their own, and a (B, V) argmax of a large vocabulary is not free."""
-        if not self.n_pass and all(isinstance(s.search, Greedy) for s in self.seqs):
-            return logits.argmax(-1)  # plain greedy: every row (released ones too: their tokens are ignored)
-        taken = set() if picks is None else set(picks.rows.tolist())
-        rows = [s.row for s in self.seqs if isinstance(s.search, Greedy) and s.row not in taken]
-        out = np.zeros(len(logits), np.int64)
-        if rows:
-            out[rows] = logits[rows].argmax(-1)
-        return out
 
     def remove(self, seqs: list[Sequence]) -> None:
         """Drop sequences (finished, cancelled or past their deadline): their rows are released for newcomers."""
@@ -389,20 +378,3 @@ class StepLoop:
             s.row, start = start, start + s.n_rows
         self.batch.keep(np.array(rows, np.int64))
         self.row_options = None  # rows moved
-
-
-def run(engine: Runner, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:
-    """Decode sequences to completion, at most batch_size rows at a time, refilling as rows finish."""
-    gen = StepLoop(engine)
-    pending = list(seqs)
-    while pending or len(gen):
-        room = batch_size - gen.n_rows  # rows: a beam counts its width
-        take = 0
-        while take < len(pending) and (pending[take].n_rows <= room or (take == 0 and not len(gen))):
-            room -= pending[take].n_rows
-            take += 1
-        if take:
-            gen.add(pending[:take])
-            pending = pending[take:]
-        gen.step()
-    return seqs

@@ -1,7 +1,7 @@
 """The in-process text API, CTranslate2's ``Translator`` shape: texts (or tokens) in, translations out.
 
 It sits on the other two roles: a ``runner.Runner`` (the graphs) and the step loop
-(``step_loop.run``); it adds the tokenizer and the decoding options' checks and defaults::
+(``drive.run``); it adds the tokenizer and the decoding options' checks and defaults::
 
     import engine
     en_ja = engine.load("models/translate-en-ja/1")
@@ -17,9 +17,10 @@ from pathlib import Path
 from contract import bundle
 from contract.decoding import DecodingOptions, check
 from contract.text import TextCodec
+from engine.drive import run
 from engine.runner import EngineOptions, Runner
 from engine.search import TextHypothesis
-from engine.step_loop import Sequence, run
+from engine.step_loop import Sequence
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class ServerConfig:
     intra_op_threads: int = 1
     io_binding: str = "auto"  # auto (on CUDA) | on | off: KV cache kept in device memory between steps
     encoder_thread: str = "auto"  # auto (one engine core and 2+ CPUs, or CUDA) | on | off
+    # Greedy rows' tokens from an int8 screen of a float32 output projection, proven exact (engine/screen.py):
+    # auto (where the projection is large enough to pay) | on | off
+    greedy_screen: str = "auto"
     grace_s: float = 10.0
     # The front end's event loop: uvloop (libuv) makes a bare gRPC call cheaper for the server; under ModelInfer load
     # the two loops are within noise of each other (docs/BENCHMARKS.md, the serving variants).
@@ -149,6 +152,15 @@ _FLAGS = {
             "auto | on | off: a second thread per engine core encodes queued requests while it "
             "decodes (auto: on when a model has one engine core and at least 2 usable CPUs, or "
             "runs on CUDA)"
+        ),
+    ),
+    "greedy-screen": (
+        str,
+        (
+            "auto | on | off: greedy rows' next token from an int8 screen of a float32 model's output "
+            "projection, each proven to be the argmax (else computed in full), so outputs are unchanged "
+            "(auto: on where d_model x target vocabulary is large enough for it to pay, as for "
+            "OPUS-MT-sized models; off for small ones, where the float32 projection costs less)"
         ),
     ),
     "event-loop": (
@@ -344,7 +356,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
         raise SystemExit(f"--model-repo-links must be inside or any, not {top['model_repo_links']!r}")
     if top.get("event_loop", "auto") not in ("auto", "uvloop", "asyncio"):
         raise SystemExit(f"--event-loop must be auto, uvloop or asyncio, not {top['event_loop']!r}")
-    for key in ("io_binding", "encoder_thread"):
+    for key in ("io_binding", "encoder_thread", "greedy_screen"):
         if top.get(key, "auto") not in ("auto", "on", "off"):
             raise SystemExit(f"--{key.replace('_', '-')} must be auto, on or off, not {top[key]!r}")
     if bool(top.get("tls_cert")) != bool(top.get("tls_key")):

@@ -36,9 +36,10 @@ def english(n: int) -> list[str]:
 def decode(
     t, texts: list[str], max_new_tokens: int | None = None, beam: int = 1, batch_size: int = 64
 ) -> list[str]:
-    """Texts decoded by the engine's step loop (``engine.step_loop.run``) with a plain beam or greedy search and
+    """Texts decoded by the engine's step loop (``engine.drive.run``) with a plain beam or greedy search and
     no decoding options: the engine below its ``generate`` API."""
-    from engine.step_loop import Sequence, run
+    from engine.drive import run
+    from engine.step_loop import Sequence
 
     seqs = [
         Sequence(t.codec.source_ids(s), max_new_tokens or t.config.task.max_new_tokens, beam) for s in texts

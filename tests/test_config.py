@@ -38,6 +38,8 @@ def test_flags_win_over_environment_which_wins_over_defaults():
     c = parse(["--port", "9100"], env)
     assert c.port == 9100  # flag
     assert c.scheduler.max_batch_size == 32 and c.io_binding == "off"  # environment
+    assert c.greedy_screen == "auto" and parse(["--greedy-screen", "off"]).greedy_screen == "off"
+    assert parse([], {"S2S_GREEDY_SCREEN": "on"}).greedy_screen == "on"
     assert c.models == ("addition", "translate-en-ja:1") and c.metrics_port == 8002  # parsed list; default
 
 
@@ -62,6 +64,7 @@ def test_model_control_flags():
     [
         (["--batching", "dynamic"], "--batching must be continuous, request or none"),
         (["--io-binding", "yes"], "--io-binding must be auto, on or off"),
+        (["--greedy-screen", "true"], "--greedy-screen must be auto, on or off"),
         (["--tls-cert", "server.pem"], "--tls-cert and --tls-key go together"),
         (["--model-control-mode", "auto"], "--model-control-mode must be none, explicit or poll"),
         (["--load-model", "addition"], "--load-model needs --model-control-mode explicit"),

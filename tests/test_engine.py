@@ -211,7 +211,7 @@ def test_beam_search_scores_at_least_as_well_as_greedy(engine: Translator):
     """Beam 4's hypothesis has a length-normalised score >= greedy's on every input (when both ended with EOS)."""
     texts = sample_inputs(engine, 12)
     seqs = {w: [Sequence(engine.codec.source_ids(t), 20, w) for t in texts] for w in (1, 4)}
-    from engine.step_loop import run
+    from engine.drive import run
 
     for w in seqs:
         run(engine.runner, seqs[w])
@@ -350,7 +350,7 @@ def test_int8_export_loads_and_keeps_exact_match(tmp_path: Path, variant: str):
 def test_newcomers_reusing_released_rows_decode_as_they_would_alone(engine: Translator):
     """Continuous batching churn: with 4 rows, every finished sequence's row is taken over in place by the
     next one (and longer sources widen the batch); each result must equal decoding that input alone."""
-    from engine.step_loop import run
+    from engine.drive import run
 
     texts = sample_inputs(engine, 24)
     alone = [decode(engine, [t], max_new_tokens=20)[0] for t in texts]
@@ -425,7 +425,7 @@ def test_beams_reusing_a_finished_beams_rows_decode_as_they_would_alone(engine: 
     """Beam churn: with 8 rows two beams of 4 run at once, and each newcomer takes the rows a finished beam
     released, in place (the batch never grows past 8 rows); greedy rows between them are reordered around.
     Each result must equal decoding that input alone."""
-    from engine.step_loop import run
+    from engine.drive import run
 
     texts = sample_inputs(engine, 16)
     alone = [run(engine.runner, [Sequence(engine.codec.source_ids(t), 20, 4)])[0].result for t in texts]
@@ -486,7 +486,7 @@ def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path, o
     gives the tokens of the committed standard-ONNX bundle."""
     import onnx
 
-    from engine.step_loop import run
+    from engine.drive import run
     from export.onnx_export import ExportOptions, export
 
     out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, **{option: True}))

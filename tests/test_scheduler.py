@@ -10,7 +10,7 @@ import pytest
 from conftest import MODEL_REPO, english
 
 from engine import EngineOptions, Sequence, Translator
-from engine.step_loop import run
+from engine.drive import run
 from server.config import SchedulerConfig
 from server.core.events import Admitted, Failed, Finished, Token
 from server.core.scheduler import Scheduler

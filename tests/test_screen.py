@@ -10,7 +10,7 @@ import pytest
 from conftest import CHECKPOINTS, MODEL_REPO
 
 import engine
-from engine.screen import Top1Screen
+from engine.screen import AUTO_MIN_MACS, Top1Screen, choose, mode_of
 
 
 def test_a_settled_row_holds_its_argmax_and_near_ties_are_left_to_the_full_logits():
@@ -95,3 +95,21 @@ def test_the_screen_stays_off_where_it_cannot_run(tmp_path, caplog):
     assert [r.tokens for r in t.generate(["1+2"], beam_size=1)] == [
         r.tokens for r in plain.generate(["1+2"], beam_size=1)
     ]
+
+
+def test_auto_screens_a_float32_projection_large_enough_to_pay():
+    """auto: on for a float32 bundle on the CPU from AUTO_MIN_MACS multiply-adds per row (OPUS-MT's 512 x 58k), off
+    for translate-en-ja's 256 x 8k; on forces it where it can run; off, another device or int8: never. The reason
+    names the sizes."""
+    assert choose("auto", "none", 512, 58101, True)[0] and not choose("auto", "none", 256, 8000, True)[0]
+    assert 256 * 8000 < AUTO_MIN_MACS <= 512 * 8000
+    on, why = choose("on", "none", 256, 8000, True)
+    assert on and "256 x 8000" in why
+    assert (
+        not choose("auto", "none", 512, 58101, False)[0]
+        and not choose("on", "int8-dynamic", 512, 58101, True)[0]
+    )
+    assert not choose("off", "none", 512, 58101, True)[0]
+    assert (mode_of(True), mode_of(False), mode_of("auto")) == ("on", "off", "auto")
+    with pytest.raises(ValueError, match="auto, on or off"):
+        mode_of("yes")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.drive import run
 from engine.search import Greedy
-from engine.step_loop import Sequence, pad_batch, run
+from engine.step_loop import Sequence, pad_batch
 from engine.translator import Translator
 
 

@@ -108,7 +108,7 @@ class Ceiling:
 def engine_outputs(engine, texts: list[str], max_new_tokens: int, batch_size: int) -> list[list[int]]:
     """Generated ids (EOS excluded) of each input (greedy is deterministic)."""
     from engine import Sequence
-    from engine.step_loop import run
+    from engine.drive import run
 
     budget = max_new_tokens or engine.config.task.max_new_tokens
     seqs = run(engine.runner, [Sequence(engine.codec.source_ids(t), budget) for t in texts], batch_size)

@@ -73,6 +73,7 @@ class CoreState:
     up: bool = False
     provider: str = ""
     io_binding: bool = False
+    greedy_screen: str = ""  # "on (why)" | "off (why)", as the core decided (engine.screen.choose)
     pid: int = 0
     restarts: int = 0
     deaths_in_a_row: int = 0
@@ -219,9 +220,16 @@ class CoreHandle:
                 msg.pid,
                 time.monotonic(),
             )
+            st.greedy_screen = msg.greedy_screen
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(self)
-            log.info("engine core %s up (pid %d, %s)", self.label, msg.pid, msg.provider)
+            log.info(
+                "engine core %s up (pid %d, %s, greedy screen %s)",
+                self.label,
+                msg.pid,
+                msg.provider,
+                msg.greedy_screen,
+            )
             self.telemetry.core_state(self.spec.index, True, self.state.restarts)
             self.on_up()
         elif isinstance(msg, LoadFailed):

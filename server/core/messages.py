@@ -62,6 +62,7 @@ class Ready:
     provider: str
     io_binding: bool
     pid: int
+    greedy_screen: str = ""  # "on: why" or "off: why" (engine.screen.choose), for the start log
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,8 @@ def main(conn: Connection, spec: CoreSpec) -> None:
 
     sched = Scheduler(spec.model, engine, spec.scheduler, lambda events, stats: send(Report(events, stats)))
     sched.start()
-    send(Ready(engine.provider, engine.io_binding, os.getpid()))
+    screen = f"{'on' if engine.screen is not None else 'off'} ({engine.screen_why})"
+    send(Ready(engine.provider, engine.io_binding, os.getpid(), screen))
     drainer: threading.Thread | None = None
 
     def start_drain(grace: float) -> None:

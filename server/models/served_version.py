@@ -73,7 +73,10 @@ class ServedVersion:
         self._settled = asyncio.Event()
         self._settled.set()
         opts = EngineOptions(
-            device=config.device, intra_op_threads=config.intra_op_threads, io_binding=config.io_binding
+            device=config.device,
+            intra_op_threads=config.intra_op_threads,
+            io_binding=config.io_binding,
+            greedy_screen=config.greedy_screen,
         )
         core_sched = dataclasses.replace(config.scheduler, encoder_thread=encoder_thread)
         specs = [
