@@ -299,6 +299,10 @@ def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_c
     langs = [
         _language(tok_cfg.get(k)) for k in ("source_lang", "target_lang")
     ]  # LibreTranslate routes by them
+    if loaded.languages is not None and langs[1] not in loaded.languages.names:
+        langs[1] = (
+            None  # a multilingual model's default target is one of its own, or none (the request names it)
+        )
     try:
         return export(
             ExportOptions(
