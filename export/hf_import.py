@@ -300,9 +300,8 @@ def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_c
         _language(tok_cfg.get(k)) for k in ("source_lang", "target_lang")
     ]  # LibreTranslate routes by them
     if loaded.languages is not None and langs[1] not in loaded.languages.names:
-        langs[1] = (
-            None  # a multilingual model's default target is one of its own, or none (the request names it)
-        )
+        # a multilingual model's default target is one of its own languages, or none (each request names it)
+        langs[1] = None
     try:
         return export(
             ExportOptions(
