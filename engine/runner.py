@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 from contract import bundle, names
 from contract.bundle import BundleConfig, BundleError
+from contract.graph_files import external_data_files
 from engine.device import disabled_optimizers, log_provider_once, providers_for
 from engine.screen import Top1Screen, choose, mode_of, split_decoder
 from engine.topk import TopLogprobs
@@ -106,7 +107,8 @@ class Runner:
         head (the output projection), and the screen. Returns why it runs or not, as logged."""
         m = self.config.model
         on_cpu = self.device_type == "cpu" and not self.io_binding
-        on, why = choose(mode, self.config.quantization, m.d_model, m.tgt_vocab_size, on_cpu)
+        external = bool(external_data_files(self.folder / bundle.DECODER_FILE))
+        on, why = choose(mode, self.config.quantization, m.d_model, m.tgt_vocab_size, on_cpu, external)
         split, failed = None, None
         if on:
             try:
