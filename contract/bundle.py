@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,9 +188,50 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
-    """Parse and check config.json and the files it lists. Raises BundleError naming the file."""
+# What says a file is still the one that was hashed: its size, modification time (ns) and inode.
+Stamp = tuple[int, int, int]
+
+
+def stamp(path: Path) -> Stamp:
+    st = Path(path).stat()
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _hashed_ok(path: Path, want: str, hashed: Mapping[str, Stamp], stamps: dict[str, Stamp]) -> str | None:
+    """None when ``path``'s sha256 is ``want`` (or its stamp is the one ``hashed`` recorded: not read again), else
+    the sha256 it has. A file unchanged while it was read gets its stamp in ``stamps``."""
+    before = stamp(path)
+    if hashed.get(path.name) == before:
+        stamps[path.name] = before
+        return None
+    if (got := sha256_file(path)) != want:
+        return got
+    if stamp(path) == before:
+        stamps[path.name] = before
+    return None
+
+
+def verified(
+    folder: Path, hashed: Mapping[str, Stamp] | None = None
+) -> tuple[BundleConfig, dict[str, Stamp]]:
+    """``read_bundle`` with every hash checked, and the stamps of the files that passed: a process that loads the
+    bundle later (an engine core) given them as ``hashed`` reads again only a file changed since."""
+    stamps: dict[str, Stamp] = {}
+    return read_bundle(folder, True, hashed, stamps), stamps
+
+
+def read_bundle(
+    folder: Path,
+    verify_hashes: bool = True,
+    hashed: Mapping[str, Stamp] | None = None,
+    stamps: dict[str, Stamp] | None = None,
+) -> BundleConfig:
+    """Parse and check config.json and the files it lists. Raises BundleError naming the file. ``hashed``: files
+    already checked, by name, with their stamp then: one whose stamp is still that is not hashed again (a bundle
+    of GBs takes seconds a pass). ``stamps`` (filled in): the stamps of the files found right."""
     folder = Path(folder)
+    hashed = hashed or {}
+    stamps = {} if stamps is None else stamps
     cfg_path = folder / CONFIG_FILE
     if not cfg_path.is_file():
         raise BundleError(
@@ -228,17 +270,19 @@ def read_bundle(folder: Path, verify_hashes: bool = True) -> BundleConfig:
             raise BundleError(f"{path}: missing (listed in {CONFIG_FILE})")
         if name not in cfg.files:
             raise BundleError(f"{cfg_path}: no sha256 recorded for {name}")
-        if verify_hashes and (got := sha256_file(path)) != cfg.files[name]:
+        if verify_hashes and (got := _hashed_ok(path, cfg.files[name], hashed, stamps)):
             raise BundleError(
                 f"{path}: sha256 {got[:12]}… does not match {cfg.files[name][:12]}… in {CONFIG_FILE} "
                 "(truncated, corrupted or replaced after export)"
             )
     if verify_hashes:
-        _check_external_data(folder, cfg)
+        _check_external_data(folder, cfg, hashed, stamps)
     return cfg
 
 
-def _check_external_data(folder: Path, cfg: BundleConfig) -> None:
+def _check_external_data(
+    folder: Path, cfg: BundleConfig, hashed: Mapping[str, Stamp], stamps: dict[str, Stamp]
+) -> None:
     """Every external-data file a graph reads is a file of the bundle's folder with its sha256 in config.json."""
     from contract.graph_files import external_data_files
 
@@ -260,7 +304,7 @@ def _check_external_data(folder: Path, cfg: BundleConfig) -> None:
             path = folder / location
             if not path.is_file():
                 raise BundleError(f"{path}: missing (external data of {graph})")
-            if (got := sha256_file(path)) != cfg.files[location]:
+            if got := _hashed_ok(path, cfg.files[location], hashed, stamps):
                 raise BundleError(
                     f"{path}: sha256 {got[:12]}… does not match {cfg.files[location][:12]}… in "
                     f"{CONFIG_FILE} (external data of {graph}: truncated, corrupted or replaced)"

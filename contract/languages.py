@@ -5,7 +5,8 @@ A model names its languages in its own codes, each one token of its vocabulary: 
 
 * ``forced_bos``: the target language's token is forced as the first generated token (M2M100, NLLB, mBART-50,
   transformers' ``forced_bos_token_id``; CTranslate2's one-token target prefix). It is not part of the answer.
-* ``source_prefix``: the token starts the source (Marian's multi-target models).
+* ``source_prefix``: the token starts the source (Marian's multi-target models: ``>>fra<< X </s>``, as MarianTokenizer
+  reads a text that starts with it). A request that names no target is read as sent: its text may carry the token.
 
 and whether the source language is said too (``source``: ``prefix``, its token first, as M2M100 and NLLB read
 ``__en__ X </s>``; ``none``). Requests name languages by conventional codes (ISO 639-1 as LibreTranslate uses:
@@ -135,6 +136,10 @@ class Languages:
                     f"a source language is needed; this model knows {', '.join(sorted(self.names))}"
                 )
             src_ids = [self.token(source, "source language")] + src_ids
+        if (
+            not target and self.target == "source_prefix"
+        ):  # Marian's: the text may start with the token itself
+            return src_ids, []
         if not target:
             raise LanguageError(
                 f"a target language is needed; this model knows {', '.join(sorted(self.names))}"

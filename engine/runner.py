@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 from contract import bundle, names
 from contract.bundle import BundleConfig, BundleError
+from contract.graph_files import external_data_files
 from engine.device import disabled_optimizers, log_provider_once, providers_for
 from engine.screen import Top1Screen, choose, mode_of, split_decoder
 from engine.topk import TopLogprobs
@@ -29,6 +30,9 @@ class EngineOptions:
     # threads table); parallelism comes from batching and several engine cores instead.
     intra_op_threads: int = 1
     verify_hashes: bool = True
+    # Files whose sha256 the caller checked, with their contract.bundle.stamp then ((name, stamp) pairs): one that
+    # still has that stamp is not hashed again (s2s serve's front end checks a bundle once for all its cores).
+    hashed: tuple = ()
     # Keep the KV cache in ONNX Runtime's own buffers between steps (IOBinding + OrtValue) instead
     # of numpy arrays. "auto": when the decoder runs on CUDA, where numpy inputs and outputs would
     # cross host memory on every step. On CPU numpy already is the device memory; "on" there runs
@@ -45,7 +49,9 @@ class Runner:
 
     def __init__(self, folder: Path, options: EngineOptions = EngineOptions()):
         self.folder = Path(folder)
-        self.config: BundleConfig = bundle.read_bundle(self.folder, verify_hashes=options.verify_hashes)
+        self.config: BundleConfig = bundle.read_bundle(
+            self.folder, verify_hashes=options.verify_hashes, hashed=dict(options.hashed)
+        )
         m = self.config.model
         self.n_layers, self.n_heads, self.d_head, self.special = (
             m.n_decoder_layers,
@@ -101,7 +107,8 @@ class Runner:
         head (the output projection), and the screen. Returns why it runs or not, as logged."""
         m = self.config.model
         on_cpu = self.device_type == "cpu" and not self.io_binding
-        on, why = choose(mode, self.config.quantization, m.d_model, m.tgt_vocab_size, on_cpu)
+        external = bool(external_data_files(self.folder / bundle.DECODER_FILE))
+        on, why = choose(mode, self.config.quantization, m.d_model, m.tgt_vocab_size, on_cpu, external)
         split, failed = None, None
         if on:
             try:

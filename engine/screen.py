@@ -51,9 +51,15 @@ def mode_of(value: bool | str) -> str:
     return value
 
 
-def choose(mode: str, quantization: str, d_model: int, vocab: int, on_cpu: bool) -> tuple[bool, str]:
+def choose(
+    mode: str, quantization: str, d_model: int, vocab: int, on_cpu: bool, external_data: bool = False
+) -> tuple[bool, str]:
     """Whether a bundle's greedy rows are screened, and why: ``on`` wherever it can run (a float32 bundle on the
-    CPU), ``auto`` there too when its projection has ``AUTO_MIN_MACS`` multiply-adds per row or more."""
+    CPU), ``auto`` there too when its projection has ``AUTO_MIN_MACS`` multiply-adds per row or more and its
+    decoder keeps its weights in the graph. ``external_data``: the decoder's weights are in ``decoder.onnx.data``
+    (past protobuf's limit); the split reads them into memory, serializes both halves and holds the projection
+    again, which at NLLB-600M's size cost a core several times its memory and start, for no faster answer
+    (docs/BENCHMARKS.md#nllb-ct2-notes)."""
     macs = f"output projection {d_model} x {vocab} = {d_model * vocab / 1e6:.1f}M multiply-adds per row"
     if mode == "off":
         return False, "greedy_screen off"
@@ -63,6 +69,11 @@ def choose(mode: str, quantization: str, d_model: int, vocab: int, on_cpu: bool)
         return False, f"the bundle is {quantization}"
     if mode == "on":
         return True, f"greedy_screen on, {macs}"
+    if external_data:
+        return (
+            False,
+            f"auto: {macs}, but the decoder's weights are external data: splitting it holds them again",
+        )
     if d_model * vocab < AUTO_MIN_MACS:
         return False, f"auto: {macs}, under {AUTO_MIN_MACS / 1e6:g}M, where the float32 GEMM costs less"
     return True, f"auto: {macs}, at least {AUTO_MIN_MACS / 1e6:g}M"

@@ -73,25 +73,27 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     return d
 
 
-def read_weights(folder: Path) -> tuple[Path, dict]:
-    """The weights file and its tensors: safetensors, or a PyTorch pickle read with ``weights_only=True``."""
-    for name in WEIGHT_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
+def weights_file(folder: Path) -> Path:
+    path = next((folder / n for n in WEIGHT_FILES if (folder / n).is_file()), None)
+    if path is None:
+        raise ImportRefused(f"{folder}: no weights file; expected one of {', '.join(WEIGHT_FILES)}")
+    return path
 
-                return path, load_file(str(path))
-            import torch
 
-            return path, torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # truncated or corrupt: safetensors' and torch's own errors
-            raise ImportRefused(
-                f"{path}: cannot be read as weights ({type(e).__name__}: {str(e)[:200]})"
-            ) from None
-    raise ImportRefused(f"{folder}: no weights file; expected one of {', '.join(WEIGHT_FILES)}")
+def read_weights(path: Path) -> dict:
+    """The tensors of a weights file: safetensors, or a PyTorch pickle read with ``weights_only=True``."""
+    try:
+        if path.name.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        import torch
+
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated or corrupt: safetensors' and torch's own errors
+        raise ImportRefused(
+            f"{path}: cannot be read as weights ({type(e).__name__}: {str(e)[:200]})"
+        ) from None
 
 
 def family(model_type: str):
@@ -110,7 +112,8 @@ def map_weights(
     from training.model import Transformer
 
     fam = family(model_type)  # its field_of names the config field of a tensor
-    want = {k: v.shape for k, v in Transformer(c).state_dict().items()}
+    with torch.device("meta"):  # the shapes only: no weights made
+        want = {k: v.shape for k, v in Transformer(c).state_dict().items()}
     out = {}
     for ours, names in fam.weight_names(c).items():
         name = next((n for n in names if n in theirs), None)
@@ -141,6 +144,32 @@ def map_weights(
     return out
 
 
+# generation_config.json's fields the bundle does not apply, and what a user gets instead of generate()'s tokens
+NOT_APPLIED = {
+    "min_length": "generate() holds the end token back until a row has {0} tokens (the start token counted); "
+    "here a shorter answer ends where the model ends it (a request can ask for min_new_tokens)",
+    "forced_eos_token_id": "generate() makes token {0} the last of a row that reaches max_length; here such a "
+    "row ends at the budget without it",
+    "repetition_penalty": "generate() scales the logits of tokens already in a row by {0}; here none are "
+    "(a request can ask for repetition_penalty, the same rule)",
+    "early_stopping": "generate()'s beam search stops by its early_stopping={0} rule; here a beam stops by the "
+    "engine's (rows that reach max_length can differ)",
+}
+
+
+# each field's values that change nothing (forced_eos_token_id 0 is a token: Marian's end token)
+NO_OP = {"min_length": (None, 0, 1), "forced_eos_token_id": (None,), "repetition_penalty": (None, 1.0)}
+
+
+def not_applied(gen: dict[str, Any]) -> dict[str, Any]:
+    """The fields of NOT_APPLIED that generation_config.json sets to something other than a no-op."""
+    return {
+        k: gen[k]
+        for k in NOT_APPLIED
+        if not any(gen.get(k) is v or gen.get(k) == v for v in NO_OP.get(k, (None, False)))
+    }
+
+
 def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConfig:
     """generation_config.json's decoding -> the bundle's defaults."""
     c = loaded.config
@@ -151,14 +180,8 @@ def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConf
             "(such as Marian's [[<pad>]]) are supported"
         )
     suppressed = sorted({int(w[0]) for w in bad} | {int(t) for t in gen.get("suppress_tokens") or []})
-    for name in ("early_stopping", "forced_eos_token_id", "repetition_penalty", "min_length"):
-        if gen.get(name) not in (None, False, 1.0, 0):
-            log.warning(
-                "%s: %s=%r is not applied (generate() gives the same tokens unless a row reaches max_length)",
-                gen_file,
-                name,
-                gen[name],
-            )
+    for name, value in not_applied(gen).items():
+        log.warning("%s: %s=%r is not applied: %s", gen_file, name, value, NOT_APPLIED[name].format(value))
     max_length = int(gen.get("max_length") or c.max_len)
     alpha = float(gen.get("length_penalty", 1.0))
     # A multilingual model's forced first token is the target language a request names, not this constant.
@@ -207,23 +230,20 @@ def import_model(opts: ImportOptions) -> Path:
         else {}
     )
     loaded = family(model_type).load(folder, cfg, tok_cfg)
-    weights_file, theirs = read_weights(folder)
-    state = map_weights(loaded.config, theirs, weights_file, config_file, model_type)
-    task = task_config(gen, loaded, gen_file)
-    return _export(
-        opts,
-        loaded,
-        task,
-        state,
-        {
-            "model_type": model_type,
-            "transformers_version": cfg.get("transformers_version"),
-            "weights_file": weights_file.name,
-            "weights_sha256": bundle.sha256_file(weights_file),
-            "imported_with_transformers": _transformers_version(),
-        },
-        tok_cfg,
-    )
+    weights = weights_file(folder)
+    origin = {
+        "model_type": model_type,
+        "transformers_version": cfg.get("transformers_version"),
+        "weights_file": weights.name,
+        "weights_sha256": bundle.sha256_file(weights),
+        "imported_with_transformers": _transformers_version(),
+    }
+    if skipped := not_applied(gen):  # config.json says so too, for whoever serves the bundle later
+        origin["generation_not_applied"] = skipped
+    with tempfile.TemporaryDirectory(prefix="s2s-import-") as tmp:
+        ckpt = Path(tmp)
+        _write_checkpoint(ckpt, loaded, gen, gen_file, weights, config_file, model_type, origin)
+        return _export(opts, loaded, ckpt, origin, tok_cfg)
 
 
 def token_of(tok_cfg: dict, field: str, default: str) -> str:
@@ -249,43 +269,53 @@ def _transformers_version() -> str | None:
         return None
 
 
-def _export(
-    opts: ImportOptions, loaded: Loaded, task: TaskConfig, state: dict, origin: dict, tok_cfg: dict
-) -> Path:
-    from export.onnx_export import ExportOptions, export
+def _write_checkpoint(
+    ckpt: Path,
+    loaded: Loaded,
+    gen: dict,
+    gen_file: Path,
+    weights: Path,
+    config_file: Path,
+    model_type: str,
+    origin: dict,
+) -> None:
+    """The checkpoint folder `s2s export` reads. The weights are held once (the tensors read become the model's
+    parameters) and none of them outlives this call: the export reads them back alone."""
     from training import checkpoint
-    from training.model import Transformer
 
-    c, src_tok, tgt_tok = loaded.config, loaded.source_tokenizer, loaded.target_tokenizer
+    c = loaded.config
+    state = map_weights(c, read_weights(weights), weights, config_file, model_type)
+    task = task_config(gen, loaded, gen_file)
+    model = checkpoint.model_holding(c, state)
+    del state
+    checkpoint.save(ckpt, model, task, loaded.source_tokenizer, metrics={}, train={"imported": origin})
+    if loaded.target_tokenizer is not None:
+        loaded.target_tokenizer.save(str(ckpt / checkpoint.TARGET_TOKENIZER))
 
-    model = Transformer(c)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"tgt_embed.weight", "output_projection.weight"}, (
-        missing,
-        unexpected,
-    )
+
+def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_cfg: dict) -> Path:
+    from export.onnx_export import ExportOptions, export
+
     langs = [
         _language(tok_cfg.get(k)) for k in ("source_lang", "target_lang")
     ]  # LibreTranslate routes by them
-    with tempfile.TemporaryDirectory(prefix="s2s-import-") as tmp:
-        ckpt = Path(tmp)
-        checkpoint.save(ckpt, model, task, src_tok, metrics={}, train={"imported": origin})
-        if tgt_tok is not None:
-            tgt_tok.save(str(ckpt / checkpoint.TARGET_TOKENIZER))
-        try:
-            return export(
-                ExportOptions(
-                    checkpoint=ckpt,
-                    repo=opts.repo,
-                    name=opts.name,
-                    version=opts.version,
-                    quantize=opts.quantize,
-                    gqa=opts.gqa,
-                    origin=origin,
-                    source_language=langs[0],
-                    target_language=langs[1],
-                    languages=loaded.languages,
-                )
+    if loaded.languages is not None and langs[1] not in loaded.languages.names:
+        # a multilingual model's default target is one of its own languages, or none (each request names it)
+        langs[1] = None
+    try:
+        return export(
+            ExportOptions(
+                checkpoint=ckpt,
+                repo=opts.repo,
+                name=opts.name,
+                version=opts.version,
+                quantize=opts.quantize,
+                gqa=opts.gqa,
+                origin=origin,
+                source_language=langs[0],
+                target_language=langs[1],
+                languages=loaded.languages,
             )
-        except ValueError as e:  # validation: ONNX Runtime disagreed with PyTorch; nothing was published
-            raise ImportRefused(f"{opts.source}: the exported graphs failed validation ({e})") from None
+        )
+    except ValueError as e:  # validation: ONNX Runtime disagreed with PyTorch; nothing was published
+        raise ImportRefused(f"{opts.source}: the exported graphs failed validation ({e})") from None

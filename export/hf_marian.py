@@ -10,14 +10,17 @@ nothing else in the import is Marian's.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from contract.config import ModelConfig
+from contract.languages import Languages
 from contract.tokens import SpecialIds
 from export.hf_import import ImportRefused, Loaded, read_json, token_of
 
 MODEL_TYPE = "marian"
+TARGET_CODE = re.compile(r">>[A-Za-z]{2,3}(_[A-Za-z]{2,4})?<<")  # >>fra<<, >>pt_BR<<, >>zho_Hans<<
 log = logging.getLogger("s2s.import")
 ACTIVATIONS = {
     "swish": "swish",
@@ -155,9 +158,8 @@ def load(folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, Any]) -> Loaded:
         for k, d in (("eos", "</s>"), ("unk", "<unk>"), ("pad", "<pad>"))
     }
     vocab_file = folder / "vocab.json"
-    unk = read_json(vocab_file, "a Marian tokenizer needs source.spm, target.spm and vocab.json").get(
-        specials["unk"]
-    )
+    vocab = read_json(vocab_file, "a Marian tokenizer needs source.spm, target.spm and vocab.json")
+    unk = vocab.get(specials["unk"])
     if unk is None:
         raise ImportRefused(f"{vocab_file}: no {specials['unk']!r} entry (the tokenizer's unk_token)")
     try:
@@ -170,7 +172,12 @@ def load(folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, Any]) -> Loaded:
             f"{folder / 'tokenizer_config.json'}: field 'separate_vocabs' is {separate}, but "
             f"{config_file} field 'share_encoder_decoder_embeddings' is {c.share_embeddings}"
         )
-    return Loaded(c, *_tokenizers(folder, separate, specials, c))
+    src, tgt = _tokenizers(folder, separate, specials, c)
+    # A multi-target model's >>xx<< tokens: a request's target language becomes its token before the source, as
+    # MarianTokenizer reads a text that starts with it; one naming none is read as sent (its text may carry it).
+    codes = {t: int(i) for t, i in vocab.items() if TARGET_CODE.fullmatch(t)}
+    languages = Languages.of_tokens(codes, target="source_prefix", source="none") if codes else None
+    return Loaded(c, src, tgt, languages=languages)
 
 
 def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: ModelConfig):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import shutil
 import tempfile
@@ -106,13 +107,15 @@ def fold_output_bias(path: Path) -> bool:
     import numpy as np
     from onnx import helper, numpy_helper
 
+    # The graph alone first: a model without an output bias (NLLB's) has its weights (GBs) left unread.
+    producer = {o: n for n in onnx.load(str(path), load_external_data=False).graph.node for o in n.output}
+    if getattr(producer.get(names.LOGITS), "op_type", None) != "Add":
+        return False
     model = onnx.load(str(path))
     g = model.graph
     inits = {i.name: i for i in g.initializer}
     producer = {o: n for n in g.node for o in n.output}
-    add = producer.get(names.LOGITS)
-    if add is None or add.op_type != "Add":
-        return False
+    add = producer[names.LOGITS]
     bias = next((i for i in add.input if i in inits and len(inits[i].dims) == 1), None)
     matmul = next((producer.get(i) for i in add.input if i != bias), None)
     if bias is None or matmul is None or matmul.op_type != "MatMul":
@@ -160,7 +163,8 @@ def export(opts: ExportOptions) -> Path:
     bundle.check_language(opts.target_language, "--target-lang")
     quantization = resolve_quantization(opts.quantize)  # "int8" -> the measured variant, recorded as such
     ckpt = checkpoint.load(opts.checkpoint)
-    model = ckpt.model.eval()
+    model, task = ckpt.model.eval(), ckpt.task
+    del ckpt  # the model alone holds the weights: freed before quantizing
     c = model.config
     if opts.gqa and c.d_head % 8:  # ONNX Runtime's GroupQueryAttention takes heads of a multiple of 8 only
         log.info("heads of %d: the self-attention stays standard ONNX nodes", c.d_head)
@@ -194,7 +198,12 @@ def export(opts: ExportOptions) -> Path:
         else:
             from export.quantize import quantize
 
+            # The quantizer holds a float graph and its int8 copy: the model's weights (2.5 GB of an NLLB-600M)
+            # are not held beside them, but read back for the validation.
+            del model
+            gc.collect()
             quantize(out, quantization)
+            model = checkpoint.load(opts.checkpoint).model.eval()
         shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
         target_tokenizer = (opts.checkpoint / checkpoint.TARGET_TOKENIZER).is_file()
         if target_tokenizer:
@@ -203,9 +212,8 @@ def export(opts: ExportOptions) -> Path:
         # A graph over 1.5 GB of weights (NLLB-600M's) is written with its weights in <graph>.data, hashed as the
         # graph is: the bundle check refuses a graph reading a file config.json does not list.
         payload += tuple(graph_data_files(out))
-        task = (
-            ckpt.task if opts.beam_size is None else dataclasses.replace(ckpt.task, beam_size=opts.beam_size)
-        )
+        if opts.beam_size is not None:
+            task = dataclasses.replace(task, beam_size=opts.beam_size)
         if opts.length_penalty_type is not None:
             task = dataclasses.replace(task, length_penalty_type=opts.length_penalty_type)
         cfg = BundleConfig(

@@ -24,25 +24,6 @@ CODES = {
     "mbart": {"en": "en_XX", "fr": "fr_XX", "de": "de_DE", "ja": "ja_XX"},
     "nllb": {"en": "eng_Latn", "fr": "fra_Latn", "de": "deu_Latn", "ja": "jpn_Jpan"},
 }
-SIZES = dict(
-    d_model=16,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=32,
-    decoder_ffn_dim=32,
-    max_position_embeddings=64,
-    dropout=0.0,
-    attention_dropout=0.0,
-    activation_dropout=0.0,
-    encoder_layerdrop=0.0,
-    decoder_layerdrop=0.0,
-    pad_token_id=1,
-    bos_token_id=0,
-    eos_token_id=2,
-    decoder_start_token_id=2,
-)
 
 
 def _trained(model_kind: str, texts: list[str], size: int):
@@ -144,7 +125,7 @@ def make(family: str, folder: Path, *, steps: int = 250, seed: int = 0, n_lines:
             tok.src_lang, tok.tgt_lang = CODES[family][s], CODES[family][t]
         enc = tok(text, text_target=target)
         src.append(enc["input_ids"]), labels.append(enc["labels"])
-    sizes = {**SIZES, "vocab_size": len(tok)}
+    sizes = {**m2m.SIZES, "vocab_size": len(tok)}
     if family == "bart":
         model = BartForConditionalGeneration(BartConfig(**sizes))
     elif family == "mbart":

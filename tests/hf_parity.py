@@ -1,4 +1,5 @@
-"""transformers' side of the import parity tests for the families of tests/bart_models.py: its tokenizer's ids per
+"""transformers' side of the import parity tests for the families of tests/bart_models.py and M2M100
+(tests/m2m100_models.py, family "m2m100"): its tokenizer's ids per
 source language, ``generate(forced_bos_token_id=...)`` per target language, and every decoder step's logits against
 the engine's ``Runner`` on the same rows.
 
@@ -26,17 +27,20 @@ AWKWARD = [
 
 
 def own(family: str, code: str | None) -> str | None:
-    return None if code is None else CODES[family][code]
+    """The code the family's tokenizer takes as src_lang (M2M100Tokenizer's are the conventional ones)."""
+    return None if code is None or family == "m2m100" else CODES[family][code]
 
 
 def forced_id(tok, family: str, target: str | None) -> int:
     """The token generate() is made to start with: the target language's, or BART's <s>."""
+    if family == "m2m100":
+        return tok.get_lang_id(target)
     return tok.bos_token_id if family == "bart" else tok.convert_tokens_to_ids(own(family, target))
 
 
 def source_ids(tok, family: str, source: str | None, text: str) -> list[int]:
     if family != "bart":
-        tok.src_lang = own(family, source)
+        tok.src_lang = source if family == "m2m100" else own(family, source)
     return tok(text)["input_ids"]
 
 

@@ -14,6 +14,26 @@ from pathlib import Path
 import marian_models as mm
 
 TARGETS = ("en", "de", "ja")  # what each target language does to the words
+# the tester sizes of every fairseq-family model here (tests/bart_models.py's too), with fairseq's special ids
+SIZES = dict(
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    max_position_embeddings=64,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    encoder_layerdrop=0.0,
+    decoder_layerdrop=0.0,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+    decoder_start_token_id=2,
+)
 
 
 def answer(line: str, lang: str) -> str:
@@ -53,26 +73,7 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
             vocab.setdefault(sp.id_to_piece(i), len(vocab))
     (work / "vocab.json").write_text(json.dumps(vocab))
     tok = M2M100Tokenizer(vocab_file=str(work / "vocab.json"), spm_file=str(work / "sentencepiece.bpe.model"))
-    cfg = M2M100Config(
-        vocab_size=len(vocab) + 100 + 8,  # the pieces, the languages, 8 made-up words
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=64,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        encoder_layerdrop=0.0,
-        decoder_layerdrop=0.0,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-    )
+    cfg = M2M100Config(vocab_size=len(vocab) + 100 + 8, **SIZES)  # the pieces, the languages, 8 made-up words
     model = M2M100ForConditionalGeneration(cfg)
     src, labels = [], []
     for s, t, text in data:
@@ -113,35 +114,8 @@ def fit(
                 p.add_(torch.randn_like(p) * 0.1)
 
 
-def encode(tok, rows):
-    """Source ids and mask of ``rows`` (source language, target language, text), padded as one batch."""
-    import torch
-
-    ids = []
-    for s, _, text in rows:
-        tok.src_lang = s
-        ids.append(tok(text)["input_ids"])
-    width = max(map(len, ids))
-    return (
-        torch.tensor([x + [1] * (width - len(x)) for x in ids]),
-        torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
-    )
-
-
 def hf_generate(model, tok, rows, **kw) -> list[list[int]]:
-    """transformers' outputs, one padded batch per target language (its forced BOS is one per call), in input order,
-    without the start token, the forced language token, the EOS and the padding."""
-    import torch
+    """transformers' outputs of ``rows`` (source language, target language, text): tests/hf_parity.py's."""
+    import hf_parity
 
-    out: dict[int, list[int]] = {}
-    for lang in sorted({t for _, t, _ in rows}):
-        idx = [i for i, r in enumerate(rows) if r[1] == lang]
-        ids, mask = encode(tok, [rows[i] for i in idx])
-        with torch.no_grad():
-            got = model.generate(
-                input_ids=ids, attention_mask=mask, forced_bos_token_id=tok.get_lang_id(lang), **kw
-            )
-        for i, r in zip(idx, got[:, 2:].tolist()):
-            r = r[: r.index(2)] if 2 in r else r
-            out[i] = [t for t in r if t != 1]
-    return [out[i] for i in range(len(rows))]
+    return hf_parity.hf_generate(model, tok, "m2m100", rows, **kw)

@@ -206,3 +206,23 @@ def test_mbart_cc25_and_nllb_legacy_layouts_are_refused_by_name(capsys, family_c
     shutil.copytree(family_checkpoints["nllb"], nllb)
     edit_json(nllb / "tokenizer_config.json", legacy_behaviour=True)
     refused(capsys, nllb, tmp_path / "repo", "tokenizer_config.json", "'legacy_behaviour' is true")
+
+
+def test_generation_fields_not_applied_are_named_and_recorded(caplog, checkpoint, tmp_path):
+    """min_length and forced_eos_token_id change generate()'s tokens where the bundle does not follow them: the
+    import says which, what differs and what a request can ask instead, and config.json's origin keeps them."""
+    import logging
+
+    from contract import bundle
+
+    folder = edited(checkpoint, tmp_path)
+    edit_json(folder / "generation_config.json", min_length=5, forced_eos_token_id=0, repetition_penalty=1.0)
+    repo = tmp_path / "repo"
+    with caplog.at_level(logging.WARNING, logger="s2s.import"):
+        assert main(["import", str(folder), "--repo", str(repo), "--name", "m"]) == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "s2s.import"]
+    assert any("min_length=5 is not applied" in m and "min_new_tokens" in m for m in said), said
+    assert any("forced_eos_token_id=0 is not applied" in m and "max_length" in m for m in said), said
+    assert not any("repetition_penalty" in m for m in said), said  # 1.0: nothing to apply
+    cfg = bundle.read_bundle(repo / "m" / "1")
+    assert cfg.origin["generation_not_applied"] == {"min_length": 5, "forced_eos_token_id": 0}

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import hf_parity as hp  # noqa: E402
 import m2m100_models as mm  # noqa: E402
 
 from contract import bundle  # noqa: E402
@@ -31,9 +31,7 @@ def imported(m2m100):
 
 
 def inputs(rows, n: int = N_INPUTS):
-    """Mixed lengths and languages: training rows, and rows of two lines joined."""
-    joined = [(s, t, f"{a} {b}") for (s, t, a), (_, _, b) in zip(rows[::2], rows[1::2])]
-    return (rows[: n // 2] + joined[: n - n // 2])[:n]
+    return hp.inputs(rows, n)
 
 
 def test_bundle_languages_and_tokenizer_ids(imported):
@@ -61,37 +59,8 @@ def test_every_step_logits_within_1e_4(imported):
 
     model, tok, folder, rows = imported
     runner = Runner(folder, EngineOptions(device="cpu"))
-    rows = inputs(rows, 24)
-    ids, mask = mm.encode(tok, rows)
-    forced = torch.tensor([[2, tok.get_lang_id(t)] for _, t, _ in rows])
-    with torch.no_grad():
-        tgt = torch.cat(
-            [
-                forced,
-                model.generate(input_ids=ids, attention_mask=mask, decoder_input_ids=forced, num_beams=1)[
-                    :, 2:
-                ],
-            ],
-            1,
-        )
-        want = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits.numpy()
-    cross = runner.encode(ids.numpy(), mask.numpy())
-    b = len(rows)
-    past = [np.zeros((b, runner.n_heads, 0, runner.d_head), np.float32)] * (2 * runner.n_layers)
-    worst = 0.0
-    for t in range(tgt.shape[1]):
-        logits, past = runner.decode(
-            tgt[:, t : t + 1].numpy(),
-            np.full((b, 1), t, np.int64),
-            np.ones((b, t), np.int64),
-            past,
-            cross,
-            mask.numpy(),
-        )
-        live = (tgt[:, 1 : t + 1] == 2).sum(1).numpy() == 0
-        if live.any():
-            worst = max(worst, float(np.abs(logits[:, 0] - want[:, t])[live].max()))
-    assert tgt.shape[1] > 5 and worst < 1e-4
+    worst, steps = hp.worst_step_logits(runner, model, tok, "m2m100", inputs(rows, 24))
+    assert steps > 5 and worst < 1e-4
 
 
 def test_greedy_and_beam4_with_mixed_target_languages_in_one_batch(imported):

@@ -1,5 +1,6 @@
 """`s2s import` of Marian checkpoints against transformers itself: tokenizer ids, encoder output and every
-step's logits, greedy and beam-4 outputs of ``generate()``, and the same through the served KServe door.
+step's logits, greedy and beam-4 outputs of ``generate()``, and the same through the served doors (KServe, seq2seq.v1,
+LibreTranslate), a multi-target model's ``>>xx<<`` codes as the target languages requests name.
 
 The checkpoints are made here (tests/marian_models.py): one with a joint vocabulary and two ``>>xx<<``
 target codes, one with separate source and target vocabularies; both trained so that their outputs depend
@@ -211,11 +212,8 @@ def test_served_through_kserve_grpc_under_continuous_batching(imported, served):
     assert all(outputs_of(r) == ["42"] for r in sums)
 
 
-def test_served_nbest_streaming_and_libretranslate(imported, served):
-    """seq2seq.v1 n-best lists and streaming, and LibreTranslate with the languages of tokenizer_config.json."""
-    import json
-    import urllib.request
-
+def test_served_nbest_and_streaming(imported, served):
+    """seq2seq.v1 n-best lists and streaming (the texts carry their >>xx<< codes, as MarianTokenizer reads them)."""
     from s2s.seq2seq_client import Seq2SeqClient
 
     srv, _ = served
@@ -235,14 +233,47 @@ def test_served_nbest_streaming_and_libretranslate(imported, served):
         for r in c.stream("joint", texts, beam_size=1):
             streamed[r.index] += r.text_delta
         assert streamed == greedy
-    body = json.dumps({"q": texts[0], "source": "en", "target": "de"}).encode()
+
+
+def libretranslate(srv, text: str, source: str, target: str) -> str:
+    import json
+    import urllib.request
+
     req = urllib.request.Request(
         f"http://127.0.0.1:{srv.running.web.port}/translate",
-        data=body,
+        data=json.dumps({"q": text, "source": source, "target": target}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=60) as r:
-        assert (
-            json.loads(r.read())["translatedText"]
-            == tok.batch_decode(hf_generate(model, tok, texts[:1]), skip_special_tokens=True)[0]
-        )
+        return json.loads(r.read())["translatedText"]
+
+
+def test_target_languages_per_request_in_one_continuous_batch(imported, served):
+    """The joint model's >>up<< and >>lo<< as its languages: each request names its target (seq2seq.v1, by the
+    conventional code or the model's own; LibreTranslate), requests of both targets all in flight at once decode
+    in one continuous batch, and each answer is transformers' generate() of the text with the code before it (as
+    MarianTokenizer reads it). A language the model does not know is refused, naming the ones it knows."""
+    import grpc
+
+    from s2s.seq2seq_client import Seq2SeqClient
+
+    srv, _ = served
+    model, tok, folder, src = imported["joint"]
+    plain = [s.split(" ", 1)[1] for s in inputs(src, 48)]  # the code each line was made with, taken off
+    targets = ["up", "lo", "lo", "up"] * (len(plain) // 4)
+    coded = [f">>{t}<< {x}" for t, x in zip(targets, plain)]
+    want = tok.batch_decode(hf_generate(model, tok, coded), skip_special_tokens=True)
+    assert len(set(want)) > len(want) // 2 and want[0] != want[1]  # the answers depend on text and target
+    with Seq2SeqClient(srv.address) as c:
+        calls = [
+            c.stub.Generate.future(
+                c.request("joint", [x], target_language=t if i % 3 else f">>{t}<<"), timeout=120
+            )
+            for i, (t, x) in enumerate(zip(targets, plain))
+        ]
+        assert [call.result().outputs[0].text for call in calls] == want
+        assert c.generate("joint", coded[:4]) == want[:4]  # no target named: read as sent, its code included
+        with pytest.raises(grpc.RpcError) as e:
+            c.generate("joint", plain[:1], target_language="fr")
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "it knows lo, up" in e.value.details()
+    assert [libretranslate(srv, plain[i], "en", targets[i]) for i in range(4)] == want[:4]

@@ -110,6 +110,11 @@ def test_auto_screens_a_float32_projection_large_enough_to_pay():
         and not choose("on", "int8-dynamic", 512, 58101, True)[0]
     )
     assert not choose("off", "none", 512, 58101, True)[0]
+    # a decoder whose weights are external data (past protobuf's limit: NLLB-600M's): auto leaves it unsplit, as
+    # the split would hold those weights in memory again; on still forces it
+    off, why = choose("auto", "none", 1024, 256206, True, external_data=True)
+    assert not off and "external data" in why
+    assert choose("on", "none", 1024, 256206, True, external_data=True)[0]
     assert (mode_of(True), mode_of(False), mode_of("auto")) == ("on", "off", "auto")
     with pytest.raises(ValueError, match="auto, on or off"):
         mode_of("yes")

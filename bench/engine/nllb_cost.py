@@ -1,14 +1,14 @@
 """What a big-vocabulary model costs to load and serve: each figure taken in a fresh process, so that one
 measurement's memory is not another's.
 
-  probe engine BUNDLE   ``engine.load(bundle, threads=1)`` (config.json's hashes checked, as the server does): the
+  probe engine BUNDLE   ``engine.load(bundle, threads=1, greedy_screen=SCREEN)`` (config.json's hashes checked): the
                         load's wall time, RSS after it and its peak (VmHWM), then one input's first and second
                         answers (greedy, N tokens) and RSS after them
   probe ct2 DIR TYPE    the same (the source tokens given as JSON) for ``ctranslate2.Translator(DIR, compute_type=TYPE, 1 thread)``
   serve(repo, model)    ``s2s serve`` with one engine core: time from start to KServe ServerReady, the first
                         and second answers through seq2seq.v1 Generate, RSS of the core process and of the front end
 
-    python -m bench.engine.nllb_cost probe engine BUNDLE - N | probe ct2 DIR TYPE N TOKENS   (prints JSON)
+    python -m bench.engine.nllb_cost probe engine BUNDLE SCREEN|- N | probe ct2 DIR TYPE N TOKENS   (prints JSON)
 
 RSS is VmRSS of /proc/<pid>/status, in MB (10^6 bytes); the bundle's files are read from the page cache (they were
 just written or read), as on a server that restarts a core.
@@ -43,13 +43,13 @@ def status_mb(pid: int | str = "self") -> dict[str, float]:
     return out
 
 
-def probe_engine(folder: Path, n: int) -> dict:
+def probe_engine(folder: Path, n: int, greedy_screen: str = "auto") -> dict:
     t0 = time.perf_counter()
     import engine
 
     imported = time.perf_counter()
     before = status_mb()["VmRSS"]
-    t = engine.load(folder, threads=1, device="cpu")
+    t = engine.load(folder, threads=1, device="cpu", greedy_screen=greedy_screen)
     loaded = time.perf_counter()
     after = status_mb()
     answers = []
@@ -217,7 +217,10 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     kind, path, compute_type, n = argv[1], Path(argv[2]), argv[3], int(argv[4])
-    out = probe_engine(path, n) if kind == "engine" else probe_ct2(path, compute_type, n, json.loads(argv[5]))
+    if kind == "engine":  # compute_type: the greedy screen (auto | on | off), "-" for the default
+        out = probe_engine(path, n, "auto" if compute_type == "-" else compute_type)
+    else:
+        out = probe_ct2(path, compute_type, n, json.loads(argv[5]))
     print(json.dumps(out))
     return 0
 

@@ -52,6 +52,8 @@ def cost(a: Artifacts, n: int, again: bool) -> None:
     tokens = nllb_cost.ct2_source(f32)
     probes = {
         "load-engine-float32": lambda: nllb_cost.probe("engine", f32, n),
+        # the greedy screen forced on (auto leaves a decoder with external data unsplit): what it costs at load
+        "load-engine-float32-screen-on": lambda: nllb_cost.probe("engine", f32, n, "on"),
         "load-engine-int8": lambda: nllb_cost.probe("engine", i8, n),
         "load-ct2-float32": lambda: nllb_cost.probe("ct2", ct2, n, "float32", tokens),
         "load-ct2-int8": lambda: nllb_cost.probe("ct2", ct2, n, "int8", tokens),

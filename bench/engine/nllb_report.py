@@ -65,8 +65,9 @@ def render(shape: Shape, costs: dict, info: dict, n: int) -> Report:
             )
             t.row(label, c["wall_s"], c["peak_rss_mb"], c["files_mb"]["total"], files)
     report.text(
-        f"Loaded in a fresh process (the engine with config.json's sha256 of every file checked, as `s2s serve` "
-        f"loads a core; CTranslate2 quantizing its float32 model.bin at load for int8), then one input answered "
+        "Loaded in a fresh process (`engine.load`, config.json's sha256 of every file checked, as `s2s serve`'s "
+        "front end checks them once before its cores start: a core is given the files' stamps and does not hash "
+        "them again; CTranslate2 quantizing its float32 model.bin at load for int8), then one input answered "
         f"twice (greedy, the target language forced, {n} tokens); the quicker of two such processes (the second "
         "reads the files from the page cache, as a restarted core does). Anonymous: RssAnon, the process's own "
         "memory; the rest is pages of mapped files, which processes mapping them share:"
@@ -84,6 +85,7 @@ def render(shape: Shape, costs: dict, info: dict, n: int) -> Report:
     )
     for key, label in (
         ("load-engine-float32", "engine float32"),
+        ("load-engine-float32-screen-on", "engine float32, greedy_screen on"),
         ("load-engine-int8", "engine int8"),
         ("load-ct2-float32", "CTranslate2 float32"),
         ("load-ct2-int8", "CTranslate2 int8"),

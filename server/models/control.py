@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.bundle import BundleError, read_bundle
+from contract.bundle import BundleError
 from server.errors import (
     InvalidInput,
     ModelControlDisabled,
@@ -215,10 +215,9 @@ class ModelControl:
         folder = self.config.model_repo / name / version
         log.info("loading model %s version %s from %s", name, version, folder)
         try:
-            # Every file against its sha256 first, off the event loop: a file that is missing, truncated or still
-            # being copied is named before anything starts (the cores check again as they load).
-            await asyncio.to_thread(read_bundle, folder, True)
-            # Building the tokenizer too (a vocabulary of a million entries took 2 s): the loop serves meanwhile.
+            # Off the event loop: every file against its sha256 (a file that is missing, truncated or still being
+            # copied is named before anything starts; the cores hash again only a file changed since) and the
+            # tokenizer built (a vocabulary of a million entries took 2 s): the loop serves meanwhile.
             new = await asyncio.to_thread(repo.build, name, version)
             new.stage()
         except BundleError as e:  # names the file
@@ -229,7 +228,7 @@ class ModelControl:
             raise self._failed_load(name, version, f"{folder}: {type(e).__name__}: {e}") from None
         step = "start"
         try:
-            await new.start(asyncio.get_running_loop())  # each core checks every file's sha256 as it loads
+            await new.start(asyncio.get_running_loop())
             step = "warm-up"
             await new.warm_up()
         except (ServingError, RuntimeError, OSError) as e:  # CoreLoadError names the file
