@@ -288,3 +288,34 @@ def test_peers_benchmark_quick_run(tmp_path):
         served, total = (int(x) for x in r["outputs_engine_s"].split(" of "))
         assert total > 0 and served == total, r
     assert rows(peers, "acceptance")
+
+
+@needs_addition
+def test_grpc_floor_quick_run(tmp_path):
+    """`bench.serving.grpc_floor --quick`: the bare grpc.aio KServe server with no model, each answer kind paced
+    and unpaced; every side answered, its CPU split into the main thread and the rest, and a paced side never
+    faster than its pace (the pacer's credit is capped by what waits)."""
+    run_bench(
+        "bench.serving.grpc_floor",
+        "--quick",
+        "--model",
+        "addition",
+        "--model-repo",
+        str(MODEL_REPO),
+        "--inputs",
+        str(ADDITION / "test.tsv"),
+        "--rates",
+        "greedy=300,beam=150",
+        "--results",
+        str(tmp_path),
+    )
+    table = rows(json.loads((tmp_path / "grpc-floor.json").read_text()), "floor-c8")
+    assert len(table) == 6, table
+    assert {r["answer"] for r in table} == {"fixed string", "tokenized + detokenized"}
+    for r in table:
+        assert r["answers_s"] > 0 and r["cpu_ms_request"] > 0 and r["main_thread"] > 0, r
+        assert r["cpu_ms_request"] >= r["main_thread"], r
+        if r["paced_to"].startswith("s2s serve's greedy"):
+            assert r["answers_s"] <= 300 * 1.1, r
+        elif r["paced_to"].startswith("s2s serve's beam"):
+            assert r["answers_s"] <= 150 * 1.1, r

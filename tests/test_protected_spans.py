@@ -89,6 +89,21 @@ def test_seq2seq_keeps_every_span_and_names_them(srv):
         assert o.pieces == 1
 
 
+def test_the_benchmarks_reference_is_what_the_server_answers(srv):
+    """bench/serving/served_reference.py, the in-process engine the serving benchmarks compare answers with, reads
+    what the server's text plan reads: equal to the served answers where the bare engine's differ."""
+    import engine
+    from bench.serving.served_reference import served_texts
+
+    eng = engine.load(MODEL_REPO / EN_JA / "1", threads=1, device="cpu")
+    texts = [*SOURCES, "line one\nline two", "Save changes"]
+    for search in (dict(beam_size=1), dict(beam_size=4)):
+        served = [o.text for o in generate(srv, EN_JA, texts, **search)]
+        assert served_texts(eng, texts, 64, **search) == served, search
+    bare = [r.text for r in eng.generate(texts, beam_size=1)]
+    assert bare != [o.text for o in generate(srv, EN_JA, texts, beam_size=1)]  # the plan changes some
+
+
 def test_turned_off_the_model_reads_the_input_as_sent(srv):
     texts = ["Save changes", "You have 3 new messages."]
     on = generate(srv, EN_JA, texts)

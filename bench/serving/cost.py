@@ -34,6 +34,7 @@ import numpy as np
 
 from bench.common.abba import abba
 from bench.common.proc_cpu import children, proc_cpu_s
+from bench.serving.served_reference import served_texts
 from bench.serving.server_process import ServerProcess
 
 WARMUP_MIN = 8  # answers before a window measures: max(2 x C, this)
@@ -288,9 +289,10 @@ def run(args: argparse.Namespace, inputs: list[str], bundle: Path, log) -> tuple
                 for side in abba(sides, r):
                     side()
     expected: dict[str, list[str]] = {}
-    for c in cells:  # outputs: the served texts against the in-process engine's, same search
+    for c in cells:  # outputs: the served texts against the in-process engine's through the same text plan
         if c.search.name not in expected:
-            expected[c.search.name] = engine_batch(ref, inputs, c.search)[1]
+            bs = 64 * c.search.beam
+            expected[c.search.name] = served_texts(ref, inputs, bs, **c.search.engine_kw)
         texts = expected[c.search.name]
         got = {i: t for s in c.served for i, t in s.texts.items()}
         c.identical = (sum(texts[i] == t for i, t in got.items()), len(got))

@@ -119,5 +119,7 @@ def notes(meta: dict, args: argparse.Namespace) -> str:
         "the best of max_batch_size 16/64 × inter_threads 1/2 by answers/s; its CPU per sequence is that configuration's.\n"
         f"- {meta['rounds']} rounds: per search, the served windows and the in-process references take turns "
         "(served, references; references, served: ABBA); each figure is the median over the rounds, each ratio the "
-        "median of the per-round ratios; p50/p99 pool every round's latencies."
+        "median of the per-round ratios; p50/p99 pool every round's latencies.\n"
+        "- outputs: the served answers against the engine in process reading what the server's text plan reads "
+        "(spans and numbers protected, long inputs split: bench/serving/served_reference.py), the same search."
     )

@@ -32,6 +32,7 @@ from bench.common.report import RESULTS
 from bench.serving.cost import searches
 from bench.serving.peer_load import Target, Window, window
 from bench.serving.peer_process import PeerProcess
+from bench.serving.served_reference import served_texts
 from bench.serving.server_process import ServerProcess
 from bench.serving.trees import baseline_tree
 
@@ -49,7 +50,8 @@ class Side:
     label: str
     kind: str  # "ours" or a PEERS key
     windows: dict[tuple[str, int], list[Window]] = field(default_factory=dict)  # (search, C) -> rounds
-    identical: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    identical: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # = the reference
+    bare_identical: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # = the bare engine
 
 
 def ours(args, flags: str, root: Path = ROOT) -> ServerProcess:
@@ -167,13 +169,17 @@ def run(args, inputs: list[str], engine, log) -> tuple[list[Side], list]:
                 for i in w.texts
             }
         )
-        ref = engine.generate([inputs[i] for i in idx], max_batch_size=64 * search.beam, **search.engine_kw)
-        expected = dict(zip(idx, (r.text for r in ref)))
+        texts, bs = [inputs[i] for i in idx], 64 * search.beam
+        bare = dict(zip(idx, (r.text for r in engine.generate(texts, max_batch_size=bs, **search.engine_kw))))
+        # `s2s serve` reads a translation's inputs through its text plan (spans protected), the peers as sent
+        served = dict(zip(idx, served_texts(engine, texts, bs, **search.engine_kw)))
         for s in sides:
+            expected = served if s.kind == "ours" else bare
             for key, ws in s.windows.items():
                 if key[0] == search.name:
                     got = {i: t for w in ws for i, t in w.texts.items()}
                     s.identical[key] = (sum(expected[i] == t for i, t in got.items()), len(got))
+                    s.bare_identical[key] = (sum(bare[i] == t for i, t in got.items()), len(got))
     return sides, search_list
 
 

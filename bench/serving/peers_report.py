@@ -163,6 +163,13 @@ def publish_report(sides, search_list, args, meta) -> None:
             f"{td:.1f} µs for tritonclient to decode, against {ab:.0f} bytes and {ad:.1f} µs without "
             "(medians over the windows)."
         )
+    bare = [s.bare_identical[k] for s in sides if s.kind == "ours" for k in s.bare_identical]
+    bare_note = (
+        " `s2s serve`'s answers equal the bare engine's (inputs as sent) on {} of {} (all sides and cells): the "
+        "difference is what the text plan changes.".format(sum(b[0] for b in bare), sum(b[1] for b in bare))
+        if bare
+        else ""
+    )
     serve_flags = "; ".join(f"`{lab}`: `s2s serve {f}`" for lab, f in args.serve)
     report.text(f"""
 - sides: `s2s serve` with its defaults{" (and " + serve_flags + ")" if serve_flags else ""}; CTranslate2 on the same
@@ -185,7 +192,9 @@ def publish_report(sides, search_list, args, meta) -> None:
   *client decode*: tritonclient turning one answer into numpy and reading its parameters, per answer (2,000
   repeats of one answer); *answer bytes*: that ModelInferResponse serialized.
 - outputs: every side's answers against the engine in process (`generate`, the same search) on the inputs each
-  answered.
+  answered; for `s2s serve`, the engine reading what the server's text plan reads (its default text options for
+  a translation model: spans and numbers protected, long inputs split; bench/serving/served_reference.py), the
+  peers reading the inputs as sent.{bare_note}
 - date: {meta["started"]:%Y-%m-%d %H:%M} UTC; CPU: {cpu_model()}; command: `python -m bench.serving.peers_bench
   {" ".join(meta["argv"])}`; {meta["seconds"]:.0f} s
 """)
