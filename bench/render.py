@@ -37,6 +37,8 @@ PARTS = (
     "serve-commits",
     "serve-peers",
     "serve-peers-notes.md",
+    "grpc-floor",
+    "grpc-floor-notes.md",
     "http-deadlines",
     "gpu-check",
     "design-choices.md",
