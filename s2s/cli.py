@@ -52,6 +52,8 @@ TRAIN_HELP = {
     "max_steps": "stop after this many optimizer steps (0 = no limit); reproduces a --time-budget-min run exactly",
     "average_every": "keep the weights every N steps for checkpoint averaging (0 = off); §6.1 averaged the last 5, 10 min apart",
     "average_last": "how many kept copies averaged/ averages",
+    "mask_spans": "translation: train on pairs with their named placeholders, URLs and tags masked as {0}, {1}, ... "
+    "on both sides, as the server masks them at serving time (a pair whose target lacks a span is kept as it is)",
 }
 
 

@@ -17,6 +17,7 @@ class TrainConfig:
     n_valid: int = 1_000
     n_test: int = 10_000
     reverse_source: bool = False
+    mask_spans: bool = False  # translation: train on pairs masked as the server's text plan masks them
     vocab_size: int = 8000  # translation BPE
     d_model: int = 128
     n_heads: int = 4

@@ -27,6 +27,7 @@ from training import checkpoint, tasks
 from training.batching import batch_indices, collate, encode_pairs
 from training.config import TrainConfig
 from training.evaluate import evaluate
+from training.masked_pairs import mask_pairs
 from training.model import Transformer
 from training.plots import learning_curves
 from training.vocab import bpe_tokenizer, char_tokenizer
@@ -53,6 +54,13 @@ def build_data(cfg: TrainConfig) -> tuple[tasks.Splits, TaskConfig]:
         if not cfg.data:
             raise SystemExit("--task translation needs --data FILE.tsv (source<TAB>target per line)")
         splits = tasks.translation(*(Path(f) for f in cfg.data.split(",") if f))
+        if cfg.mask_spans:
+            # The split stays that of the raw source; the test split stays raw, as users send it.
+            train, n_train = mask_pairs(splits.train)
+            valid, n_valid = mask_pairs(splits.valid)
+            splits = tasks.Splits(train, valid, splits.test)
+            if os.environ.get("RANK", "0") == "0":
+                print(f"--mask-spans: {n_train} training and {n_valid} validation pairs masked", flush=True)
         task = TaskConfig("translation", cfg.reverse_source, "unk", max_new_tokens=cfg.max_len - 1)
     else:
         raise SystemExit(f"unknown task {cfg.task!r}; choose one of {', '.join(tasks.TASKS)}")
