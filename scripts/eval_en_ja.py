@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/eval_en_ja.py                       # the served bundle, greedy and beam 4
     .venv/bin/python scripts/eval_en_ja.py --bundle old=/tmp/old/1 --bundle new=models/translate-en-ja/1
+    .venv/bin/python scripts/eval_en_ja.py --plan served --bundle "v1, served=models/translate-en-ja/1"
 
 * **hash split**: 2,000 pairs of the corpus's test split (``training.tasks.split_of``: a hash of the
   English string, so no model trained on this corpus, old or new, saw them), the 2,000 with the
@@ -14,7 +15,8 @@
   references written for this project: what a new user tries first. Their outputs at the served default
   are kept too, one column per bundle, in docs/experiments.md#en-ja-plain.
 
-Each bundle is decoded by the ONNX engine (what is served), greedy and beam 4 (α 0.6), and scored
+Each bundle is decoded by the ONNX engine (what is served), greedy and beam 4 (α 0.6), the texts read as sent
+or, with ``--plan served``, through the server's default text plan (spans masked and restored), and scored
 with sacrebleu's chrF and character BLEU, next to copying the source. Results accumulate in
 ``docs/eval_en_ja.json`` (one entry per label), so a bundle that no longer exists (the previous
 default model) keeps its row; the table in docs/experiments.md is rebuilt from that file.
@@ -78,8 +80,16 @@ def main() -> int:
         default="hash split,unseen projects,plain sentences",
         help="which test sets to decode (comma-separated); the others keep their stored figures",
     )
+    ap.add_argument(
+        "--plan",
+        choices=("as-sent", "served"),
+        default="as-sent",
+        help="as-sent: the engine reads each text as it is (the table's rows so far); served: through the "
+        "server's default text plan (spans masked and restored, long inputs split), as s2s serve answers",
+    )
     args = ap.parse_args()
     import engine
+    from bench.serving.served_reference import served_texts
 
     wanted = {name.strip() for name in args.sets.split(",")}
     sets = {name: pairs for name, pairs in test_sets().items() if name in wanted}
@@ -92,13 +102,19 @@ def main() -> int:
         eng = engine.load(ROOT / path if not Path(path).is_absolute() else path, threads=1, device="cpu")
         entry = results.setdefault(label, {})
         entry["bundle"] = str(path)
+        entry["plan"] = args.plan
         for name, pairs in sets.items():
             srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
             for beam in (int(b) for b in args.beams.split(",")):
                 t0 = time.perf_counter()
                 # beam 4 with the paper's alpha 0.6 whatever the bundle serves: the table's rows stay comparable
                 rule = {"length_penalty_type": "gnmt"} if beam > 1 else {}
-                hyps = [r.text for r in eng.generate(srcs, beam_size=beam, max_batch_size=64 * beam, **rule)]
+                if args.plan == "served":
+                    hyps = served_texts(eng, srcs, 64 * beam, beam_size=beam, **rule)
+                else:
+                    hyps = [
+                        r.text for r in eng.generate(srcs, beam_size=beam, max_batch_size=64 * beam, **rule)
+                    ]
                 entry.setdefault(name, {})[str(beam)] = {
                     **scores(hyps, refs),
                     "seconds": round(time.perf_counter() - t0, 1),
@@ -120,6 +136,8 @@ def main() -> int:
             h, u = entry["hash split"][beam], entry["unseen projects"][beam]
             plain = entry.get("plain sentences", {}).get(beam)
             decoding = "–" if label == "copy the source" else ("greedy" if beam == "1" else "beam 4, α 0.6")
+            if entry.get("plan") == "served":
+                decoding += ", served text plan"
             rows.append(
                 f"| {label} | {decoding} | {h['chrf']:.1f} | {h['bleu_char']:.1f} | {u['chrf']:.1f} | {u['bleu_char']:.1f} "
                 f"| {'–' if plain is None else format(plain['chrf'], '.1f')} |"
