@@ -28,6 +28,8 @@ TRAIN_HELP = {
     "n_heads": "attention heads",
     "n_layers": "encoder and decoder layers (each)",
     "d_ff": "feed-forward inner size",
+    "norm": "post | pre: where each sublayer's LayerNorm sits; post is the paper's (§3.1), pre (with a final norm "
+    "per stack) trains deeper stacks at a higher learning rate without stalling",
     "dropout": "dropout rate",
     "max_len": "longest sequence in tokens",
     "epochs": "maximum epochs",

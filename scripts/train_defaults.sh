@@ -41,7 +41,7 @@ if [[ $what == translate-en-ja-2 ]]; then
   # INIT_FROM=checkpoints/translate-en-ja-2 (or RESUME=1 on the same machine); BUDGET_MIN counts all sessions.
   $TORCHRUN --nproc_per_node 2 -m s2s.cli train --task translation \
     --data data/en-ja/ui-strings.tsv,data/en-ja/ui-strings-copyleft.tsv --vocab-size 8000 --mask-spans \
-    --d-model 384 --n-heads 6 --n-layers 4 --d-ff 1536 --dropout 0.1 --max-len 64 \
+    --d-model 384 --n-heads 6 --n-layers 4 --d-ff 1536 --norm pre --dropout 0.1 --max-len 64 \
     --epochs 20 --batch-tokens 2500 --warmup 400 --lr-factor 0.5 --average-every 100 --average-last 5 \
     --bleu-tokenize char --eval-max 400 --threads 1 ${STEPS:+--max-steps $STEPS} ${BUDGET_MIN:+--time-budget-min $BUDGET_MIN} ${RESUME:+--resume} ${INIT_FROM:+--init-from $INIT_FROM} \
     --out runs/translate-en-ja-2

@@ -201,3 +201,13 @@ def test_precision_is_chosen_by_the_hardware_and_explained():
     assert resolve_precision("bf16", "cpu")[0] == torch.bfloat16
     with pytest.raises(SystemExit, match="--precision"):
         resolve_precision("fp16", "cpu")
+
+
+def test_norm_pre_trains_a_pre_norm_model_with_a_final_norm(tmp_path: Path):
+    """--norm pre: x + Sublayer(LayerNorm(x)) and a LayerNorm after each stack, recorded in the checkpoint."""
+    out = tmp_path / "pre"
+    s2s("train", *TINY, "--epochs", "1", "--norm", "pre", "--out", str(out))
+    config = checkpoint.load(out / "best").config
+    assert config.norm == "pre" and config.final_norm
+    weights = load_file(str(out / "best/model.safetensors"))
+    assert {"encoder_norm.weight", "decoder_norm.weight"} <= set(weights)

@@ -194,6 +194,8 @@ def train(cfg: TrainConfig) -> dict:
             n_encoder_layers=cfg.n_layers,
             n_decoder_layers=cfg.n_layers,
             d_ff=cfg.d_ff,
+            norm=cfg.norm,
+            final_norm=cfg.norm == "pre",
             dropout=cfg.dropout,
             max_len=cfg.max_len,
             share_embeddings=cfg.task == "translation",
