@@ -23,9 +23,7 @@ class TrainConfig:
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 512
-    norm: str = (
-        "post"  # post: the paper's LayerNorm(x + Sublayer(x)); pre: x + Sublayer(LayerNorm(x)), a final norm
-    )
+    norm: str = "post"  # post: LayerNorm(x + Sublayer(x)) (§3.1); pre: x + Sublayer(LayerNorm(x)), final norm
     dropout: float = 0.1
     max_len: int = 64
     epochs: int = 20
