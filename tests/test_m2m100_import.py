@@ -86,7 +86,7 @@ def test_greedy_and_beam4_with_mixed_target_languages_in_one_batch(imported):
         assert [g.text for g in got] == tok.batch_decode(want, skip_special_tokens=True)
     # the target language changes the answer: the task depends on it
     en = translator.generate(texts[:20], source_languages=["en"] * 20, target_languages=["en"] * 20)
-    de = translator.generate(texts[:20], source_languages=["en"] * 20, target_languages=["deu"[:2]] * 20)
+    de = translator.generate(texts[:20], source_languages=["en"] * 20, target_languages=["de"] * 20)
     assert sum(a.tokens != b.tokens for a, b in zip(en, de)) > 10
     with pytest.raises(LanguageError, match="target language 'xx'"):
         translator.generate(texts[:1], source_languages=["en"], target_languages=["xx"])
