@@ -35,8 +35,8 @@ fi
 if [[ $what == translate-en-ja-2 ]]; then
   # The larger en->ja model (docs/experiments.md, "A larger model"): d_model 384, 6 heads, 4+4 layers, d_ff 1536,
   # 19.6M parameters, half the default's training throughput on 2 cores; the pairs masked as the server masks
-  # what the model reads (--mask-spans). Warm-up 400 steps at factor 0.5 (peak lr 1.3e-3): deeper post-norm
-  # stacks want a gentler peak than the default's 1.8e-3. Longer than a session: each session ends with
+  # what the model reads (--mask-spans). Pre-norm: the paper's post-norm stalled at this depth (docs/experiments.md);
+  # warm-up 400 steps at factor 0.5 (peak lr 1.3e-3). Longer than a session: each session ends with
   # its weights committed in checkpoints/translate-en-ja-2 and the next continues with
   # INIT_FROM=checkpoints/translate-en-ja-2 (or RESUME=1 on the same machine); BUDGET_MIN counts all sessions.
   $TORCHRUN --nproc_per_node 2 -m s2s.cli train --task translation \

@@ -211,3 +211,20 @@ def test_norm_pre_trains_a_pre_norm_model_with_a_final_norm(tmp_path: Path):
     assert config.norm == "pre" and config.final_norm
     weights = load_file(str(out / "best/model.safetensors"))
     assert {"encoder_norm.weight", "decoder_norm.weight"} <= set(weights)
+
+
+@pytest.mark.parametrize(
+    "flags,said",
+    [
+        (["--norm", "sandwich"], "--norm must be post or pre, not 'sandwich'"),
+        (["--mask-spans"], "--mask-spans masks translation pairs; --task addition has none"),
+    ],
+)
+def test_flags_that_cannot_work_are_refused_without_a_traceback(tmp_path: Path, flags, said):
+    run = subprocess.run(
+        [sys.executable, "-m", "s2s.cli", "train", *TINY, *flags, "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode != 0 and said in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "x").exists()

@@ -61,3 +61,7 @@ class TrainConfig:
                 "--resume and --init-from exclude each other: --resume continues the run in --out from "
                 "last/, --init-from starts --out anew from another checkpoint's weights"
             )
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"--norm must be post or pre, not {self.norm!r}")
+        if self.mask_spans and self.task != "translation":
+            raise ValueError(f"--mask-spans masks translation pairs; --task {self.task} has none")
