@@ -219,6 +219,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from contract.bundle import BundleError
     from server.app import serve
     from server.config import from_args
+    from server.errors import ServingError
 
     config = from_args(args)
     logging.basicConfig(
@@ -226,7 +227,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     try:
         run_loop(serve(config), config.event_loop)
-    except BundleError as e:
+    except (BundleError, ServingError) as e:  # a model folder refused at start (a link outside, a bad name)
         print(f"s2s serve: cannot load the model repository: {e}", file=sys.stderr)
         return 2
     except OSError as e:

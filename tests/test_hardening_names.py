@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
 import pytest
 import tritonclient.grpc as triton
-from conftest import MODEL_REPO, ServerThread, server_config, wait_for
+from conftest import MODEL_REPO, ROOT, ServerThread, server_config, wait_for
 from tritonclient.utils import InferenceServerException
 
 ADD = "addition"
@@ -142,3 +144,22 @@ def test_odd_version_folders_are_ignored_not_fatal(tmp_path, caplog):
     ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(ignored) == 5, ignored  # one warning each, however many scans saw them
     assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_a_refused_model_folder_at_start_is_one_line_not_a_traceback(tmp_path):
+    """`s2s serve` whose repository holds a version linked outside it, or a --models pin to a version not on
+    disk: exit 2 with one line naming the folder and what to do, before any port is bound."""
+    repo = tmp_path / "models"
+    bundle(tmp_path / "outside" / "1")
+    (repo / ADD).mkdir(parents=True)
+    (repo / ADD / "1").symlink_to(tmp_path / "outside" / "1", target_is_directory=True)
+    bundle(repo / ADD / "2")
+    for pin, expected in (
+        (f"{ADD}:1", "links outside the repository"),
+        (f"{ADD}:7", f"model '{ADD}' has no version 7 (versions on disk: 1, 2)"),
+    ):
+        cmd = [sys.executable, "-m", "s2s.cli", "serve", "--model-repo", str(repo), "--models", pin]
+        cmd += ["--port", "0", "--http-port", "0", "--metrics-port", "0"]
+        got = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert got.returncode == 2 and "Traceback" not in got.stderr, got.stderr[-2000:]
+        assert expected in got.stderr and "cannot load the model repository" in got.stderr, got.stderr

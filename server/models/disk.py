@@ -49,8 +49,13 @@ def select(repo: Path, wanted: tuple[str, ...]) -> list[tuple[str, int, int | No
         for item in wanted:
             name, ver, cores = parse_model(item)
             d = repo / name
-            if not d.is_dir() or not versions_on_disk(d) or (ver and not (d / ver).is_dir()):
+            if not d.is_dir() or not versions_on_disk(d):
                 raise BundleError(f"{d}: model {name!r} not found in the repository")
+            if ver and not (d / ver).is_dir():
+                have = ", ".join(map(str, versions_on_disk(d)))
+                raise BundleError(
+                    f"{d / ver}: model {name!r} has no version {ver} (versions on disk: {have})"
+                )
             out.append((name, int(ver) if ver else versions_on_disk(d)[-1], cores))
         return out
     out = [(name, versions_on_disk(repo / name)[-1], None) for name in model_folders(repo)]
