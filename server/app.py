@@ -230,6 +230,8 @@ async def serve(config: ServerConfig) -> None:
     def on_signal() -> None:
         if stop.is_set():
             running.abort()  # a second signal: the operator does not want to wait out the grace period
+        for model in running.repo.all():  # before the loop runs anything else: a core may exit next
+            model.no_restarts()
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

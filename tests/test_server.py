@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -399,3 +401,31 @@ def test_device_resident_cache_serves_concurrent_requests(model_repo):
         r.text for r in engine.load(model_repo / JA / "1", device="cpu").generate(texts)
     ]  # its default beam
     assert [r.outputs[0].text for r in replies[len(problems) :]] == want
+
+
+def test_sigterm_to_the_whole_process_group_stops_without_restarting_cores():
+    """timeout(1), systemd and a terminal signal every process of the group: the cores drain and exit by
+    themselves while the front end shuts down, and nothing says a core died or restarts one."""
+    cmd = serve_cmd(MODEL_REPO, free_port(), 0, 0, "--models", ADD, "--instances", "2", "--grace-s", "5")
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        port = cmd[cmd.index("--port") + 1]
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.Seq2SeqStub(ch)
+            assert wait_for(lambda: _listed(stub), 60)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        log = proc.stdout.read()
+        assert "stopped" in log and "died" not in log and "restarting" not in log, log[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _listed(stub) -> bool:
+    try:
+        return bool(stub.ListModels(pb.ListModelsRequest(), timeout=2).models)
+    except grpc.RpcError:
+        return False

@@ -94,6 +94,9 @@ class CoreHandle:
         self.conn = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
+        # Its model stops (shutdown, unload, replace): a core that exits now, drained by a SIGTERM sent to the
+        # whole process group (timeout(1), systemd, a terminal), is not restarted.
+        self.closing = False
         self._ready: asyncio.Future | None = None
         self._exited: asyncio.Event = asyncio.Event()
         self._restart: asyncio.TimerHandle | None = None
@@ -270,10 +273,22 @@ class CoreHandle:
         self.on_unstarted([req for req in lost if not req.started])  # this core is down: they go elsewhere
         if self.stopping:
             return
+        if self.closing:
+            log.info(
+                "engine core %s (pid %s) exited (exit code %s) while its model stops: not restarted",
+                self.label,
+                self.state.pid,
+                code,
+            )
+            return
         # Dying again soon after a start counts as "in a row": back off instead of spinning.
         quick = time.monotonic() - self.state.ready_at < 30
         self.state.deaths_in_a_row = self.state.deaths_in_a_row + 1 if quick else 1
         delay = RESTART_DELAYS_S[min(self.state.deaths_in_a_row, len(RESTART_DELAYS_S)) - 1]
+        if code == 0:  # drained by a SIGTERM: if the whole process group got one, the front end's own signal
+            # handler runs within milliseconds and stops the model; decide when the restart is due
+            self._restart = loop.call_later(delay, self._respawn_after_drain)
+            return
         log.warning(
             "engine core %s (pid %s) died (exit code %s) with %d requests in flight (%d started)%s; "
             "restarting in %.1f s",
@@ -286,6 +301,19 @@ class CoreHandle:
             delay,
         )
         self._restart = loop.call_later(delay, self._respawn)
+
+    def _respawn_after_drain(self) -> None:
+        if self.stopping or self.closing:
+            log.info(
+                "engine core %s (pid %s) drained on a SIGTERM: not restarted", self.label, self.state.pid
+            )
+            return
+        log.warning(
+            "engine core %s (pid %s) drained and exited on a SIGTERM of its own; restarting it",
+            self.label,
+            self.state.pid,
+        )
+        self._respawn()
 
     def _respawn(self) -> None:
         if self.stopping:

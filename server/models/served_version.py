@@ -311,7 +311,14 @@ class ServedVersion:
         """New requests get UNAVAILABLE (with ``reason``) from now on; queued and running ones go on."""
         self.stopping = True
         self.stop_reason = reason or self.stop_reason
+        self.no_restarts()
         self.telemetry.state_changed()
+
+    def no_restarts(self) -> None:
+        """A core that exits from now on stays down: the model is stopping (a SIGTERM may have reached the cores
+        too, and they drain and exit by themselves)."""
+        for core in self.cores:
+            core.closing = True
 
     def promote(self) -> None:
         """A staged version now serves: the model's gauges are its own."""
