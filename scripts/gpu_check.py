@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common.bundles import latest  # noqa: E402
 from scripts.gpu_serve import serve_under_load  # noqa: E402
 
 MODELS = ("addition", "translate-en-ja")
@@ -131,7 +132,7 @@ def parity(args) -> dict:
 
     out: dict = {"models": {}}
     for name in MODELS:
-        folder = args.model_repo / name / "1"
+        folder = latest(args.model_repo, name)  # the version s2s serve serves
         cpu, dev = load(args, folder, "cpu", "off"), load(args, folder, args.device, "on")
         pairs = held_out(args, name, args.inputs)
         srcs = [s for s, _ in pairs]
@@ -168,7 +169,7 @@ def parity(args) -> dict:
 
 def decode_table(args) -> dict:
     """seq/s of translate-en-ja, the sides taking turns pass by pass (order reversed every other pass)."""
-    folder = args.model_repo / JA / "1"
+    folder = latest(args.model_repo, JA)
     sides = {
         f"{args.device} IOBinding on": load(args, folder, args.device, "on"),
         f"{args.device} IOBinding off": load(args, folder, args.device, "off"),
@@ -205,7 +206,8 @@ def fp16(args) -> dict:
 
     out: dict = {"models": {}}
     for name in MODELS:
-        src, dst = args.model_repo / name / "1", args.out / "fp16" / name / "1"
+        src = latest(args.model_repo, name)
+        dst = args.out / "fp16" / name / src.name
         t0 = time.perf_counter()
         convert_bundle(src, dst, "fp16")
         r: dict = {"convert_s": time.perf_counter() - t0}

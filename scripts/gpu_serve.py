@@ -134,12 +134,14 @@ def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+    from bench.common.bundles import latest
+
     same = total = 0
     for m in models:
         mine = [(t, a) for (mm, t), a in answers.items() if mm == m]
         if not mine:
             continue
-        local = engine.load(args.model_repo / m / "1", device=args.device)
+        local = engine.load(latest(args.model_repo, m), device=args.device)  # the version served
         want = local.generate([t for t, _ in mine])  # the model's default search, as the server answers
         same += sum(w.text == a for w, (_, a) in zip(want, mine))
         total += len(mine)

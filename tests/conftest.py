@@ -27,6 +27,16 @@ CHECKPOINTS = Path(os.environ.get("S2S_TEST_CHECKPOINTS", ROOT / "checkpoints"))
 DEFAULT_MODELS = ("addition", "translate-en-ja")
 
 
+def served_version(name: str, repo: Path = MODEL_REPO) -> Path:
+    """The version folder of ``name`` that `s2s serve` serves by default: the latest on disk (what answers are
+    compared with)."""
+    from bench.common.bundles import latest
+
+    folder = latest(repo, name)
+    assert folder is not None, f"no version of {name} in {repo}"
+    return folder
+
+
 def english(n: int) -> list[str]:
     """The first n held-out English sentences of the en->ja test split."""
     rows = (CHECKPOINTS / "translate-en-ja" / "test.tsv").read_text(encoding="utf-8").splitlines()

@@ -20,6 +20,7 @@ from conftest import (
     english,
     free_port,
     serve_cmd,
+    served_version,
     server_config,
     wait_for,
 )
@@ -161,7 +162,7 @@ def test_the_in_process_api_decodes_like_the_server(server, model_repo):
     import engine
 
     texts = english(24)
-    local = engine.load(model_repo / JA / "1", device="cpu")
+    local = engine.load(served_version(JA, model_repo), device="cpu")
     with Seq2SeqClient(server.address) as c:
         for beam in (1, 4):
             served = c.generate(JA, texts, beam_size=beam, protect_spans=False)  # the model's own text

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHECKPOINTS, MODEL_REPO, ROOT
+from conftest import CHECKPOINTS, MODEL_REPO, ROOT, served_version
 
 
 def test_help_says_what_it_checks():
@@ -60,7 +60,9 @@ def test_dry_run_on_the_cpu_passes_every_phase(tmp_path: Path):
     )
     assert {r["batch"] for r in report["decode"]["rows"]} == {1, 16}
     assert "## GPU check" in (tmp_path / "REPORT.md").read_text()
-    assert (tmp_path / "fp16" / "translate-en-ja" / "1" / "config.json").is_file()
+    assert (
+        tmp_path / "fp16" / "translate-en-ja" / served_version("translate-en-ja").name / "config.json"
+    ).is_file()
 
 
 def test_fp16_bundle_converted_without_torch_decodes_like_float32_on_the_cpu(tmp_path: Path):

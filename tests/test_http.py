@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.http as th
 import tritonclient.http.aio as th_aio
-from conftest import ServerThread, english, server_config
+from conftest import ServerThread, english, served_version, server_config
 from tritonclient.utils import InferenceServerException
 
 from s2s.seq2seq_client import Seq2SeqClient
@@ -60,12 +60,13 @@ def client(server):
 
 def test_health_and_metadata(client):
     assert client.is_server_live() and client.is_server_ready()
-    assert client.is_model_ready(ADD) and client.is_model_ready(JA, "1")
+    ja_version = served_version(JA).name
+    assert client.is_model_ready(ADD) and client.is_model_ready(JA, ja_version)
     assert not client.is_model_ready("no-such-model")
     meta = client.get_server_metadata()
     assert meta["name"] == "s2s" and "model_configuration" in meta["extensions"]
     m = client.get_model_metadata(JA)
-    assert m["name"] == JA and m["versions"] == ["1"]
+    assert m["name"] == JA and m["versions"] == [ja_version]
     assert {"name": "text_input", "datatype": "BYTES", "shape": [-1]} in m["inputs"]
     cfg = client.get_model_config(ADD)
     assert cfg["name"] == ADD and cfg["input"][0]["dims"] == [-1]

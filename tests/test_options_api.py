@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 import tritonclient.http as th
-from conftest import MODEL_REPO, english
+from conftest import english, served_version
 from tritonclient.utils import InferenceServerException
 
+from bench.serving.served_reference import served_outputs
 from contract.bundle import read_bundle
 from s2s.seq2seq_client import Seq2SeqClient
 
 JA = "translate-en-ja"
 # The vocabulary bounds sampling_topk; read from the bundle, so a retrained model needs no edit here.
-JA_VOCAB = read_bundle(MODEL_REPO / JA / "1", verify_hashes=False).model.tgt_vocab_size
+JA_VOCAB = read_bundle(served_version(JA), verify_hashes=False).model.tgt_vocab_size
 TEXTS = english(6)
 PREFIXES = ["", "「", "", "この", "", ""]
 # One case per option family; each row's output must equal the engine's in process.
@@ -51,11 +52,13 @@ CASES = {
 def local():
     import engine
 
-    return engine.load(MODEL_REPO / JA / "1", device="cpu")
+    return engine.load(served_version(JA), device="cpu")
 
 
 def expected(local, options: dict, prefixes=None):
-    res = local.generate(TEXTS, target_prefixes=prefixes, **options)
+    """What the server answers: the engine in process on what the default text plan reads (spans masked and
+    restored, spans the model made up dropped: bench.serving.served_reference)."""
+    res = served_outputs(local, TEXTS, prefixes, **options)
     return [[(c.text, c.score) for c in r.hypotheses] for r in res]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import MODEL_REPO, ServerThread, english, server_config
+from conftest import MODEL_REPO, ServerThread, english, served_version, server_config
 from test_spans import SOURCES
 
 from contract import bundle
@@ -95,7 +95,7 @@ def test_the_benchmarks_reference_is_what_the_server_answers(srv):
     import engine
     from bench.serving.served_reference import served_texts
 
-    eng = engine.load(MODEL_REPO / EN_JA / "1", threads=1, device="cpu")
+    eng = engine.load(served_version(EN_JA), threads=1, device="cpu")
     texts = [*SOURCES, "line one\nline two", "Save changes"]
     for search in (dict(beam_size=1), dict(beam_size=4)):
         served = [o.text for o in generate(srv, EN_JA, texts, **search)]
@@ -165,8 +165,8 @@ def test_long_inputs_are_split_and_each_piece_is_what_it_is_alone(srv):
     assert len(text) > 3000 and "\n\n" in text
     whole = generate(srv, EN_JA, [text])[0]
     assert whole.pieces > 1 and whole.text.count("\n\n") == text.count("\n\n")
-    b = bundle.read_bundle(MODEL_REPO / EN_JA / "1", verify_hashes=False)
-    codec = TextCodec.from_file(MODEL_REPO / EN_JA / "1" / bundle.TOKENIZER_FILE, b.task, b.model.special)
+    b = bundle.read_bundle(served_version(EN_JA), verify_hashes=False)
+    codec = TextCodec.from_file(served_version(EN_JA) / bundle.TOKENIZER_FILE, b.task, b.model.special)
     ip = plan(EN_JA, codec, [text], None, TextOptions(), b.model.max_len).inputs[0]
     assert len(ip.masks) == whole.pieces
     alone = [o.text for o in generate(srv, EN_JA, [m.source for m in ip.masks])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from conftest import MODEL_REPO, ServerThread, english, server_config
+from conftest import ServerThread, english, served_version, server_config
 
 import engine
 from s2s.seq2seq_client import Seq2SeqClient
@@ -19,14 +19,17 @@ def test_served_greedy_answers_with_the_screen_equal_the_engines_without(caplog)
     decoded together under continuous batching, with a minimum length (a per-row ban) or without, are the
     in-process engine's with the screen off (the server's span protection off, as the engine has none)."""
     texts = english(48)
-    plain = engine.load(MODEL_REPO / JA / "1", device="cpu", greedy_screen="off")
+    plain = engine.load(served_version(JA), device="cpu", greedy_screen="off")
     assert plain.runner.screen is None and "greedy_screen off" in plain.runner.screen_why
-    assert engine.load(MODEL_REPO / JA / "1", device="cpu").runner.screen is None  # auto: too small to pay
+    assert engine.load(served_version(JA), device="cpu").runner.screen is None  # auto: too small to pay
     with caplog.at_level(logging.INFO, logger="s2s"):
         srv = ServerThread(server_config(models=(JA,), greedy_screen="on", instances=1))
     try:
         (core,) = srv.running.repo.get(JA).cores
-        assert core.state.greedy_screen.startswith("on (greedy_screen on, output projection 256 x 8000")
+        m = plain.config.model
+        assert core.state.greedy_screen.startswith(
+            f"on (greedy_screen on, output projection {m.d_model} x {m.tgt_vocab_size}"
+        )
         assert "greedy screen on (" in caplog.text  # the start log says which and why
         with Seq2SeqClient(srv.address) as c:
             for options in ({}, {"min_new_tokens": 3}):

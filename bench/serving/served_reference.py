@@ -13,11 +13,18 @@ from server.models.text_plan import TextOptions, plan, without_made_up
 
 def served_texts(engine, texts: list[str], max_batch_size: int, **options) -> list[str]:
     """One answer per text, as the server's default text options make it (a non-translation model: as sent)."""
+    return [o.text for o in served_outputs(engine, texts, max_batch_size=max_batch_size, **options)]
+
+
+def served_outputs(engine, texts: list[str], prefixes: list[str] | None = None, **options) -> list[Output]:
+    """One ``results.Output`` per text (its n-best hypotheses and scores), as the server's default text options
+    make it; ``options`` are ``Translator.generate``'s (``max_batch_size`` among them)."""
     if engine.config.task.name != "translation":
-        return [r.text for r in engine.generate(texts, max_batch_size=max_batch_size, **options)]
-    p = plan("reference", engine.codec, texts, None, TextOptions(), engine.config.model.max_len)
-    results = engine.generate(p.texts, max_batch_size=max_batch_size, **options) if p.texts else []
+        results = engine.generate(texts, target_prefixes=prefixes, **options)
+        return [Output(r.text, r.input_tokens, len(r.tokens), tuple(r.hypotheses)) for r in results]
+    p = plan("reference", engine.codec, texts, prefixes, TextOptions(), engine.config.model.max_len)
+    results = engine.generate(p.texts, target_prefixes=p.prefixes, **options) if p.texts else []
     outputs = [Output(r.text, r.input_tokens, len(r.tokens), tuple(r.hypotheses)) for r in results]
     if not p.changed:
-        return [o.text for o in without_made_up(outputs)]
-    return [o.text for o in p.answer(outputs, Output)]
+        return without_made_up(outputs)
+    return p.answer(outputs, Output)

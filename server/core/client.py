@@ -34,17 +34,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
+from server.core.core_state import CoreLoadError, CoreState, CoreUnavailable
 from server.core.events import Admitted, Failed, Finished
 from server.core.hold import SUBMIT_HOLD_S, ReportHold
 from server.core.inflight import InFlight
 from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
 from server.core.pipe import FrameWriter
-from server.errors import ServingError
 from server.telemetry.model_telemetry import ModelTelemetry
 
 log = logging.getLogger("s2s.cores")
@@ -58,26 +57,6 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
-
-
-class CoreUnavailable(ServingError):
-    code = "UNAVAILABLE"
-
-
-class CoreLoadError(RuntimeError):
-    pass
-
-
-@dataclass
-class CoreState:
-    up: bool = False
-    provider: str = ""
-    io_binding: bool = False
-    greedy_screen: str = ""  # "on (why)" | "off (why)", as the core decided (engine.screen.choose)
-    pid: int = 0
-    restarts: int = 0
-    deaths_in_a_row: int = 0
-    ready_at: float = 0.0
 
 
 class CoreHandle:
@@ -273,21 +252,13 @@ class CoreHandle:
         self.on_unstarted([req for req in lost if not req.started])  # this core is down: they go elsewhere
         if self.stopping:
             return
-        if self.closing:
-            log.info(
-                "engine core %s (pid %s) exited (exit code %s) while its model stops: not restarted",
-                self.label,
-                self.state.pid,
-                code,
-            )
-            return
         # Dying again soon after a start counts as "in a row": back off instead of spinning.
         quick = time.monotonic() - self.state.ready_at < 30
         self.state.deaths_in_a_row = self.state.deaths_in_a_row + 1 if quick else 1
         delay = RESTART_DELAYS_S[min(self.state.deaths_in_a_row, len(RESTART_DELAYS_S)) - 1]
-        if code == 0:  # drained by a SIGTERM: if the whole process group got one, the front end's own signal
-            # handler runs within milliseconds and stops the model; decide when the restart is due
-            self._restart = loop.call_later(delay, self._respawn_after_drain)
+        if code == 0 or self.closing:  # drained by a SIGTERM: if the whole process group got one, the front
+            # end's own signal handler stops the model within milliseconds; decide when the restart is due
+            self._restart = loop.call_later(delay, self._respawn_after_exit, code)
             return
         log.warning(
             "engine core %s (pid %s) died (exit code %s) with %d requests in flight (%d started)%s; "
@@ -302,17 +273,12 @@ class CoreHandle:
         )
         self._restart = loop.call_later(delay, self._respawn)
 
-    def _respawn_after_drain(self) -> None:
+    def _respawn_after_exit(self, code: int | None) -> None:
+        what = f"engine core {self.label} (pid {self.state.pid}) exited (exit code {code})"
         if self.stopping or self.closing:
-            log.info(
-                "engine core %s (pid %s) drained on a SIGTERM: not restarted", self.label, self.state.pid
-            )
+            log.info("%s while its model stops: not restarted", what)
             return
-        log.warning(
-            "engine core %s (pid %s) drained and exited on a SIGTERM of its own; restarting it",
-            self.label,
-            self.state.pid,
-        )
+        log.warning("%s on a SIGTERM of its own; restarting it", what)
         self._respawn()
 
     def _respawn(self) -> None:

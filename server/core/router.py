@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 
 from contract.decoding import DecodingOptions
-from server.core.client import CoreHandle, CoreUnavailable
+from server.core.client import CoreHandle
+from server.core.core_state import CoreUnavailable
 from server.core.events import Failed
 from server.core.inflight import InFlight
 

@@ -8,7 +8,7 @@ import logging
 from contract.bundle import BundleError
 from engine.device import provider_reason
 from server.config import ServerConfig
-from server.core.client import CoreLoadError
+from server.core.core_state import CoreLoadError
 from server.core.sizing import default_beam, default_cores, encoder_thread
 from server.errors import ModelNotFound, ModelNotReady, clip
 from server.models.disk import model_folders, parse_model, select, versions_on_disk
