@@ -33,6 +33,7 @@ PARTS = (
     "options-ab",
     "serve-cost-notes.md",
     "serve-cost",
+    "model-versions",
     "serve-variants",
     "serve-commits",
     "serve-peers",

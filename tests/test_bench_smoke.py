@@ -319,3 +319,20 @@ def test_grpc_floor_quick_run(tmp_path):
             assert r["answers_s"] <= 300 * 1.1, r
         elif r["paced_to"].startswith("s2s serve's beam"):
             assert r["answers_s"] <= 150 * 1.1, r
+
+
+@pytest.mark.slow
+def test_model_versions_quick_run(tmp_path):
+    """bench.serving.model_versions --quick on translate-en-ja's oldest and newest versions: a server per version,
+    the engine in process, every figure positive, the cost of the old version 1.00x of itself."""
+    versions = sorted(int(d.name) for d in (MODEL_REPO / "translate-en-ja").iterdir() if d.name.isdigit())
+    pair = f"{versions[0]},{versions[-1]}"
+    run_bench("bench.serving.model_versions", "--quick", "--versions", pair, "--results", str(tmp_path))
+    data = json.loads((tmp_path / "model-versions.json").read_text())
+    assert [r["version"] for r in rows(data, "versions")] == pair.split(",")
+    for table in ("cost-1", "cost-4"):
+        got = rows(data, table)
+        assert got[0]["vs_v" + str(versions[0])] == 1.0
+        assert all(
+            r["engine_cpu_ms_sentence"] > 0 and r["c_1_answers_s"] > 0 and r["c_8_p99_ms"] > 0 for r in got
+        )

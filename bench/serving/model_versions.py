@@ -58,8 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=None, help=f"write results here (default: {RESULTS})")
     args = p.parse_args(argv)
     if args.quick:
-        args.limit_inputs, args.rounds, args.seconds, args.concurrency = 96, 1, 2.0, "1,16"
-        args.results = args.results  # --quick writes only where told
+        args.limit_inputs, args.rounds, args.seconds, args.concurrency = (
+            48,
+            1,
+            1.5,
+            "1,8",
+        )  # writes only where told
     elif args.results is None:
         args.results = RESULTS
     # what ServerProcess reads (its defaults=True keeps the server's own values for the rest)
