@@ -5,6 +5,11 @@ cd "$(dirname "$0")/.."
 S2S=${S2S:-.venv/bin/s2s}
 TORCHRUN=${TORCHRUN:-.venv/bin/torchrun}
 what=${1:-all}
+# jemalloc where Debian's libjemalloc2 is installed: with glibc's malloc each rank's RSS grew by about 0.1 GB a minute
+# on batches of ever-changing shapes (7.5 GB a rank after an hour of translate-en-ja-2 on 2 cores, heading for the
+# machine's 24 GB); with jemalloc it stayed at 2.8 GB (docs/experiments.md).
+JEMALLOC=/usr/lib/$(uname -m)-linux-gnu/libjemalloc.so.2
+[[ -f $JEMALLOC && -z ${LD_PRELOAD:-} ]] && export LD_PRELOAD=$JEMALLOC
 if [[ $what == all || $what == addition ]]; then
   # 3-digit addition with reversed input (the server reverses too), a third of the problems carry
   # chains (training/tasks.py). A fixed 12 epochs, not a stop at 100% validation exact match: the
