@@ -55,6 +55,8 @@ test: install system-deps lint  ## set everything up, check the formatting and l
 	$(PY) -m pytest -q
 
 models: install  ## retrain and re-export the default model repository (5,200 steps: about 1 h 45 min on 2 cores with AVX-512 BF16, 6 h on AVX2 only)
+	@dpkg -s libjemalloc2 >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libjemalloc2 >/dev/null; }
 	bash scripts/make_models.sh all
 
 experiments: install  ## the heads x reversed-input grid of docs/experiments.md
