@@ -7,7 +7,8 @@ TORCHRUN=${TORCHRUN:-.venv/bin/torchrun}
 what=${1:-all}
 # jemalloc where Debian's libjemalloc2 is installed: with glibc's malloc each rank's RSS grew by about 0.1 GB a minute
 # on batches of ever-changing shapes (7.5 GB a rank after an hour of translate-en-ja-2 on 2 cores, heading for the
-# machine's 24 GB); with jemalloc it stayed at 2.8 GB (docs/experiments.md).
+# machine's 24 GB); with jemalloc it stayed at 2.8 GB, at the price of a fifth of the CPU time in the kernel (page
+# faults as jemalloc hands pages back; its decay settings not tuned yet: docs/experiments.md).
 JEMALLOC=/usr/lib/$(uname -m)-linux-gnu/libjemalloc.so.2
 [[ -f $JEMALLOC && -z ${LD_PRELOAD:-} ]] && export LD_PRELOAD=$JEMALLOC
 if [[ $what == all || $what == addition ]]; then
