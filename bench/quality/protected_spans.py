@@ -26,6 +26,7 @@ import grpc
 import sacrebleu
 
 from bench import ROOT
+from bench.common.bundles import latest
 from bench.common.report import RESULTS, Report, publish
 from bench.serving.server_process import free_port
 from contract.masking import as_is, mask, restore
@@ -146,7 +147,7 @@ def in_process(rows: list[tuple[str, str]]) -> list[tuple[str, int, int, float]]
     import engine
 
     src, ref = [s for s, _ in rows], [r for _, r in rows]
-    tr = engine.load(ROOT / "models" / JA / "1", threads=1)
+    tr = engine.load(latest(ROOT / "models", JA), threads=1)  # the version the server below serves
     raw = [r.text for r in tr.generate(src)]
     out = [
         (
