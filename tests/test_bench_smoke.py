@@ -325,7 +325,9 @@ def test_grpc_floor_quick_run(tmp_path):
 def test_model_versions_quick_run(tmp_path):
     """bench.serving.model_versions --quick on translate-en-ja's oldest and newest versions: a server per version,
     the engine in process, every figure positive, the cost of the old version 1.00x of itself."""
-    versions = sorted(int(d.name) for d in (MODEL_REPO / "translate-en-ja").iterdir() if d.name.isdigit())
+    from server.models.disk import versions_on_disk
+
+    versions = versions_on_disk(MODEL_REPO / "translate-en-ja")
     pair = f"{versions[0]},{versions[-1]}"
     run_bench("bench.serving.model_versions", "--quick", "--versions", pair, "--results", str(tmp_path))
     data = json.loads((tmp_path / "model-versions.json").read_text())
