@@ -3,7 +3,8 @@ weights in the engine users compare us with (the benchmarks, and the decoding te
 
 There is no stock converter for this project's checkpoints, so the spec is filled tensor by tensor:
 
-* post-LN layers (``pre_norm=False``, so no final layer norm), ReLU FFN, ``n_heads`` heads;
+* post-LN layers (``pre_norm=False``, no final layer norm), or pre-LN layers with a final layer norm per stack
+  (``pre_norm=True``, ``s2s train --norm pre``); ReLU FFN, ``n_heads`` heads;
 * self-attention Q/K/V fused into one projection, cross-attention K/V fused (CTranslate2's layout);
 * embeddings multiplied by sqrt(d_model) (``scale_embeddings``), as ``Transformer.embed`` does;
 * the sinusoidal table passed explicitly as ``position_encodings.encodings``: ours interleaves
@@ -33,7 +34,7 @@ from contract.tokens import BOS, EOS, SPECIAL_TOKENS, UNK
 from training import checkpoint as ckpt_io
 from training.model import Transformer
 
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2  # 2: pre-norm models
 STAMP = "s2s_conversion.json"
 
 
@@ -79,12 +80,27 @@ def build_spec(model: Transformer, tokens: list[str]):
         raise ValueError(
             f"vocabulary has {len(tokens)} tokens, the model {c.src_vocab_size}/{c.tgt_vocab_size}"
         )
-    relu = common_spec.Activation.RELU
+    # The knobs this project's trainer sets; an imported family goes through CTranslate2's own converter instead.
+    unsupported = [
+        f"{name}={getattr(c, name)!r}"
+        for name, ok in (
+            ("activation", c.activation == "relu"),
+            ("positions", c.positions == "sinusoid" and c.position_offset == 0),
+            ("scale_embedding", c.scale_embedding),
+            ("embedding_norm", not c.embedding_norm),
+            ("output_bias", c.output_bias),
+            ("final_norm", c.final_norm == (c.norm == "pre")),
+        )
+        if not ok
+    ]
+    if unsupported:
+        raise ValueError(f"no CTranslate2 conversion for a model with {', '.join(unsupported)}")
+    relu, pre = common_spec.Activation.RELU, c.norm == "pre"
     enc = transformer_spec.TransformerEncoderSpec(
-        c.n_encoder_layers, c.n_heads, pre_norm=False, activation=relu
+        c.n_encoder_layers, c.n_heads, pre_norm=pre, activation=relu
     )
     dec = transformer_spec.TransformerDecoderSpec(
-        c.n_decoder_layers, c.n_heads, pre_norm=False, activation=relu
+        c.n_decoder_layers, c.n_heads, pre_norm=pre, activation=relu
     )
     spec = transformer_spec.TransformerSpec(enc, dec)
 
@@ -100,6 +116,10 @@ def build_spec(model: Transformer, tokens: list[str]):
         _linear(ls.ffn.linear_0, layer.ffn.w_1)
         _linear(ls.ffn.linear_1, layer.ffn.w_2)
         _norm(ls.ffn.layer_norm, layer.norm2)
+
+    if pre:  # the final layer norm after each stack
+        _norm(enc.layer_norm, model.encoder_norm)
+        _norm(dec.layer_norm, model.decoder_norm)
 
     dec.embeddings.weight = _np(model.tgt_embed.weight)
     dec.scale_embeddings = True

@@ -101,7 +101,8 @@ def make_checkpoint(folder: Path, d: int, layers: int, heads: int, ff: int, voca
 
 
 def build(args) -> tuple[Path, Path, Path, Path]:
-    """(checkpoint, float32 bundle, int8 bundle, CTranslate2 model), each made once and cached."""
+    """(checkpoint, float32 bundle, int8 bundle, CTranslate2 model), each made once and cached (and the
+    ``--int8-alt`` variant's bundle, beside them)."""
     from export.hf_import import ImportOptions, import_model
 
     tag = f"d{args.d_model}-l{args.layers}-v{args.vocab}"
@@ -109,7 +110,10 @@ def build(args) -> tuple[Path, Path, Path, Path]:
     if not (ckpt / "config.json").is_file():
         make_checkpoint(ckpt, args.d_model, args.layers, args.heads, args.d_ff, args.vocab)
     bundles = []
-    for name, q in (("marian", "none"), ("marian-int8", "int8")):
+    variants = [("marian", "none"), ("marian-int8", "int8")]
+    if args.int8_alt:
+        variants.append((f"marian-{args.int8_alt}", args.int8_alt))
+    for name, q in variants:
         if not (repo / name / "1" / "config.json").is_file():
             import_model(ImportOptions(ckpt, repo, name, 1, q))
         bundles.append(repo / name / "1")
@@ -138,6 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the float32 greedy cells' third system: the engine with greedy_screen off (the default, "
         "auto, screens a projection this size: engine/screen.py)",
     )
+    p.add_argument(
+        "--int8-alt",
+        choices=("int8-nbits",),
+        default=None,
+        help="a third system in the int8 cells: the checkpoint imported with this --quantize variant instead of "
+        "int8's default (export/quantize.py), the three taking turns",
+    )
+    p.add_argument("--precisions", default="float32,int8", help="which precisions' cells to run")
     p.add_argument(
         "--quick", action="store_true", help="a small model and 4 inputs; writes nothing unless --results"
     )
@@ -181,8 +193,12 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ),
     }
+    systems = {k: v for k, v in systems.items() if k in args.precisions.split(",")}
     # the default (greedy_screen auto) screens this model's greedy rows; the third system is the engine without
     screen = None if args.no_screen else engine.load(f32, threads=1, device="cpu", greedy_screen="off")
+    alt = None
+    if args.int8_alt:
+        alt = engine.load(i8.parent.parent / f"marian-{args.int8_alt}" / "1", threads=1, device="cpu")
     n = args.new_tokens
     rows = []
     for precision, (eng, ct2) in systems.items():
@@ -215,20 +231,30 @@ def main(argv: list[str] | None = None) -> int:
                     sides.append(
                         ("screen", lambda texts=texts, batch=batch: run_engine(screen, texts, 1, batch))
                     )
+                if alt is not None and precision == "int8":
+                    sides.append(
+                        (
+                            "alt",
+                            lambda texts=texts, beam=beam, batch=batch: run_engine(alt, texts, beam, batch),
+                        )
+                    )
                 times = {name: [] for name, _ in sides}
                 warm = [fn() for _, fn in sides]  # warm-up; the screen's tokens are the engine's
-                assert len(sides) < 3 or warm[2] == warm[0], "the greedy screen changed an output"
+                assert len(sides) < 3 or sides[2][0] == "alt" or warm[2] == warm[0], (
+                    "the screen changed an output"
+                )
                 for r in range(args.repeats):
                     for name, fn in (abba if len(sides) == 2 else rotated)(sides, r):
                         t0 = time.perf_counter()
                         fn()
                         times[name].append(time.perf_counter() - t0)
                 e, c = len(texts) / min(times["engine"]), len(texts) / min(times["ct2"])
-                sc = len(texts) / min(times["screen"]) if "screen" in times else None
+                third = "screen" if "screen" in times else "alt" if "alt" in times else None
+                sc = len(texts) / min(times[third]) if third else None
                 rows.append((precision, beam, batch, len(texts), e, c, sc))
                 print(
                     f"{precision} beam {beam} batch {batch}: engine {e:.2f}/s ct2 {c:.2f}/s = {e / c:.2f}x"
-                    + (f"; greedy_screen off {sc:.2f}/s = {sc / c:.2f}x" if sc else ""),
+                    + (f"; {third} {sc:.2f}/s = {sc / c:.2f}x" if sc else ""),
                     flush=True,
                 )
     report = render(args, info, rows)
@@ -282,8 +308,13 @@ def render(args, info: dict, rows: list) -> Report:
         "default: `greedy_screen` auto, on for a float32 projection this size (engine/screen.py: greedy rows' tokens "
         "from an int8 screen of the output projection, each proven to be the argmax or computed in full; same "
         "outputs). The last two columns: the engine with `greedy_screen` off, in the same passes (the three taking "
-        "turns) for float32 greedy. "
-        f"Machine: {info['nproc']} × {info['cpu']}, load average at start {info['loadavg'][0]:.2f}."
+        "turns) for float32 greedy"
+        + (
+            f"; in the int8 cells, the checkpoint imported with `--quantize {args.int8_alt}` in the same passes. "
+            if args.int8_alt
+            else ". "
+        )
+        + f"Machine: {info['nproc']} × {info['cpu']}, load average at start {info['loadavg'][0]:.2f}."
     )
     t = report.table(
         "speed",
@@ -294,8 +325,8 @@ def render(args, info: dict, rows: list) -> Report:
         ("engine seq/s", "{:.2f}"),
         ("CTranslate2 seq/s", "{:.2f}"),
         ("engine / CTranslate2", "{:.2f}×"),
-        ("screen off seq/s", "{:.2f}"),
-        ("screen off / CTranslate2", "{:.2f}×"),
+        ("screen off" + (f" / {args.int8_alt}" if args.int8_alt else "") + " seq/s", "{:.2f}"),
+        ("screen off" + (f" / {args.int8_alt}" if args.int8_alt else "") + " / CTranslate2", "{:.2f}×"),
     )
     for precision, beam, batch, k, e, c, sc in rows:
         search = "greedy" if beam == 1 else f"beam {beam}"

@@ -90,7 +90,8 @@ def speed(a: Artifacts, args, quick: bool) -> None:
                 key = f"speed-{precision}-b{beam}-x{batch}"
                 if key in a.costs() and not args.again:
                     continue
-                texts = lines(max(4, 2 * batch) if not quick else 4, 5)
+                count = args.inputs or max(4, 2 * batch)
+                texts = lines(count if not quick else 4, 5)
                 src = [eng.config.languages.apply(eng.codec.source_ids(t), SOURCE, TARGET)[0] for t in texts]
                 tokens = [[eng.codec.tokenizer.id_to_token(i) for i in ids] for ids in src]
 
@@ -134,6 +135,7 @@ def speed(a: Artifacts, args, quick: bool) -> None:
                         "engine_seq_s": e,
                         "ct2_seq_s": c,
                         "times": times,
+                        "repeats": args.repeats,
                         "loadavg": load,
                     },
                 )
@@ -183,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precisions", default="float32,int8")
     p.add_argument("--batches", default="1,16")
     p.add_argument("--beams", default="1,4")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="ABBA passes per cell; the least is kept")
+    p.add_argument(
+        "--inputs", type=int, default=0, help="inputs per speed cell (default: twice the batch, at least 4)"
+    )
     p.add_argument("--again", action="store_true", help="measure again what costs.json already holds")
     p.add_argument("--quick", action="store_true", help="a tiny shape; writes nothing unless --results")
     p.add_argument(

@@ -132,7 +132,8 @@ def render(shape: Shape, costs: dict, info: dict, n: int) -> Report:
             )
     report.text(
         f"Speed per core: exactly {n} tokens per answer after the forced language token on both sides (min = max "
-        "decoding length), one thread each, least of 3 passes in ABBA order after a warm-up; sequences/s. "
+        "decoding length), one thread each, the least of the passes column's ABBA passes after a warm-up; "
+        "sequences/s. "
         "The engine's timings include its tokenizing and detokenizing; CTranslate2 gets its source tokens ready-made."
     )
     t = report.table(
@@ -141,6 +142,7 @@ def render(shape: Shape, costs: dict, info: dict, n: int) -> Report:
         "search",
         ("batch", "{}"),
         ("inputs", "{}"),
+        ("passes", "{}"),
         ("engine seq/s", "{:.3f}"),
         ("CTranslate2 seq/s", "{:.3f}"),
         ("engine / CTranslate2", "{:.2f}×"),
@@ -152,7 +154,8 @@ def render(shape: Shape, costs: dict, info: dict, n: int) -> Report:
             cells.append(((precision != "float32", int(beam[1:]), int(batch[1:])), precision, c))
     for (_, beam, batch), precision, c in sorted(cells):
         e, ct = c["engine_seq_s"], c["ct2_seq_s"]
-        t.row(precision, "greedy" if beam == 1 else f"beam {beam}", batch, c["inputs"], e, ct, e / ct)
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        t.row(precision, search, batch, c["inputs"], c.get("repeats", 3), e, ct, e / ct)
     report.text(
         f"Where a decoder step goes (`--step profile`): ONNX Runtime's per-operator profile of decoder.onnx, one "
         f"thread, {n // 2} cached positions, a source of 12; the output projection is the one MatMul (int8: its "

@@ -16,7 +16,6 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import ROOT
 from bench.serving.load import single_request_times, variants
 from bench.serving.server_process import die_with_parent
 
@@ -310,7 +309,7 @@ def measure_ct2(
         return None, "not measured (--no-ct2)"
     from bench.common.ct2 import ct2_model
 
-    got = ct2_model(args.checkpoint or ROOT / "checkpoints" / args.model, args.model, engine, log)
+    got = ct2_model(args.checkpoint, args.model, engine, log)
     if isinstance(got, str):
         return None, f"not measured: {got}"
     model_dir, vocab, note = got

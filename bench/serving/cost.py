@@ -242,10 +242,9 @@ class Cell:
 def _ct2_translators(args: argparse.Namespace, engine, log) -> tuple[dict | None, list[str] | None]:
     """CTranslate2 translators on the same weights by inter_threads (1 and 2), and the vocabulary in id order;
     (None, None) where CTranslate2 cannot run (named in the log)."""
-    from bench import ROOT
     from bench.common.ct2 import ct2_model
 
-    got = ct2_model(args.checkpoint or ROOT / "checkpoints" / args.model, args.model, engine, log)
+    got = ct2_model(args.checkpoint, args.model, engine, log)
     if isinstance(got, str):
         log(f"  CTranslate2 not measured: {got}")
         return None, None

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench import ROOT
 from bench.common.abba import abba
+from bench.common.bundles import latest
 from bench.common.machine import cpu_model
 from bench.common.report import RESULTS, Report, publish
 from bench.serving.load import pct
@@ -89,7 +90,7 @@ def run(args, inputs: list[str], log) -> list[dict]:
         for w in ("fixed", "tokenize")
         for name, rate in [*args.rates.items(), ("unpaced", 0.0)]
     ]
-    bundle = args.model_repo / args.model / "1"
+    bundle = latest(args.model_repo, args.model)  # the version `s2s serve` serves
     with contextlib.ExitStack() as stack:
         for s in sides:
             p = stack.enter_context(FloorProcess(bundle, args.model, s["work"], s["rate"], args.tick_ms))
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args.rates = {k: v["rate"] for k, v in known.items()}
         src = "`s2s serve (defaults)`'s at C=64 in docs/bench/serve-peers.json"
-    eng = engine_pkg.load(args.model_repo / args.model / "1", threads=1, device="cpu")
+    eng = engine_pkg.load(latest(args.model_repo, args.model), threads=1, device="cpu")
     inputs, path = load_inputs(args, eng)
     del eng
     log(f"{len(inputs)} inputs from {path}; paced to {args.rates}")

@@ -35,6 +35,7 @@ class Window:
     cpu_s: dict[str, float] = field(default_factory=dict)  # server CPU seconds in the window, by process role
     client_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)  # the input each latency answered, in the same order
     texts: dict[int, str] = field(default_factory=dict)  # input index -> answer
     answer_bytes: int = 0  # one answer's ModelInferResponse, serialized
     decode_us: float = 0.0  # tritonclient: InferResult + as_numpy + parameters of that answer, per answer
@@ -88,6 +89,7 @@ async def load_window(
             res = await client.infer(t.model, [inp], parameters=t.params or None, client_timeout=120)
             if measuring and state["measuring"]:
                 out.latencies.append(time.perf_counter() - c)
+                out.indices.append(i)
                 out.texts[i] = res.as_numpy("text_output").reshape(-1)[0].decode()
                 out.answers += 1
             state["done"] += 1

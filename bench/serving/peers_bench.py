@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 from bench import ROOT
 from bench.common.abba import abba
+from bench.common.bundles import latest
 from bench.common.report import RESULTS
 from bench.serving.cost import searches
 from bench.serving.peer_load import Target, Window, window
@@ -52,6 +53,8 @@ class Side:
     windows: dict[tuple[str, int], list[Window]] = field(default_factory=dict)  # (search, C) -> rounds
     identical: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # = the reference
     bare_identical: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # = the bare engine
+    # (search, C) -> (latency s, output tokens) of every answer: what the slowest answers were
+    answered: dict[tuple[str, int], list[tuple[float, int]]] = field(default_factory=dict)
 
 
 def ours(args, flags: str, root: Path = ROOT) -> ServerProcess:
@@ -111,7 +114,7 @@ def run(args, inputs: list[str], engine, log) -> tuple[list[Side], list]:
     if isinstance(got, str):
         raise SystemExit(f"bench.serving.peers_bench: CTranslate2 not available: {got}")
     ct2_dir = got[0]
-    bundle = args.model_repo / args.model / "1"
+    bundle = latest(args.model_repo, args.model)  # the version `s2s serve` serves
     search_list = [s for s in searches(engine, log) if s.name.split(" ")[0] in args.searches]
     sides = [Side("s2s serve (defaults)", "ours")] + [
         Side(f"s2s serve {lab}", "ours") for lab, _ in args.serve
@@ -170,7 +173,9 @@ def run(args, inputs: list[str], engine, log) -> tuple[list[Side], list]:
             }
         )
         texts, bs = [inputs[i] for i in idx], 64 * search.beam
-        bare = dict(zip(idx, (r.text for r in engine.generate(texts, max_batch_size=bs, **search.engine_kw))))
+        results = engine.generate(texts, max_batch_size=bs, **search.engine_kw)
+        bare = dict(zip(idx, (r.text for r in results)))
+        lengths = dict(zip(idx, (len(r.tokens) for r in results)))
         # `s2s serve` reads a translation's inputs through its text plan (spans protected), the peers as sent
         served = dict(zip(idx, served_texts(engine, texts, bs, **search.engine_kw)))
         for s in sides:
@@ -180,6 +185,9 @@ def run(args, inputs: list[str], engine, log) -> tuple[list[Side], list]:
                     got = {i: t for w in ws for i, t in w.texts.items()}
                     s.identical[key] = (sum(expected[i] == t for i, t in got.items()), len(got))
                     s.bare_identical[key] = (sum(bare[i] == t for i, t in got.items()), len(got))
+                    s.answered[key] = [
+                        (lat, lengths[i]) for w in ws for lat, i in zip(w.latencies, w.indices)
+                    ]
     return sides, search_list
 
 
@@ -189,7 +197,12 @@ def parse_args(argv):
     )
     p.add_argument("--model", default="translate-en-ja")
     p.add_argument("--model-repo", type=Path, default=ROOT / "models")
-    p.add_argument("--checkpoint", type=Path, default=None, help="default: checkpoints/<model>")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="default: the checkpoint the served version was exported from",
+    )
     p.add_argument("--inputs", type=Path, default=None, help="default: checkpoints/<model>/test.tsv")
     p.add_argument("--limit-inputs", type=int, default=0)
     p.add_argument("--searches", default="greedy,beam", help="greedy and/or beam (the served default)")
@@ -217,7 +230,6 @@ def parse_args(argv):
         "--results", type=Path, default=None, help=f"where the JSON goes (default {RESULTS}; --quick: none)"
     )
     args = p.parse_args(argv)
-    args.checkpoint = args.checkpoint or ROOT / "checkpoints" / args.model
     args.searches = [s.strip() for s in args.searches.split(",") if s.strip()]
     args.peers = [s.strip() for s in args.peers.split(",") if s.strip()]
     args.serve = [tuple(x.split("=", 1)) for x in args.serve]
@@ -242,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    eng = engine_pkg.load(args.model_repo / args.model / "1", threads=1, device="cpu")
+    eng = engine_pkg.load(latest(args.model_repo, args.model), threads=1, device="cpu")
     inputs, path = load_inputs(args, eng)
     log(f"{len(inputs)} inputs from {path}")
     sides, search_list = run(args, inputs, eng, log)

@@ -113,6 +113,41 @@ def acceptance(report: Report, sides, search_list, conc: int) -> dict:
     return out
 
 
+def tails(report: Report, sides, search_list, conc: int) -> None:
+    """Where the slowest answers come from: their output lengths, and the tail of short and of long answers apart
+    (output tokens: the engine's in process on the same input and search)."""
+    t = report.table(
+        f"tails-c{conc}",
+        "server",
+        "search",
+        ("p50 ms", "{:.1f}"),
+        ("p99 ms", "{:.1f}"),
+        ("tokens, all answers", "{:.1f}"),
+        ("tokens, slowest 1%", "{:.1f}"),
+        ("p99 ms, answers of <= median tokens", "{:.1f}"),
+        ("p99 ms, the longest 10%", "{:.1f}"),
+    )
+    for search in search_list:
+        for s in sides:
+            got = s.answered.get((search.name, conc))
+            if not got:
+                continue
+            lat = [x for x, _ in got]
+            lengths = sorted(n for _, n in got)
+            p99, mid, long = pct(lat, 99), lengths[len(lengths) // 2], lengths[int(len(lengths) * 0.9)]
+            slow = [n for x, n in got if x >= p99]
+            t.row(
+                s.label,
+                search.name.split(" (")[0],
+                pct(lat, 50) * 1e3,
+                p99 * 1e3,
+                statistics.fmean(lengths),
+                statistics.fmean(slow),
+                pct([x for x, n in got if n <= mid], 99) * 1e3,
+                pct([x for x, n in got if n >= long], 99) * 1e3,
+            )
+
+
 def publish_report(sides, search_list, args, meta) -> None:
     report = Report("serve-peers")
     report.heading("Against the servers users would build instead (`bench/serving/peers_bench.py`)")
@@ -150,6 +185,12 @@ def publish_report(sides, search_list, args, meta) -> None:
                     r["decode"],
                     "{} of {}".format(*r["identical"]),
                 )
+    report.text(
+        f"Where the slowest answers come from (C={conc}, every round pooled): output tokens per answer (the "
+        "engine's in process on the same input and search), and the 99th percentile of short answers (at most the "
+        "median tokens) and of the longest 10% apart:"
+    )
+    tails(report, sides, search_list, conc)
     timed = [
         (w.timed_bytes, w.timed_decode_us, w.answer_bytes, w.decode_us)
         for ws in sides[0].windows.values()

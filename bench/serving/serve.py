@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--checkpoint",
         type=Path,
         default=None,
-        help="checkpoint folder CTranslate2 converts (default checkpoints/<model>)",
+        help="checkpoint folder CTranslate2 converts (default: the one the served version was exported from)",
     )
     p.add_argument(
         "--ct2-min-inputs",
