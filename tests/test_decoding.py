@@ -9,6 +9,8 @@ committed model may be retrained.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import CHECKPOINTS, MODEL_REPO, english
 
@@ -137,6 +139,32 @@ def test_ctranslate2_oracle_target_prefix(ja, ct2, beam):
     for hyps, p in zip(got, prefixes):
         ids = ja.codec.target_ids(p)
         assert all(h[: len(ids)] == ids for h, _ in hyps)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_ctranslate2_oracle_pre_norm_model(tmp_path, beam):
+    """Version 2 (pre-norm layers, a final norm after each stack) against CTranslate2's conversion of its
+    checkpoint: the converter's pre-norm path, as the benchmarks compare the served version."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is in the dev extra")
+    import engine
+    from export.ctranslate2 import convert, vocabulary
+    from training import checkpoint
+
+    ckpt = CHECKPOINTS / "translate-en-ja-2"
+    v2 = engine.load(MODEL_REPO / "translate-en-ja" / "2", device="cpu")
+    assert v2.config.source_checkpoint_sha256 == checkpoint.weights_sha256(ckpt)
+    assert json.loads((ckpt / "config.json").read_text())["model"]["norm"] == "pre"
+    translator = ctranslate2.Translator(
+        str(convert(ckpt, tmp_path / "ct2")),
+        device="cpu",
+        compute_type="float32",
+        inter_threads=1,
+        intra_threads=1,
+    )
+    texts = english(N_ORACLE)
+    options = dict(beam_size=beam, num_hypotheses=1, return_scores=True)
+    want = ct2_translate((translator, vocabulary(v2.codec.tokenizer)), v2, texts, **options)
+    assert_same(ours(v2, texts, **options), want, scores=True)
 
 
 # ---- per-row options in one running batch --------------------------------------------------------------
