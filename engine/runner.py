@@ -17,6 +17,7 @@ from contract import bundle, names
 from contract.bundle import BundleConfig, BundleError
 from contract.graph_files import external_data_files
 from engine.device import disabled_optimizers, log_provider_once, providers_for
+from engine.encoder_groups import length_groups, measure_call_tokens
 from engine.screen import Top1Screen, choose, mode_of, split_decoder
 from engine.topk import TopLogprobs
 
@@ -101,6 +102,10 @@ class Runner:
         self._present_names = [
             n for i in range(self.n_layers) for n in (names.present_key(i), names.present_value(i))
         ]
+        # An encoder call's fixed cost in positions' work, measured here, before any request: how rows of different
+        # lengths are grouped (engine.encoder_groups); outputs do not depend on it.
+        self._call_tokens = measure_call_tokens(self._probe)
+        log.info("%s: an encoder call costs about %.0f positions' work", self.folder.name, self._call_tokens)
 
     def _split(self, so: ort.SessionOptions, providers: list[str], mode: str) -> str:
         """Where the screen runs (``engine.screen.choose``): the decoder as trunk (up to its last hidden state) and
@@ -161,18 +166,17 @@ class Runner:
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
         """(B, S) ids and mask -> cross K/V of every decoder layer, flat [k0, v0, k1, v1, ...], each (B, H, S, Dh).
 
-        The encoder is compute-bound already at batch 1, so batching buys nothing and padding costs in full.
-        Rows are therefore encoded in groups of equal length, with no padding at all
-        (docs/BENCHMARKS.md#design-choices). Columns past a row's length stay zero: cross-attention masks them.
+        Rows are encoded in runs of similar length, each padded to its longest, split where a call's fixed cost
+        is worth less than the padding it would add (``engine.encoder_groups``: equal lengths only for a small
+        encoder, whose calls cost little; newcomers together for a larger one). Columns past a row's length stay
+        zero: cross-attention masks them.
         """
         lengths = src_mask.sum(axis=1)
         if lengths.min() == src_ids.shape[1]:  # no padding (batch 1, or equal lengths)
             return self._encode(src_ids, src_mask)
         out: list[np.ndarray] | None = None
-        order = np.argsort(lengths, kind="stable")
-        bounds = np.flatnonzero(np.diff(lengths[order])) + 1
-        for rows in np.split(order, bounds):
-            s = int(lengths[rows[0]])
+        for rows in length_groups(lengths, self._call_tokens):
+            s = int(lengths[rows].max())
             part = self._encode(src_ids[rows, :s], src_mask[rows, :s])
             if out is None:
                 out = [
@@ -180,7 +184,14 @@ class Runner:
                 ]
             for o, p in zip(out, part):
                 o[rows, :, :s] = p
+            for r in rows[lengths[rows] < s]:  # a padded row's positions past its length: zero, as unpadded
+                for o in out:
+                    o[r, :, lengths[r] : s] = 0
         return out
+
+    def _probe(self, rows: int, length: int) -> None:
+        ids = np.full((rows, length), self.special.unk, np.int64)
+        self._encode(ids, np.ones_like(ids))
 
     def _encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> list[np.ndarray]:
         return self.encoder.run(self._cross_names, {names.SRC_IDS: src_ids, names.SRC_MASK: src_mask})

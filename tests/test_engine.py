@@ -79,7 +79,7 @@ def test_a_row_decoded_alone_equals_the_row_in_a_ragged_batch(engine: Translator
 
 
 def test_ragged_encode_equals_each_row_alone(engine: Translator):
-    """Rows are encoded in groups of equal length (no padding computed); each row's cross K/V must equal
+    """Rows are encoded in runs of similar length (engine.encoder_groups); each row's cross K/V must equal
     encoding it alone, and its padding columns must be zero."""
     from engine.step_loop import pad_batch
 

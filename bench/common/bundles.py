@@ -16,6 +16,20 @@ def latest(repo: Path, model: str) -> Path | None:
     return Path(repo) / model / str(versions[0]) if versions else None
 
 
+def source_checkpoint(bundle_dir: Path) -> Path | None:
+    """The folder under checkpoints/ whose weights the bundle was exported from (its config.json's
+    source_checkpoint_sha256), or None: each published version has its own checkpoint."""
+    from contract import bundle
+    from training import checkpoint as ckpt_io
+
+    want = bundle.read_bundle(Path(bundle_dir), verify_hashes=False).source_checkpoint_sha256
+    for folder in sorted((ROOT / "checkpoints").glob("*/")):
+        if (folder / "config.json").is_file() and any(folder.glob("*.safetensors")):
+            if ckpt_io.weights_sha256(folder) == want:
+                return folder
+    return None
+
+
 def cached_bundle(checkpoint_dir: Path, name: str, quantize: str = "none", fused: bool = False) -> Path:
     """A bundle of the checkpoint under .cache/bench/models/, exported once per weights and variant:
     ``quantize`` as `s2s export --quantize` ("int8" = the default variant), ``fused`` as --fused-attention."""

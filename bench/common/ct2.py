@@ -6,26 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import CACHE, ROOT
+from bench.common.bundles import source_checkpoint
 from export.ctranslate2 import convert, vocabulary
-
-
-def source_checkpoint(engine) -> Path | None:
-    """The folder under checkpoints/ whose weights the bundle was exported from (config.json's
-    source_checkpoint_sha256), or None."""
-    from training import checkpoint as ckpt_io
-
-    for folder in sorted((ROOT / "checkpoints").glob("*/")):
-        if (folder / "config.json").is_file() and any(folder.glob("*.safetensors")):
-            if ckpt_io.weights_sha256(folder) == engine.config.source_checkpoint_sha256:
-                return folder
-    return None
 
 
 def ct2_model(ckpt: Path | None, model: str, engine, log) -> tuple[Path, list[str], str] | str:
     """The checkpoint converted for CTranslate2 (cached in .cache/bench/), the vocabulary in id order and a note
     (the bundle not exported from these weights); or why it cannot be had. ``ckpt`` None: the checkpoint the
     bundle was exported from (a published version names its weights, each version its own checkpoint)."""
-    ckpt = ckpt or source_checkpoint(engine) or ROOT / "checkpoints" / model
+    ckpt = ckpt or source_checkpoint(engine.folder) or ROOT / "checkpoints" / model
     if not (ckpt / "config.json").is_file():
         return f"no checkpoint at {ckpt} to convert (give --checkpoint DIR)"
     try:

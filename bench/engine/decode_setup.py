@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import CACHE, ROOT
-from bench.common.bundles import cached_bundle, latest, rel
+from bench.common.bundles import cached_bundle, latest, rel, source_checkpoint
 from bench.common.machine import machine
 from bench.common.report import RESULTS
 from export.quantize import CHOICES as QUANTIZE_CHOICES  # torch-free: names only
@@ -33,12 +33,14 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint",
         type=Path,
-        help="checkpoint folder (default: checkpoints/MODEL); its test.tsv gives the inputs",
+        help="checkpoint CTranslate2 converts (default: the one the bundle was exported from, found by its weights' sha256 under checkpoints/)",
     )
     p.add_argument(
         "--bundle", type=Path, help="float32 ONNX bundle folder (default: the latest models/MODEL/<version>)"
     )
-    p.add_argument("--data", type=Path, help="TSV of source<TAB>reference (default: CHECKPOINT/test.tsv)")
+    p.add_argument(
+        "--data", type=Path, help="TSV of source<TAB>reference (default: checkpoints/MODEL/test.tsv)"
+    )
     p.add_argument(
         "--batch-sizes", type=ints, default=[1, 16, 64], help="comma-separated batch sizes (default: 1,16,64)"
     )
@@ -96,12 +98,13 @@ def finish(p: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.Namesp
         a.results = RESULTS
     if a.no_write:
         a.results = None
-    a.checkpoint = a.checkpoint or ROOT / "checkpoints" / a.model
-    a.data = a.data or a.checkpoint / "test.tsv"
     if a.bundle is None:
         a.bundle = latest(ROOT / "models", a.model)
         if a.bundle is None:
             p.error(f"no bundle under {ROOT / 'models' / a.model}: export one (s2s export) or pass --bundle")
+    # CTranslate2 gets the weights the bundle was exported from; the held-out inputs stay the model's own
+    a.checkpoint = a.checkpoint or source_checkpoint(a.bundle) or ROOT / "checkpoints" / a.model
+    a.data = a.data or ROOT / "checkpoints" / a.model / "test.tsv"
     return a
 
 
@@ -181,7 +184,7 @@ def load(args: argparse.Namespace, prog: str, argv: list[str] | None) -> Setup |
     shuffled = [pairs[i] for i in order]
 
     print(f"converting {args.checkpoint} for CTranslate2 ...", file=sys.stderr)
-    ct2_dir = convert(args.checkpoint, CACHE / f"ct2-{args.model}")
+    ct2_dir = convert(args.checkpoint, CACHE / f"ct2-{args.checkpoint.name}")
     tokens = vocabulary(ck.codec.tokenizer)
     ct2 = CT2Translator(ct2_dir, tokens, "float32", args.threads)
     engine = Translator(args.bundle, EngineOptions(device="cpu", intra_op_threads=args.threads))

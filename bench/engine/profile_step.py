@@ -22,6 +22,7 @@ import onnxruntime as ort
 
 from bench import ROOT
 from bench.common.abba import abba
+from bench.common.bundles import cached_bundle, latest, rel, source_checkpoint
 from bench.common.report import RESULTS, publish
 
 
@@ -174,15 +175,14 @@ def main() -> int:
     args = ap.parse_args()
 
     b, p, s = args.batch, args.past, args.src
-    folder = ROOT / "models" / args.model / "1"
+    folder = latest(ROOT / "models", args.model)  # the version `s2s serve` serves
+    ckpt = source_checkpoint(folder) or ROOT / "checkpoints" / args.model
     step_ms, per_op = profile(folder, args)
     fused = None
     if (
         args.fused
     ):  # the same step with attention as ONNX Runtime's fused operator (s2s export --fused-attention)
-        from bench.common.bundles import cached_bundle
-
-        fused = profile(cached_bundle(ROOT / "checkpoints" / args.model, args.model, fused=True), args)
+        fused = profile(cached_bundle(ckpt, ckpt.name, fused=True), args)
     enc = encoder_padding(folder, ROOT / "checkpoints" / args.model / "test.tsv", args.encoder_batch)
     ab = fusion_ab(folder, args)
     from engine.device import CPU_DISABLED_OPTIMIZERS
@@ -195,7 +195,7 @@ def main() -> int:
             "",
             f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: `python -m bench.engine.profile_step --model {args.model} "
             f"--batch {b} --past {p}`",
-            f"- `{args.model}` decoder.onnx, batch {b}, {p} cached positions, source {s}, 1 intra-op thread: "
+            f"- `{rel(folder)}` decoder.onnx, batch {b}, {p} cached positions, source {s}, 1 intra-op thread: "
             f"**{step_ms:.2f} ms per step** (mean of {args.steps})",
             "",
             "| operator | share of kernel time |",
