@@ -182,11 +182,10 @@ class Runner:
                 out = [
                     np.zeros((len(lengths), p.shape[1], src_ids.shape[1], p.shape[3]), p.dtype) for p in part
                 ]
+            keep = src_mask[rows, None, :s, None].astype(bool)  # a padded row's columns past its length: zero
+            padded = not keep.all()
             for o, p in zip(out, part):
-                o[rows, :, :s] = p
-            for r in rows[lengths[rows] < s]:  # a padded row's positions past its length: zero, as unpadded
-                for o in out:
-                    o[r, :, lengths[r] : s] = 0
+                o[rows, :, :s] = np.where(keep, p, 0) if padded else p
         return out
 
     def _probe(self, rows: int, length: int) -> None:

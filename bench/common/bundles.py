@@ -16,9 +16,9 @@ def latest(repo: Path, model: str) -> Path | None:
     return Path(repo) / model / str(versions[0]) if versions else None
 
 
-def source_checkpoint(bundle_dir: Path) -> Path | None:
+def source_checkpoint(bundle_dir: Path, model: str) -> Path:
     """The folder under checkpoints/ whose weights the bundle was exported from (its config.json's
-    source_checkpoint_sha256), or None: each published version has its own checkpoint."""
+    source_checkpoint_sha256; each published version has its own checkpoint), else checkpoints/<model>."""
     from contract import bundle
     from training import checkpoint as ckpt_io
 
@@ -27,7 +27,7 @@ def source_checkpoint(bundle_dir: Path) -> Path | None:
         if (folder / "config.json").is_file() and any(folder.glob("*.safetensors")):
             if ckpt_io.weights_sha256(folder) == want:
                 return folder
-    return None
+    return ROOT / "checkpoints" / model
 
 
 def cached_bundle(checkpoint_dir: Path, name: str, quantize: str = "none", fused: bool = False) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import CACHE, ROOT
+from bench import CACHE
 from bench.common.bundles import source_checkpoint
 from export.ctranslate2 import convert, vocabulary
 
@@ -14,7 +14,7 @@ def ct2_model(ckpt: Path | None, model: str, engine, log) -> tuple[Path, list[st
     """The checkpoint converted for CTranslate2 (cached in .cache/bench/), the vocabulary in id order and a note
     (the bundle not exported from these weights); or why it cannot be had. ``ckpt`` None: the checkpoint the
     bundle was exported from (a published version names its weights, each version its own checkpoint)."""
-    ckpt = ckpt or source_checkpoint(engine.folder) or ROOT / "checkpoints" / model
+    ckpt = ckpt or source_checkpoint(engine.folder, model)
     if not (ckpt / "config.json").is_file():
         return f"no checkpoint at {ckpt} to convert (give --checkpoint DIR)"
     try:

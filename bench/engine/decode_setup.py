@@ -103,7 +103,7 @@ def finish(p: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.Namesp
         if a.bundle is None:
             p.error(f"no bundle under {ROOT / 'models' / a.model}: export one (s2s export) or pass --bundle")
     # CTranslate2 gets the weights the bundle was exported from; the held-out inputs stay the model's own
-    a.checkpoint = a.checkpoint or source_checkpoint(a.bundle) or ROOT / "checkpoints" / a.model
+    a.checkpoint = a.checkpoint or source_checkpoint(a.bundle, a.model)
     a.data = a.data or ROOT / "checkpoints" / a.model / "test.tsv"
     return a
 

@@ -176,7 +176,7 @@ def main() -> int:
 
     b, p, s = args.batch, args.past, args.src
     folder = latest(ROOT / "models", args.model)  # the version `s2s serve` serves
-    ckpt = source_checkpoint(folder) or ROOT / "checkpoints" / args.model
+    ckpt = source_checkpoint(folder, args.model)
     step_ms, per_op = profile(folder, args)
     fused = None
     if (
