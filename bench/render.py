@@ -28,6 +28,7 @@ PARTS = (
     "threads",
     "profile-step",
     "profile-step-notes.md",
+    "step-cost",
     "serve",
     "options",
     "options-ab",

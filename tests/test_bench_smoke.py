@@ -321,6 +321,33 @@ def test_grpc_floor_quick_run(tmp_path):
             assert r["answers_s"] <= 150 * 1.1, r
 
 
+@needs_addition
+def test_step_cost_quick_run(tmp_path):
+    """bench.engine.step_cost on the addition model at toy sizes: a step row per cached length, the step dearer
+    with a longer past, and each search's time split into shares that add up to the whole."""
+    run_bench(
+        "bench.engine.step_cost",
+        "--model",
+        "addition",
+        "--model-repo",
+        str(MODEL_REPO),
+        "--data",
+        str(ADDITION / "test.tsv"),
+        *("--rows", "16", "--pasts", "2,12", "--src", "6", "--steps", "20", "--inputs", "24", "--batch", "4"),
+        "--results",
+        str(tmp_path),
+    )
+    results = json.loads((tmp_path / "step-cost.json").read_text())
+    steps = rows(results, "step-by-past")
+    assert [r["cached_positions"] for r in steps] == [2, 12]
+    assert all(r["step_ms"] > 0 and 0 < r["concat"] < 1 for r in steps), steps
+    split = rows(results, "generate-split")
+    assert [r["search"] for r in split] == ["greedy", "beam 4"]
+    for r in split:
+        assert r["decoder"] + r["encoder"] + r["rest"] == pytest.approx(1.0), r
+        assert r["steps"] > 0 and r["past"] >= r["live_age"] > 0, r
+
+
 @pytest.mark.slow
 def test_model_versions_quick_run(tmp_path):
     """bench.serving.model_versions --quick on translate-en-ja's oldest and newest versions: a server per version,
