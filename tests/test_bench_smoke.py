@@ -314,7 +314,9 @@ def test_grpc_floor_quick_run(tmp_path):
     assert {r["answer"] for r in table} == {"fixed string", "tokenized + detokenized"}
     for r in table:
         assert r["answers_s"] > 0 and r["cpu_ms_request"] > 0 and r["main_thread"] > 0, r
-        assert r["cpu_ms_request"] >= r["main_thread"], r
+        assert r["cpu_ms_request"] >= r["main_thread"] * (1 - 1e-9), (
+            r
+        )  # equal when only the main thread ran (rounding)
         if r["paced_to"].startswith("s2s serve's greedy"):
             assert r["answers_s"] <= 300 * 1.1, r
         elif r["paced_to"].startswith("s2s serve's beam"):
