@@ -495,29 +495,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls-ca", default=None, help="PEM CA to verify a TLS server")
     p.set_defaults(func=cmd_client)
 
-    p = sub.add_parser(
-        "check-po",
-        help="translate a gettext catalog's strings and print those whose spans do not survive",
-        description="Sends every msgid of FILE.po to a running server's model (as s2s "
-        "client does) and prints, for each string whose placeholders, markup, URLs, e-mail addresses "
-        "or numbers the output does not keep exactly (the server's own rules, contract/spans.py), its "
-        "line, the string, the output and what is missing or extra, as Weblate's placeholder checks "
-        "would. --existing checks the catalog's own msgstr instead, without a server. Exit status 1 "
-        "when a string fails.",
-    )
-    p.add_argument("file", help="a .po (or .pot) file")
-    p.add_argument("--model", help="model name (required unless --existing)")
-    p.add_argument("--server", default="localhost:8001", help="HOST:PORT")
-    p.add_argument(
-        "--existing", action="store_true", help="check the catalog's msgstr, not the model's output"
-    )
-    p.add_argument(
-        "--no-protect-spans", action="store_true", help="ask the model without protection (to compare)"
-    )
-    p.add_argument("--no-keep-numbers", action="store_true", help="neither protect nor check numbers")
-    p.add_argument("--timeout", type=float, default=120.0, help="deadline of each request in seconds")
-    p.add_argument("--token", default=None, help="bearer token, if the server requires one")
-    p.add_argument("--tls-ca", default=None, help="PEM CA to verify a TLS server")
+    from s2s import check_po
+
+    p = sub.add_parser("check-po", help=check_po.HELP, description=check_po.DESCRIPTION)
+    check_po.add_arguments(p)
     p.set_defaults(func=cmd_check_po)
 
     p = sub.add_parser(
