@@ -242,6 +242,12 @@ def cmd_check_po(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def cmd_translate(args: argparse.Namespace) -> int:
+    from s2s.translate_catalog import run_cli
+
+    return run_cli(args)
+
+
 def cmd_client(args: argparse.Namespace) -> int:
     from s2s.seq2seq_client import run_cli
 
@@ -495,11 +501,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls-ca", default=None, help="PEM CA to verify a TLS server")
     p.set_defaults(func=cmd_client)
 
-    from s2s import check_po
+    from s2s import check_po, translate_catalog  # their parsers: no translate-toolkit needed for --help
 
     p = sub.add_parser("check-po", help=check_po.HELP, description=check_po.DESCRIPTION)
     check_po.add_arguments(p)
     p.set_defaults(func=cmd_check_po)
+
+    p = sub.add_parser("translate", help=translate_catalog.HELP, description=translate_catalog.DESCRIPTION)
+    translate_catalog.add_arguments(p)
+    p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser(
         "models",
