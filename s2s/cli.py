@@ -143,12 +143,13 @@ def _language(code: str) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    import logging
     from pathlib import Path
 
+    from s2s.export_logging import configure
+
+    configure()  # before torch is imported: our lines, the libraries' warnings less their noise
     from export.onnx_export import ExportOptions, export
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = export(
         ExportOptions(
             Path(args.checkpoint),
@@ -169,13 +170,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    import logging
     from pathlib import Path
 
+    from s2s.export_logging import configure
+
     os.environ["HF_HUB_OFFLINE"] = "1"  # before anything can import transformers: nothing is downloaded
+    configure()
     from export.hf_import import ImportOptions, ImportRefused, import_model
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         out = import_model(
             ImportOptions(
@@ -264,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="s2s",
         description="Train, export and serve encoder-decoder Transformers: corpus -> checkpoint (s2s train) "
-        "-> ONNX bundle (s2s export) -> gRPC server (s2s serve) -> answers (s2s client).",
+        "-> ONNX bundle (s2s export) -> server (s2s serve: HTTP :8000, gRPC :8001, metrics :8002) -> answers "
+        "(s2s client, s2s translate).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -392,8 +395,12 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "serve",
-        help="serve a model repository over gRPC (seq2seq.v1, KServe v2) with /metrics",
-        description="Serve every model of the repository (latest version unless pinned with --models).",
+        help="serve a model repository: HTTP :8000 (KServe v2 REST, LibreTranslate, playground), gRPC :8001 "
+        "(seq2seq.v1, KServe v2), Prometheus /metrics :8002",
+        description="Serve every model of the repository (latest version unless pinned with --models) on three "
+        "ports: HTTP (--http-port, default 8000: KServe v2 REST, the LibreTranslate API, the playground page), "
+        "gRPC (--port, default 8001: seq2seq.v1, KServe v2, health, reflection) and Prometheus /metrics "
+        "(--metrics-port, default 8002).",
     )
     from server.config import add_arguments as add_serve_arguments
 
