@@ -29,12 +29,12 @@ protos: $(VENV)/.serve-installed  ## generate the gRPC stubs from protos/ (never
 
 install-serve: $(VENV)/.serve-installed protos  ## the server's runtime only (no torch)
 
-install: $(VENV)/.dev-installed protos  ## everything: train, export, serve, tests
+install: $(VENV)/.dev-installed protos  ## everything: train, export, import, serve, catalogs (s2s translate), tests
 
 install-gpu: install-serve  ## add CUDA 13 + cuDNN 9 wheels: a host with only the NVIDIA driver then runs the CUDA provider
 	$(PIP) install -e ".[serve,gpu]" --config-settings editable_mode=compat
 
-serve: install-serve  ## serve the committed model repository on :8001 (gRPC) and :8002 (metrics)
+serve: install-serve  ## serve the committed model repository: HTTP :8000 (KServe REST, LibreTranslate, playground), gRPC :8001, metrics :8002
 	$(VENV)/bin/s2s serve --model-repo $(MODEL_REPO)
 
 system-deps:  ## Debian packages the tests use (a real Prometheus, Compose v1 for the compose check, Chromium for the playground)
