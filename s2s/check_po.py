@@ -133,6 +133,9 @@ def run_cli(args) -> int:
         except RequestRefused as e:
             print(f"s2s check-po: {e}", file=sys.stderr)
             return 1
+        except OSError as e:  # the --tls-ca file
+            print(f"s2s check-po: --tls-ca {args.tls_ca}: {e.strerror or e}", file=sys.stderr)
+            return 2
     for here, src, reason in refused:
         print(f"{here}: refused by the server: {reason}\n  source: {_short(src)}")
     bad = failures(entries, numbers)

@@ -152,33 +152,36 @@ def _translate(args, texts: list[str]):
     return dict(zip(texts, answers))
 
 
+def _new_forms(job: Job, answers: dict) -> list[str] | str:
+    """The job's forms with the answers filled in, or why the entry stays as it was."""
+    from contract.spans import check
+    from s2s.check_po import describe
+
+    new = list(job.have)
+    for i, (src, had) in enumerate(zip(job.forms, job.have)):
+        if had:
+            continue
+        a = answers[src]
+        if a.text is None:
+            return f"refused by the server: {a.refused}"
+        if not (c := check(src, a.text)).ok:
+            return f"the output lost spans ({describe(c)}): {a.text}"
+        new[i] = a.text
+    return new
+
+
 def _apply(jobs: list[Job], answers: dict, remove=None) -> tuple[int, list[str]]:
-    """Set each job's target from the answers: (entries written, a report line per entry left as it was).
-    ``remove``: a monolingual store's removeunit, for the entries left untranslated, since the output of a
+    """Set each job's target from the answers, marked fuzzy: (entries written, a report per entry left as it
+    was). ``remove``: a monolingual store's removeunit, for the entries left untranslated, since the output of a
     monolingual catalog holds translations only (a missing key falls back to the source language at run time,
     where a copied source would pass for a translation)."""
-    from contract.spans import check
     from s2s.catalog_store import set_target
-    from s2s.check_po import describe
 
     done, problems = 0, []
     for job in jobs:
-        new = list(job.have)
-        reasons = []
-        for i, (src, had) in enumerate(zip(job.forms, job.have)):
-            if had:
-                continue
-            a = answers[src]
-            if a.text is None:
-                reasons.append(f"refused by the server: {a.refused}")
-                break
-            c = check(src, a.text)
-            if not c.ok:
-                reasons.append(f"the output lost spans ({describe(c)}): {a.text}")
-                break
-            new[i] = a.text
-        if reasons:
-            problems.append(f"{job.where}: not translated, {reasons[0]}\n  source: {_short(job.forms[-1])}")
+        new = _new_forms(job, answers)
+        if isinstance(new, str):
+            problems.append(f"{job.where}: not translated, {new}\n  source: {_short(job.forms[-1])}")
             if remove is not None:
                 remove(job.unit)
             continue
@@ -206,6 +209,9 @@ def run_cli(args) -> int:
     from s2s.catalog_client import RequestRefused
     from s2s.catalog_store import FORMATS, CatalogError, format_of, read, write
 
+    if args.concurrency < 1 or args.beam_size < 0:
+        print("s2s translate: --concurrency must be >= 1 and --beam-size >= 0", file=sys.stderr)
+        return 2
     path = Path(args.file)
     try:
         fmt = format_of(path, args.format)
@@ -228,6 +234,9 @@ def run_cli(args) -> int:
     except RequestRefused as e:
         print(f"s2s translate: {e}; nothing written", file=sys.stderr)
         return 1
+    except OSError as e:  # the --tls-ca file
+        print(f"s2s translate: --tls-ca {args.tls_ca}: {e.strerror or e}; nothing written", file=sys.stderr)
+        return 2
     done, problems = _apply(jobs, answers, remove=store.removeunit if monolingual else None)
     for line in problems:
         print(line)

@@ -102,6 +102,10 @@ def test_malformed_catalogs_are_refused_by_line(server, tmp_path: Path, capsys):
         assert main([*command, "--model", EN_JA, "--server", server.address]) == 2
         err = capsys.readouterr().err
         assert str(po) in err and "line 6" in err and "Traceback" not in err
+    missing_ca = ["--model", EN_JA, "--server", server.address, "--tls-ca", str(tmp_path / "no-ca.pem")]
+    po.write_text(HEADER.format(n=1, rule=0), encoding="utf-8")
+    assert main(["check-po", str(po), *missing_ca]) == 2
+    assert "no-ca.pem: No such file" in capsys.readouterr().err
     xlf = tmp_path / "bad.xlf"
     xlf.write_text("<xliff><file><body><trans-unit>", encoding="utf-8")
     assert translate(server, str(xlf), "--out", str(tmp_path / "o.xlf")) == 2
@@ -168,6 +172,8 @@ def test_where_it_writes(server, tmp_path: Path, capsys):
         ("--out", str(tmp_path)): "a folder",
         ("--out", str(tmp_path / "no" / "ja.po")): "no folder",
         ("--out", str(tmp_path / "x.po"), "--in-place"): "name one",
+        ("--out", str(tmp_path / "x.po"), "--concurrency", "0"): "--concurrency must be >= 1",
+        ("--out", str(tmp_path / "x.po"), "--tls-ca", str(tmp_path / "no-ca.pem")): "no-ca.pem: No such file",
     }
     for args, message in refusals.items():
         assert translate(server, str(po), *args) == 2, args
