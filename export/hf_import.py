@@ -59,6 +59,10 @@ class ImportOptions:
     # The decoder's self-attention as ONNX Runtime's GroupQueryAttention (export/fused.py): faster on CPUs at the
     # sizes of the models users bring; off for bundles meant for CUDA (its kernel is float16-only).
     gqa: bool = True
+    # The pair the LibreTranslate API offers it for (`s2s import --source-lang/--target-lang`); None: what
+    # tokenizer_config.json says (OPUS-MT's source_lang / target_lang), if anything.
+    source_language: str | None = None
+    target_language: str | None = None
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -260,6 +264,33 @@ def _language(code) -> str | None:
         return None
 
 
+def _languages(opts: ImportOptions, loaded: Loaded, tok_cfg: dict) -> list[str | None]:
+    """The bundle's source and target language: the flags', else tokenizer_config.json's (they decide the
+    LibreTranslate pair it serves)."""
+    langs = [_language(tok_cfg.get(k)) for k in ("source_lang", "target_lang")]
+    m = loaded.languages
+    if m is not None and langs[1] not in m.names:
+        # a multilingual model's default target is one of its own languages, or none (each request names it)
+        langs[1] = None
+    for i, (flag, code) in enumerate(
+        (("--source-lang", opts.source_language), ("--target-lang", opts.target_language))
+    ):
+        if code is not None and m is not None and code not in m.names:
+            known = sorted(m.names)
+            raise ImportRefused(
+                f"{opts.source}: {flag} {code!r} is not one of the model's languages "
+                f"({', '.join(known[:20])}{', ...' if len(known) > 20 else ''})"
+            )
+        langs[i] = code or langs[i]
+    if m is None and not all(langs):
+        log.info(
+            "%s declares no language pair: the LibreTranslate API will not offer it (--source-lang and "
+            "--target-lang name one)",
+            opts.name,
+        )
+    return langs
+
+
 def _transformers_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -296,12 +327,7 @@ def _write_checkpoint(
 def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_cfg: dict) -> Path:
     from export.onnx_export import ExportOptions, export
 
-    langs = [
-        _language(tok_cfg.get(k)) for k in ("source_lang", "target_lang")
-    ]  # LibreTranslate routes by them
-    if loaded.languages is not None and langs[1] not in loaded.languages.names:
-        # a multilingual model's default target is one of its own languages, or none (each request names it)
-        langs[1] = None
+    langs = _languages(opts, loaded, tok_cfg)  # LibreTranslate routes by them
     try:
         return export(
             ExportOptions(

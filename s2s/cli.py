@@ -187,6 +187,8 @@ def cmd_import(args: argparse.Namespace) -> int:
                 args.version,
                 args.quantize,
                 gqa=args.attention == "gqa",
+                source_language=args.source_lang,
+                target_language=args.target_lang,
             )
         )
     except ImportRefused as e:
@@ -390,6 +392,22 @@ def main(argv: list[str] | None = None) -> int:
         help="the decoder's self-attention: gqa = ONNX Runtime's GroupQueryAttention, its cache appended inside "
         "the kernel (faster on CPUs, docs/BENCHMARKS.md#marian-ct2-notes); standard = ONNX nodes, for CUDA, "
         "whose GroupQueryAttention takes float16 only",
+    )
+    p.add_argument(
+        "--source-lang",
+        type=_language,
+        default=None,
+        metavar="CODE",
+        help="ISO 639-1 code of the source language, written to config.json: the pair the LibreTranslate API "
+        "offers the model for (default: tokenizer_config.json's source_lang, where it is a code)",
+    )
+    p.add_argument(
+        "--target-lang",
+        type=_language,
+        default=None,
+        metavar="CODE",
+        help="ISO 639-1 code of the target language (default: tokenizer_config.json's target_lang); for a "
+        "multilingual model, the target a request that names none gets",
     )
     p.set_defaults(func=cmd_import)
 

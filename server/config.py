@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
+from server.models.languages import PairPick, parse_pairs
+
 BatchingMode = Literal["continuous", "request", "none"]
 ControlMode = Literal["none", "explicit", "poll"]
 CONTROL_MODES = ("none", "explicit", "poll")
@@ -51,6 +53,7 @@ class ServerConfig:
     model_control_mode: ControlMode = "none"
     repository_poll_secs: float = 15.0  # Triton's default
     load_model: tuple[str, ...] = ()  # explicit mode: NAME[:VERSION][@CORES] loaded at start
+    pair: tuple[PairPick, ...] = ()  # --pair: the model the LibreTranslate API sends a language pair to
     instances: int = 0  # engine cores (processes) per model; 0 = sized to the machine (the CPUs less the front end's share)
     host: str = "0.0.0.0"
     port: int = 8001  # Triton's gRPC port
@@ -122,6 +125,13 @@ _FLAGS = {
         str,
         "explicit mode: a model to load at start, NAME[:VERSION][@CORES] (repeat the flag, or "
         "comma-separate; default: none)",
+    ),
+    "pair": (
+        str,
+        "SOURCE-TARGET=MODEL: the model the LibreTranslate API translates that pair with, where several "
+        "serve it (repeat the flag, or comma-separate; e.g. en-ja=translate-en-ja). Unpicked pairs go to a "
+        "one-pair model before a multilingual one, a model exported here before an imported one, then "
+        "by name; each pair's model is logged at start",
     ),
     "instances": (
         int,
@@ -290,7 +300,10 @@ def _check_ranges(values: dict[str, object]) -> None:
             raise SystemExit(f"--{key.replace('_', '-')} must be {lows}{note}, not {v!r}")
 
 
-_REPEATABLE = ("load-model",)  # given several times (or comma-separated, as the environment variable must be)
+_REPEATABLE = (
+    "load-model",
+    "pair",
+)  # given several times (or comma-separated, as the environment variable must be)
 
 
 def _names(raw) -> tuple[str, ...]:
@@ -336,9 +349,14 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
             raise SystemExit(f"--batching must be continuous, request or none, not {values['batching']!r}")
         sched["mode"] = values["batching"]
     top = {k: v for k, v in values.items() if k in {f.name for f in fields(ServerConfig)}}
-    for key in ("models", "load_model"):
+    for key in ("models", "load_model", "pair"):
         if key in top:
             top[key] = _names(top[key])
+    if "pair" in top:
+        try:
+            top["pair"] = parse_pairs(top["pair"])
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     mode = top.get("model_control_mode", "none")
     if mode not in CONTROL_MODES:
         raise SystemExit(f"--model-control-mode must be none, explicit or poll, not {mode!r}")

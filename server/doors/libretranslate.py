@@ -10,7 +10,9 @@ Languages come from the bundles: a served model whose ``config.json`` declares `
 and ``target_language`` (``s2s export --source-lang/--target-lang``) serves that pair, a multilingual one
 (``s2s import`` of M2M100 or NLLB) each of its languages to each other, at its latest loaded version; a model
 that declares no languages (addition) is not offered here. ``source`` and ``target`` pick the model and, for a
-multilingual one, the languages it is asked for (``server/doors/libretranslate_languages.py``).
+multilingual one, the languages it is asked for. Where several models serve a pair, ``s2s serve --pair
+en-ja=MODEL`` picks one; otherwise a fixed rule does (``server/doors/libretranslate_pairs.py``), and the log says
+at start which model each pair goes to.
 
 ``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``), ``target``,
 ``format`` (``text``, the default, or ``html``), ``alternatives`` (default 0), ``api_key``, and this server's
@@ -48,8 +50,9 @@ from multidict import MultiDict
 from contract.decoding import DecodingOptions
 from server.doors.http_door import HttpDoor
 from server.doors.libretranslate_html import check_html, parse_all
-from server.doors.libretranslate_languages import AUTO, languages, resolve, served, unloaded_model
-from server.errors import InvalidInput, clip
+from server.doors.libretranslate_languages import languages
+from server.doors.libretranslate_pairs import AUTO, PairLog, resolve, served, unloaded_model
+from server.errors import InvalidInput, ModelNotReady, clip
 from server.models.text_plan import TextOptions
 from server.transport.http_body import deadline_of, json_response, parse_json_off_loop, read_body, read_json
 from server.transport.http_forms import multipart, urlencoded
@@ -176,12 +179,20 @@ def _flag(params, key: str) -> bool:
 
 # ---- routes ----------------------------------------------------------------------------------------------------
 def routes(doors: HttpDoor) -> list[web.RouteDef]:
+    picks = doors.config.pair
+    pairs = PairLog(doors.repo, picks)
+    pairs.check()  # a --pair that names no served model fails the start
+    pairs.update()
+    doors.repo.telemetry.watch(pairs.update)  # a model loaded or unloaded: the pairs whose model changed
+
     async def translate(request: web.Request) -> web.Response:
         params = await _read(doors, request, "Translate")
         req, error = None, None
         try:
             req = parse_translate(params)
-            name, source = resolve(served(doors.repo), req.source, req.target)
+            name, source = resolve(served(doors.repo), req.source, req.target, picks)
+        except ModelNotReady as e:  # the model --pair names for it is not loaded: 503, counted (model "")
+            name, error = "", e
         except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
             # An unloaded model's pair: 503 "unloaded; load it again", as KServe answers, not 400 "not served".
             name, error = (unloaded_model(doors.repo, req.source, req.target) if req else ""), e
@@ -263,7 +274,7 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
     async def detect(request: web.Request) -> web.Response:
         params = await _read(doors, request, "Detect")
         _string(params, "q")  # LibreTranslate's own refusal of a request without text
-        sources = sorted({s for _, o in served(doors.repo) for s in o.sources})
+        sources = sorted({s for c in served(doors.repo) for s in c.offered.sources})
         if len(sources) != 1:
             why = (
                 "no served model declares its languages"

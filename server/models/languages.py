@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.bundle import BundleConfig
+from contract.bundle import BundleConfig, check_language
 from contract.languages import LanguageError, Languages
 from server.errors import InvalidInput, clip
 
@@ -110,3 +110,61 @@ def _one_pair(name: str, b: BundleConfig, source: str | None, target: str | None
                 f"{pair[0] or '?'} -> {pair[1] or '?'} (its {side} language: {own})"
             )
     return plain
+
+
+@dataclass(frozen=True)
+class PairPick:
+    """``--pair SOURCE-TARGET=MODEL``: the model the LibreTranslate API sends that pair to, whatever else serves it."""
+
+    source: str
+    target: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.source}-{self.target}={self.model}"
+
+
+def parse_pairs(items: tuple[str, ...]) -> tuple[PairPick, ...]:
+    """``SOURCE-TARGET=MODEL`` items (``SOURCE:TARGET=MODEL`` where a code holds a hyphen, as "zh-Hant" does);
+    ValueError naming the item and what is wrong."""
+    picks: dict[tuple[str, str], PairPick] = {}
+    for item in items:
+        pair, sep, model = item.partition("=")
+        if not sep or not model.strip() or not pair.strip():
+            raise ValueError(f"--pair {item!r}: expected SOURCE-TARGET=MODEL, e.g. en-ja=translate-en-ja")
+        source, target = _split_pair(item, pair.strip())
+        if source == target:
+            raise ValueError(f"--pair {item!r}: the source and target languages are the same")
+        pick = PairPick(source, target, model.strip())
+        if (source, target) in picks and picks[source, target] != pick:
+            raise ValueError(
+                f"--pair {item!r}: {source}-{target} is already given to {picks[source, target].model!r}; "
+                "one model per pair"
+            )
+        picks[source, target] = pick
+    return tuple(picks.values())
+
+
+def _split_pair(item: str, pair: str) -> tuple[str, str]:
+    if ":" in pair:
+        splits = [tuple(pair.split(":", 1))]
+    else:  # every hyphen where both sides are codes: "zh-Hant-en" splits one way only, "pt-br-en" two
+        splits = [(pair[:i], pair[i + 1 :]) for i, ch in enumerate(pair) if ch == "-"]
+    valid = [(s, t) for s, t in splits if _is_code(s) and _is_code(t)]
+    if len(valid) == 1:
+        return valid[0]
+    if not valid:
+        raise ValueError(
+            f"--pair {item!r}: {pair!r} is not SOURCE-TARGET of two language codes (ISO 639-1, e.g. en-ja)"
+        )
+    raise ValueError(
+        f"--pair {item!r}: {pair!r} splits several ways ({', '.join(f'{s} -> {t}' for s, t in valid)}); "
+        "write it SOURCE:TARGET"
+    )
+
+
+def _is_code(code: str) -> bool:
+    try:
+        return check_language(code) is not None
+    except ValueError:
+        return False
