@@ -205,9 +205,7 @@ def test_health_and_metadata(client, server):
         client.get_model_metadata("no-such-model")
     assert e.value.status() == "StatusCode.NOT_FOUND" and "no-such-model" in e.value.message()
     with pytest.raises(InferenceServerException) as e:
-        client.get_inference_statistics(
-            MODELS[0]
-        )  # not implemented: Triton's own answer for a missing extension
+        client.get_system_shared_memory_status()  # not implemented: Triton's own answer for a missing extension
     assert e.value.status() == "StatusCode.UNIMPLEMENTED"
 
 

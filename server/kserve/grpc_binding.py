@@ -26,6 +26,7 @@ from server.kserve.infer import InferAnswer, infer
 from server.kserve.parse import flag
 from server.kserve.protocol import EXTENSIONS, MAX_ID_CHARS, model_config, model_metadata
 from server.kserve.repository_grpc import RepositoryServicer
+from server.kserve.statistics import model_statistics
 from server.kserve.tensors import InferInput, InferRequest, encode_values
 from server.models.control import ModelControl
 from server.models.registry import ServedModels
@@ -122,6 +123,10 @@ class KServeServicer(RepositoryServicer, pb_grpc.GRPCInferenceServiceServicer):
     async def ModelConfig(self, request, context):
         model = self.repo.get(request.name, request.version)
         return pb.ModelConfigResponse(config=json_format.ParseDict(model_config(model), pb.ModelConfig()))
+
+    async def ModelStatistics(self, request, context):
+        stats = model_statistics(self.repo, self.tracker.statistics, request.name, request.version)
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     # ---- inference -----------------------------------------------------------------------------
     async def _infer(self, request, deadline: float | None, plain: InferRequest | None = None):

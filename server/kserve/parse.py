@@ -31,6 +31,7 @@ from server.models.prepare import Limits
 from server.models.registry import ServedModels
 from server.models.served_version import ServedVersion
 from server.models.text_plan import TextOptions
+from server.telemetry import model_statistics as statistics
 
 
 @dataclass
@@ -147,6 +148,7 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
     if len(request.id) > MAX_ID_CHARS:
         raise InvalidInput(f"request id has {len(request.id)} characters; the limit is {MAX_ID_CHARS}")
     model = repo.get(request.model, request.version)
+    statistics.noted(model.name, model.version)  # a request refused below is this version's failure
     lim = model.limits
     if not model.ready:  # before any element is decoded; the model API would refuse it anyway
         raise ModelNotReady(

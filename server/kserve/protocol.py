@@ -50,7 +50,7 @@ TEXT_PARAMETERS = ("protect_spans", "keep_numbers", "split_long")
 # the model configuration lists the ones a model knows as source_languages / target_languages.
 LANGUAGE_PARAMETERS = ("source_language", "target_language")
 PLATFORM, BACKEND = "s2s", "onnxruntime"
-EXTENSIONS = ("model_configuration", "parameters")
+EXTENSIONS = ("model_configuration", "parameters", "statistics")
 # Triton echoes a request's id in its response; a longer one is refused rather than copied into
 # every answer and error of a stream.
 MAX_ID_CHARS = 256

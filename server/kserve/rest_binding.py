@@ -23,6 +23,7 @@ from server.errors import InvalidInput, ModelNotFound, ModelNotReady
 from server.kserve.infer import InferAnswer, infer
 from server.kserve.json_codec import from_json, to_json
 from server.kserve.protocol import EXTENSIONS, model_config, model_metadata
+from server.kserve.statistics import model_statistics
 from server.transport.http_body import deadline_of, json_response, parse_json_off_loop, read_body, read_json
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -92,6 +93,13 @@ def routes(door: HttpDoor) -> list[web.RouteDef]:
     async def config(request: web.Request) -> web.Response:
         return json_response(model_config(_model(request)))
 
+    async def statistics(request: web.Request) -> web.Response:
+        info = request.match_info
+        stats = model_statistics(
+            repo, door.tracker.statistics, info.get("model", ""), info.get("version", "")
+        )
+        return json_response(stats)
+
     async def infer_route(request: web.Request) -> web.Response:
         name, version = request.match_info["model"], request.match_info.get("version", "")
         async with door.track(name, "ModelInfer"):
@@ -105,6 +113,9 @@ def routes(door: HttpDoor) -> list[web.RouteDef]:
 
     m, v = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
     return [
+        web.get("/v2/models/stats", statistics),  # before {model}: "stats" is no model's metadata
+        web.get(m + "/stats", statistics),
+        web.get(v + "/stats", statistics),
         web.get("/v2/health/live", live),
         web.get("/v2/health/ready", ready),
         web.get("/v2", server_metadata),

@@ -34,6 +34,7 @@ from server.models.detokenize import StreamingText
 from server.models.prepare import Prepared, limits, prepare
 from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
 from server.models.text_plan import AS_SENT, TextOptions, without_made_up
+from server.telemetry import model_statistics as statistics
 from server.telemetry.model_telemetry import Telemetry
 
 log = logging.getLogger("s2s.model")
@@ -140,11 +141,15 @@ class ServedVersion:
         """Validate and tokenize; raises InvalidInput naming the limit. ``text``: protected spans and long inputs
         split, for translation models (other tasks read their inputs as sent). The languages (codes, None: the
         bundle's default): ``server/models/languages.py``; a model without languages takes none."""
+        statistics.noted(self.name, self.version)  # a call refused here is this version's failure
+        t0 = time.perf_counter()
         text = text if self.bundle.task.name == "translation" else AS_SENT
         asked = languages.ask(self.name, self.bundle, source_language, target_language)
-        return prepare(
+        p = prepare(
             self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text, asked
         )
+        statistics.prepared(self.name, self.version, len(texts), time.perf_counter() - t0)
+        return p
 
     def _submit(
         self,
@@ -183,6 +188,11 @@ class ServedVersion:
 
     async def generate(self, p: Prepared, deadline: float | None) -> Generation:
         """All outputs at once; raises ServingError (the request's status) on failure."""
+        g = await self._answer(p, deadline)
+        statistics.ran(g.timings.queue_seconds, g.timings.total_seconds)
+        return g
+
+    async def _answer(self, p: Prepared, deadline: float | None) -> Generation:
         if p.plan is None:
             g = await self._generate_rows(p, deadline)
             return dataclasses.replace(g, outputs=without_made_up(g.outputs)) if p.protected else g
@@ -288,6 +298,8 @@ class ServedVersion:
         except BaseException:
             self.router.cancel(req)
             raise
+        t = self._timings(done, t0)
+        statistics.ran(t.queue_seconds, t.total_seconds)
         for i, ev in enumerate(done):
             out = self._output(p, i, ev)
             if (

@@ -13,6 +13,7 @@ from collections.abc import Callable, Container
 
 from server.errors import ServingError, clip_details
 from server.telemetry.metrics import Metrics
+from server.telemetry.model_statistics import CALL, INFERENCE_METHODS, Call, ModelStatistics
 from server.telemetry.refusal_log import RefusalLog
 
 # The client's doing (or a retry-later): logged at WARNING at most, rate-limited.
@@ -25,6 +26,7 @@ class RequestTracker:
     def __init__(self, metrics: Metrics, served: Callable[[], Container[str]], refusals: RefusalLog):
         # served(): the names of the models served now (a name outside it is recorded without its label)
         self.metrics, self.served, self.refusals = metrics, served, refusals
+        self.statistics = ModelStatistics()  # per model version, for the KServe statistics extension
 
     def count(self, method: str, protocol: str, code: str) -> None:
         """A call that ended before a door read its model (a hang-up mid-body, say): counted without one."""
@@ -54,13 +56,17 @@ class RequestTracker:
 class _Tracked:
     """``RequestTracker.track``'s context: a class, not a generator-based context manager, as it wraps every call."""
 
-    __slots__ = ("tracker", "model", "method", "protocol", "t0")
+    __slots__ = ("tracker", "model", "method", "protocol", "t0", "call", "token")
 
     def __init__(self, tracker: RequestTracker, model: str, method: str, protocol: str):
         self.tracker, self.model, self.method, self.protocol = tracker, model, method, protocol
+        self.call = self.token = None
 
     async def __aenter__(self) -> None:
         self.t0 = time.perf_counter()
+        if self.method in INFERENCE_METHODS:  # the model API notes its version and phases on it
+            self.call = Call(time.perf_counter_ns())
+            self.token = CALL.set(self.call)
 
     async def __aexit__(self, kind, exc, tb) -> bool:
         if kind is None:
@@ -74,4 +80,10 @@ class _Tracked:
         else:
             code = "INTERNAL"
         self.tracker.record(self.model, self.method, self.protocol, code, time.perf_counter() - self.t0)
+        if self.call is not None:
+            self.tracker.statistics.record(self.call, code == "OK")
+            try:
+                CALL.reset(self.token)
+            except ValueError:  # a stream's generator closed from another context: that one ends with it
+                pass
         return False  # the exception, if any, goes on unchanged
