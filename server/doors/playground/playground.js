@@ -8,8 +8,9 @@
     form: $("form"), model: $("model"), modelInfo: $("model-info"), token: $("token"), input: $("input"),
     beam: $("beam"), maxTokens: $("max-tokens"), run: $("run"), error: $("error"), outputs: $("outputs"),
     status: $("status"), empty: $("empty"), languages: $("languages"), source: $("source-lang"),
-    target: $("target-lang"),
+    target: $("target-lang"), results: $("results"), request: $("request-meta"),
   };
+  const EXAMPLE = { translation: "Save changes\nOpen the file", other: "One input per line" };
   const configs = new Map(); // model name -> {task, max_tokens, max_beam_width, ...} (strings)
   let loading = null; // the repository index request in flight, shared
   let running = false;
@@ -95,6 +96,8 @@
     }
     const names = [];
     for (const m of index) if (!names.includes(m.name)) names.push(m.name);
+    // Chosen before the list is shown, so that a pick made as soon as it shows is never undone.
+    const pick = names.includes(previous) ? previous : await translationModel(names);
     el.model.replaceChildren(...names.map((name) => {
       const versions = index.filter((m) => m.name === name);
       const latest = versions[versions.length - 1];
@@ -104,24 +107,37 @@
     if (!names.length) {
       el.model.replaceChildren(new Option("(the server serves no models)", ""));
     }
-    if (names.includes(previous)) el.model.value = previous;
+    if (pick) el.model.value = pick;
     clearError();
     await modelChanged();
     return names.length > 0;
   }
 
+  async function configOf(name) {
+    if (!configs.has(name)) configs.set(name, await api("GET", "/v2/models/" + encodeURIComponent(name) + "/config"));
+    return configs.get(name);
+  }
+
+  // The page's example input is a translation's: the first translation model is the one shown first (the first by
+  // name where none is served).
+  async function translationModel(names) {
+    for (const name of names) {
+      try {
+        if (param(await configOf(name), "task") === "translation") return name;
+      } catch (e) { /* its configuration is read again, with the error shown, if it is picked */ }
+    }
+    return names[0] || "";
+  }
+
   async function modelChanged() {
     const name = el.model.value;
     if (!name) return;
-    let config = configs.get(name);
-    if (!config) {
-      try {
-        config = await api("GET", "/v2/models/" + encodeURIComponent(name) + "/config");
-      } catch (e) {
-        showError("Could not read the configuration of " + name + ".", e);
-        return;
-      }
-      configs.set(name, config);
+    let config;
+    try {
+      config = await configOf(name);
+    } catch (e) {
+      showError("Could not read the configuration of " + name + ".", e);
+      return;
     }
     if (el.model.value !== name) return; // changed again meanwhile
     const task = param(config, "task") || "";
@@ -143,6 +159,7 @@
       el.maxTokens.nextElementSibling.textContent = "0 = default (max " + maxTokens + ")";
     }
     el.run.textContent = task === "translation" ? "Translate" : "Generate";
+    el.input.placeholder = task === "translation" ? EXAMPLE.translation : EXAMPLE.other;
     showLanguages(config);
     const facts = [];
     if (task) facts.push("task: " + task);
@@ -202,9 +219,12 @@
   function render(model, texts, outputs, counts, timing, ms, target) {
     const lang = target || targetLang(model);
     const server = timing && typeof timing.total_seconds === "number"
-      ? " · server " + (timing.total_seconds * 1000).toFixed(0) + " ms (first token " +
-        (timing.time_to_first_token_seconds * 1000).toFixed(0) + " ms)"
+      ? "server " + (timing.total_seconds * 1000).toFixed(0) + " ms (first token " +
+        (timing.time_to_first_token_seconds * 1000).toFixed(0) + " ms) · "
       : "";
+    el.request.textContent = server + "round trip " + ms.toFixed(0) + " ms · " + texts.length +
+      (texts.length === 1 ? " line" : " lines") + " in one request";
+    el.request.hidden = false;
     const items = texts.map((text, i) => {
       const out = outputs[i] === undefined ? "" : String(outputs[i]);
       const li = document.createElement("li");
@@ -221,19 +241,36 @@
       const tokens = counts.input && counts.output && counts.input[i] !== undefined
         ? counts.input[i] + " tokens in → " + counts.output[i] + " tokens out · "
         : "";
-      meta.textContent = tokens + chars(text) + " chars in → " + chars(out) + " chars out" + server + " · round trip " +
-        ms.toFixed(0) + " ms (request of " + texts.length + (texts.length === 1 ? " line)" : " lines)");
+      meta.textContent = tokens + chars(text) + " chars in → " + chars(out) + " chars out";
       li.append(src, dst, meta);
       return li;
     });
     el.outputs.replaceChildren(...items);
-    el.empty.hidden = items.length > 0;
+  }
+
+  // A new request, or a refusal: what an earlier request showed is gone, so that nothing on the page reads as the
+  // answer to this one.
+  function clearOutputs() {
+    el.outputs.replaceChildren();
+    el.request.textContent = "";
+    el.request.hidden = true;
+    el.status.textContent = "";
+    el.empty.hidden = true;
+  }
+
+  // On a narrow screen the results sit below the form: brought into view once they are there.
+  const calm = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+  function reveal(box) {
+    const top = box.getBoundingClientRect().top;
+    if (top < 0 || top > window.innerHeight * 0.6) box.scrollIntoView({ block: "start", behavior: calm ? "auto" : "smooth" });
   }
 
   async function run() {
     if (running) return;
     running = true;
     el.run.disabled = true;
+    clearOutputs();
+    clearError();
     el.outputs.dataset.state = "running";
     el.outputs.setAttribute("aria-busy", "true");
     try {
@@ -278,9 +315,10 @@
       clearError();
       render(model, texts, out ? out.data : [], counts, answer.parameters, ms, /^[a-z]{2,3}(-|$)/.test(target) ? target : "");
       el.status.textContent = texts.length + (texts.length === 1 ? " output" : " outputs") + " from " + model +
-        " v" + answer.model_version + " in " + ms.toFixed(0) + " ms round trip";
+        " v" + answer.model_version;
       el.outputs.dataset.state = "done";
     } finally {
+      reveal(el.outputs.dataset.state === "error" && !el.error.hidden ? el.error : el.results);
       el.outputs.removeAttribute("aria-busy");
       el.run.disabled = false;
       running = false;
