@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
-import shutil
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import MODEL_REPO, ServerThread, link_model, server_config
@@ -48,28 +49,30 @@ def pair_log():
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, model_repo):
-    """translate-en-ja (both versions), an OPUS-MT-like Marian folder naming en -> ja imported as it is, and the
-    same folder with its languages removed imported with `s2s import --source-lang fr --target-lang ja`."""
+    """translate-en-ja (both versions); an OPUS-MT-like Marian folder that names no languages, imported by
+    `s2s import --source-lang en --target-lang ja` under a name that sorts first; and its bundle again as fr -> ja
+    (the same files, another pair: only routing differs)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import marian_models as mm
 
-    from export.hf_import import ImportOptions, import_model
+    from contract import bundle
     from s2s.cli import main
 
     root = tmp_path_factory.mktemp("pairs")
     repo = root / "models"
     for version in ("1", "2"):
         link_model(repo, "translate-en-ja", MODEL_REPO / "translate-en-ja" / version)
-    mm.make(root / "opus", langs=("en", "ja"), steps=60)
-    import_model(ImportOptions(root / "opus", repo, OPUS))
-    bare = root / "bare"
-    shutil.copytree(root / "opus", bare)
-    tok_cfg = json.loads((bare / "tokenizer_config.json").read_text())
-    assert (tok_cfg.pop("source_lang"), tok_cfg.pop("target_lang")) == ("en", "ja")
-    (bare / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
-    args = ["--name", "fr-ja", "--source-lang", "fr", "--target-lang", "ja"]
-    assert main(["import", str(bare), "--repo", str(repo), *args]) == 0
+    mm.make(root / "opus", steps=60)
+    tok_cfg = json.loads((root / "opus" / "tokenizer_config.json").read_text())
+    assert not (tok_cfg.get("source_lang") or tok_cfg.get("target_lang"))  # a folder that names no pair
+    args = ["--name", OPUS, "--source-lang", "en", "--target-lang", "ja"]
+    assert main(["import", str(root / "opus"), "--repo", str(repo), *args]) == 0
+    src, fr = repo / OPUS / "1", repo / "fr-ja" / "1"
+    link_model(repo, "fr-ja", src)
+    (fr / "config.json").unlink()
+    cfg = bundle.read_bundle(src, verify_hashes=False)
+    dataclasses.replace(cfg, name="fr-ja", source_language="fr").write(fr)
     return repo
 
 
@@ -92,10 +95,30 @@ def libre(srv, source: str, target: str) -> list[str]:
 
 
 def test_import_records_the_languages(repo):
-    fr, opus = config_json(repo, "fr-ja"), config_json(repo, OPUS)
-    assert (fr["source_language"], fr["target_language"]) == ("fr", "ja")  # the flags
-    assert (opus["source_language"], opus["target_language"]) == ("en", "ja")  # tokenizer_config.json's
-    assert fr["origin"]["model_type"] == "marian"
+    opus = config_json(repo, OPUS)
+    assert (opus["source_language"], opus["target_language"]) == ("en", "ja")  # the flags
+    assert opus["origin"]["model_type"] == "marian"
+
+
+def test_import_languages_flags_over_tokenizer_config():
+    """The flags win over tokenizer_config.json's source_lang / target_lang, which are taken where they are codes;
+    a multilingual model takes as flags only codes of its own languages."""
+    from contract.languages import Languages
+    from export.hf_import import ImportOptions, ImportRefused, Loaded, _languages
+
+    def langs(tok_cfg, languages=None, **flags):
+        opts = ImportOptions(Path("folder"), Path("repo"), "m", **flags)
+        return _languages(opts, Loaded(config=None, source_tokenizer=None, languages=languages), tok_cfg)
+
+    opus_mt = {"source_lang": "en", "target_lang": "ja"}
+    assert langs(opus_mt) == ["en", "ja"]
+    assert langs(opus_mt, target_language="de") == ["en", "de"]
+    assert langs({"source_lang": "ROMANCE"}, source_language="fr", target_language="ja") == ["fr", "ja"]
+    assert langs({"source_lang": "ROMANCE"}) == [None, None]
+    m2m = Languages.of_tokens({"__en__": 5, "__ja__": 6})
+    assert langs({}, m2m, target_language="ja") == [None, "ja"]
+    with pytest.raises(ImportRefused, match="--target-lang 'de' is not one of the model's languages"):
+        langs({}, m2m, target_language="de")
 
 
 def test_import_language_flag_refused(capsys):
@@ -111,7 +134,7 @@ def test_default_keeps_its_pair_and_the_log_says_each_pairs_model(repo, pair_log
     try:
         assert libre(srv, "en", "ja") == grpc_generate(srv, "translate-en-ja", TEXTS)
         assert libre(srv, "en", "ja") != grpc_generate(srv, OPUS, TEXTS)  # the two models differ
-        assert libre(srv, "fr", "ja") == grpc_generate(srv, "fr-ja", TEXTS)  # reachable through its flags
+        assert libre(srv, "fr", "ja") == grpc_generate(srv, "fr-ja", TEXTS)  # its own pair
         assert LibreTranslateAPI(base(srv)).languages(timeout=TIMEOUT) == [
             {"code": "en", "name": "English", "targets": ["ja"]},
             {"code": "fr", "name": "French", "targets": ["ja"]},
