@@ -34,8 +34,8 @@ import numpy as np
 
 from bench.common.abba import abba
 from bench.common.proc_cpu import children, proc_cpu_s
-from bench.serving.served_reference import served_texts
 from bench.serving.server_process import ServerProcess
+from server.models.in_process import served_texts
 
 WARMUP_MIN = 8  # answers before a window measures: max(2 x C, this)
 

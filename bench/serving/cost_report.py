@@ -121,5 +121,5 @@ def notes(meta: dict, args: argparse.Namespace) -> str:
         "(served, references; references, served: ABBA); each figure is the median over the rounds, each ratio the "
         "median of the per-round ratios; p50/p99 pool every round's latencies.\n"
         "- outputs: the served answers against the engine in process reading what the server's text plan reads "
-        "(spans and numbers protected, long inputs split: bench/serving/served_reference.py), the same search."
+        "(spans and numbers protected, long inputs split: server/models/in_process.py), the same search."
     )

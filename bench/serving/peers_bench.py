@@ -33,9 +33,9 @@ from bench.common.report import RESULTS
 from bench.serving.cost import searches
 from bench.serving.peer_load import Target, Window, window
 from bench.serving.peer_process import PeerProcess
-from bench.serving.served_reference import served_texts
 from bench.serving.server_process import ServerProcess
 from bench.serving.trees import baseline_tree
+from server.models.in_process import served_texts
 
 PEERS = {
     "per-request": "CTranslate2 behind grpc.aio, per request",

@@ -234,7 +234,7 @@ def publish_report(sides, search_list, args, meta) -> None:
   repeats of one answer); *answer bytes*: that ModelInferResponse serialized.
 - outputs: every side's answers against the engine in process (`generate`, the same search) on the inputs each
   answered; for `s2s serve`, the engine reading what the server's text plan reads (its default text options for
-  a translation model: spans and numbers protected, long inputs split; bench/serving/served_reference.py), the
+  a translation model: spans and numbers protected, long inputs split; server/models/in_process.py), the
   peers reading the inputs as sent.{bare_note}
 - date: {meta["started"]:%Y-%m-%d %H:%M} UTC; CPU: {cpu_model()}; command: `python -m bench.serving.peers_bench
   {" ".join(meta["argv"])}`; {meta["seconds"]:.0f} s

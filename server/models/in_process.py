@@ -1,9 +1,9 @@
-"""What `s2s serve` answers for a text, computed in process: the engine's ``generate`` on the rows the server's
-text plan reads (server/models/text_plan.py: protected spans and numbers masked, long inputs and lines split),
-joined and restored as the model API does, spans the model made up dropped. The reference the serving benchmarks
-compare served answers with: the same search in process, so that a difference is the serving stack's (batching,
-cores, pipes), not the text options a translation model is served with by default; the bare engine (inputs as
-sent) is counted beside it."""
+"""What `s2s serve` answers for a text, computed in process: the engine's ``generate`` on the rows the model API's
+text plan reads (``text_plan``: protected spans and numbers masked, long inputs and lines split), joined and
+restored as the model API does, spans the model made up dropped. For the evaluation scripts and the benchmarks
+that compare served answers with the engine's: a difference is then the serving stack's (batching, cores,
+pipes), not the text options a translation model is served with by default. Tested equal to the served answers
+(tests/test_protected_spans.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def served_texts(engine, texts: list[str], max_batch_size: int, **options) -> li
 
 def served_outputs(engine, texts: list[str], prefixes: list[str] | None = None, **options) -> list[Output]:
     """One ``results.Output`` per text (its n-best hypotheses and scores), as the server's default text options
-    make it; ``options`` are ``Translator.generate``'s (``max_batch_size`` among them)."""
+    make it; ``engine``: an ``engine.Translator``; ``options``: its ``generate``'s (``max_batch_size`` among them)."""
     if engine.config.task.name != "translation":
         results = engine.generate(texts, target_prefixes=prefixes, **options)
         return [Output(r.text, r.input_tokens, len(r.tokens), tuple(r.hypotheses)) for r in results]
