@@ -218,6 +218,9 @@ def accuracy(report: Report, s: Setup, n: int) -> None:
     srcs, refs = [x for x, _ in s.pairs[:n]], [y for _, y in s.pairs[:n]]
     tokens = [[s.vocab[i] for i in s.ck.codec.source_ids(t)] for t in srcs]
     tok = s.ck.extra.get("config", {}).get("bleu_tokenize", "13a")
+    report.text(
+        f"int8's accuracy on {len(srcs)} held-out inputs, greedy with EOS, batch 64 (BLEU tokenize `{tok}`); *same as fp32*: outputs identical to the same system in float32:"
+    )
     t = report.table("int8_accuracy", "engine", "precision", ("exact match", "{:.1%}"), ("chrF", "{:.1f}"),
                      ("BLEU", "{:.1f}"), ("same as fp32", "{:.1%}"), ("seconds", "{:.1f}"))  # fmt: skip
     base = {}
