@@ -62,14 +62,12 @@ models: install  ## retrain and re-export the default model repository (5,200 st
 experiments: install  ## the heads x reversed-input grid of docs/experiments.md
 	$(PY) scripts/heads_experiment.py
 
-bench: install  ## the benchmarks behind docs/BENCHMARKS.md: results in docs/bench/*.json, then rendered (about 20 min; keep the machine otherwise idle)
-	$(PY) -m bench.engine.decode_grid
-	$(PY) -m bench.engine.decode_real
-	$(PY) -m bench.engine.int8_variants
-	$(PY) -m bench.serving.serve
-	$(PY) -m bench.engine.threads
-	$(PY) -m bench.engine.profile_step
-	$(PY) -m bench.render
+bench: install  ## the maintained benchmark grids behind docs/BENCHMARKS.md: results in docs/bench/*.json, rendered (about 50 min on 2 cores, from the committed results' timings; keep the machine otherwise idle)
+	$(PY) -m bench engine
+	$(PY) -m bench serve
+	$(PY) -m bench peers
+	$(PY) -m bench quality
+	$(PY) -m bench profile
 
 gpu-check: install-gpu  ## on an NVIDIA host: CUDA vs CPU parity, the decode table on CUDA, an fp16 bundle, 1 min of serving (< 10 min)
 	$(PY) scripts/gpu_check.py --device cuda --out .cache/gpu-check --write

@@ -37,7 +37,7 @@ K = 16  # candidates per row: a trained model's top token stands far above its 1
 BITS = 7  # weights in [-63, 63]: u8 x s7 pairs fit int16, where AVX2's int8 dot product saturates with s8
 # "auto" screens from this many multiply-adds per row in the output projection (d_model x target vocabulary): below
 # it the screen's fixed cost (its session, the candidates' exact logits) outweighs the float32 GEMM it saves
-# (bench/engine/screen_rule.py; docs/bench/marian-ct2-notes.md).
+# (docs/studies/greedy-screen-rule.md; docs/bench/marian-ct2-notes.md).
 AUTO_MIN_MACS = 4_000_000
 MODES = ("auto", "on", "off")
 

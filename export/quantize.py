@@ -12,7 +12,7 @@ can depend on which rows share its batch (the same 640 held-out inputs decoded u
 policies gave different int8 outputs, identical float32 ones); 568-586 of 640 equal CTranslate2 int8's.
 
 Both leave Gather (embeddings), LayerNorm and the attention internals in float32: they are a small
-share of the time and most of the accuracy risk. bench/int8_variants.py measures each variant's speed
+share of the time and most of the accuracy risk. docs/studies/int8-variants.md has each variant's speed
 and its chrF / exact-match change against float32 (docs/BENCHMARKS.md#int8-variants); ``INT8`` names
 the variant ``int8`` resolves to.
 

@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="the beam a request gets when it names none (beam_size 0), written to config.json; "
         "default: the checkpoint's (1 = greedy). The paper's is 4: choose it where it raises quality "
-        "enough for its cost (docs/experiments.md, bench/serving/option_cost.py's table)",
+        "enough for its cost (docs/experiments.md, docs/BENCHMARKS.md#options)",
     )
     p.add_argument(
         "--length-penalty-type",

@@ -19,7 +19,7 @@ import sacrebleu
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common.markdown import write_section  # noqa: E402
+from scripts.doc_section import write_section  # noqa: E402
 
 N_TEST = 2000  # pairs scored per test split (the en-ja split has 9,715)
 

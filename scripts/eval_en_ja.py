@@ -38,7 +38,7 @@ import sacrebleu
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common.markdown import write_section  # noqa: E402
+from scripts.doc_section import write_section  # noqa: E402
 
 CORPUS = (ROOT / "data/en-ja/ui-strings.tsv", ROOT / "data/en-ja/ui-strings-copyleft.tsv")
 HELDOUT = ROOT / "data/en-ja/heldout-projects.tsv"
@@ -98,7 +98,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     import engine
-    from bench.serving.served_reference import served_texts
+    from server.models.in_process import served_texts
 
     wanted = {name.strip() for name in args.sets.split(",")}
     sets = {name: pairs for name, pairs in test_sets().items() if name in wanted}

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common.bundles import latest  # noqa: E402
+from bench.harness.inputs import latest  # noqa: E402
 from scripts.gpu_serve import serve_under_load  # noqa: E402
 
 MODELS = ("addition", "translate-en-ja")
@@ -342,9 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "REPORT.md").write_text(md)
     print(md)
     if args.write:
-        from bench.common.report import RESULTS, publish
+        from bench.harness import render
+        from bench.harness.results import Report
 
-        publish(md, RESULTS, "gpu-check")  # docs/bench/gpu-check.json, then docs/BENCHMARKS.md rendered again
+        results = Report("gpu-check")
+        results.add_markdown(md)
+        results.save()  # docs/bench/gpu-check.json
+        render.write()  # docs/BENCHMARKS.md
     return 0 if report["passed"] else 1
 
 

@@ -8,43 +8,11 @@ inputs are decoded by the in-process engine on the same device and compared with
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_serving(port: int, proc: subprocess.Popen, timeout: float) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"s2s serve exited with {proc.returncode} before serving")
-            try:
-                if (
-                    stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
-                    == health_pb2.HealthCheckResponse.SERVING
-                ):
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)  # polling a process that starts up; nothing to wait on instead
-    raise RuntimeError(f"s2s serve not SERVING after {timeout:.0f} s")
 
 
 def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
@@ -58,37 +26,20 @@ def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
         ]
         for m in models
     }
-    port, metrics = _free_port(), _free_port()
-    log = open(args.out / "serve.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "s2s.cli",
-            "serve",
-            "--model-repo",
-            str(args.model_repo),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(metrics),
-            "--http-port",
-            "0",
-            "--device",
-            args.device,
-            "--instances",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
+    from bench.harness.server import s2s_serve
+
+    server = s2s_serve(
+        args.model_repo,
+        "--device",
+        args.device,
+        "--instances",
+        "1",
+        metrics=True,
+        log=args.out / "serve.log",
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    try:
-        _wait_serving(port, proc, 180)
-        with Seq2SeqClient(f"127.0.0.1:{port}", timeout=60) as c:
+    with server:  # ready once it is entered; stopped (SIGTERM, then killed) on the way out
+        with Seq2SeqClient(server.address, timeout=60) as c:
             providers = {m.name: m.provider for m in c.models()}
         latencies: list[float] = []
         answers: dict[tuple[str, str], str] = {}
@@ -99,7 +50,7 @@ def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
 
         def caller(k: int) -> None:
             i = k
-            with Seq2SeqClient(f"127.0.0.1:{port}", timeout=60) as c:
+            with Seq2SeqClient(server.address, timeout=60) as c:
                 while time.monotonic() < t_end:
                     m = models[i % len(models)]
                     texts = [inputs[m][(i * 7 + j) % len(inputs[m])] for j in range(1 + i % 4)]
@@ -126,15 +77,8 @@ def serve_under_load(args, models: tuple[str, ...], ja: str) -> dict:
         for t in threads:
             t.join()
         wall = time.monotonic() - t0
-        metrics_text = _get(f"http://127.0.0.1:{metrics}/metrics")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-    from bench.common.bundles import latest
+        metrics_text = _get(f"http://127.0.0.1:{server.metrics_port}/metrics")
+    from bench.harness.inputs import latest
 
     same = total = 0
     for m in models:

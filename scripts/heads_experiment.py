@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common.markdown import write_section  # noqa: E402
+from scripts.doc_section import write_section  # noqa: E402
 
 GRID = [(heads, rev) for heads in (1, 4) for rev in (False, True)]
 CONVERGED = 0.9  # "converged": first epoch whose validation exact match reaches this

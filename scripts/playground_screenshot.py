@@ -10,15 +10,15 @@ shown, save the window into docs/img/playground.png.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common.local_serve import free_port, serve_cmd, wait_ready  # noqa: E402
+from bench.harness.server import s2s_serve  # noqa: E402
 
 STRINGS = ["Save changes", "Open the file", "Delete this item?", "Settings", "Check for updates"]
 
@@ -38,17 +38,11 @@ def main() -> int:
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     tmp = Path(tempfile.mkdtemp(prefix="s2s-playground-"))
-    port, mport, hport = free_port(), free_port(), free_port()
-    server = subprocess.Popen(
-        serve_cmd(ROOT / "models", port, hport, mport),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    stack = contextlib.ExitStack()
+    server = stack.enter_context(s2s_serve(ROOT / "models", http=True, metrics=True))  # ready once it returns
     driver = None
     try:
-        base = f"http://127.0.0.1:{hport}"
-        wait_ready(base + "/v2/health/ready", 60, server)
+        base = f"http://127.0.0.1:{server.http_port}"
         options = webdriver.ChromeOptions()
         options.binary_location = chromium
         for arg in (
@@ -97,8 +91,7 @@ def main() -> int:
     finally:
         if driver is not None:
             driver.quit()
-        server.terminate()
-        server.wait(20)
+        stack.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -10,6 +10,7 @@ graph of the recording rule for p50/p95/p99 request latency into docs/img/promet
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common.local_serve import free_port, serve_cmd  # noqa: E402
+from bench.harness.server import free_port, s2s_serve  # noqa: E402
 
 
 def main() -> int:
@@ -34,16 +35,11 @@ def main() -> int:
     from s2s.seq2seq_client import Seq2SeqClient
 
     tmp = Path(tempfile.mkdtemp(prefix="s2s-prom-"))
-    port, mport, pport = free_port(), free_port(), free_port()
-    server = subprocess.Popen(
-        serve_cmd(ROOT / "models", port, 0, mport),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    pport, stack = free_port(), contextlib.ExitStack()
+    server = stack.enter_context(s2s_serve(ROOT / "models", metrics=True))  # ready once it returns
     cfg = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     job = next(j for j in cfg["scrape_configs"] if j["job_name"] == "s2s")
-    job["static_configs"][0]["targets"] = [f"127.0.0.1:{mport}"]
+    job["static_configs"][0]["targets"] = [f"127.0.0.1:{server.metrics_port}"]
     cfg["scrape_configs"] = [job]
     cfg["rule_files"] = [str(ROOT / "deploy/prometheus/rules.yml")]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
@@ -66,7 +62,7 @@ def main() -> int:
         stop = time.monotonic() + args.seconds
 
         def worker(k: int) -> None:
-            with Seq2SeqClient(f"127.0.0.1:{port}") as c:
+            with Seq2SeqClient(server.address) as c:
                 i = k
                 while time.monotonic() < stop:
                     if i % 3:
@@ -111,9 +107,9 @@ def main() -> int:
         print(args.out)
         return 0
     finally:
-        for p in (prom, server):
-            p.terminate()
-            p.wait(20)
+        prom.terminate()
+        prom.wait(20)
+        stack.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

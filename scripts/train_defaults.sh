@@ -15,7 +15,7 @@ if [[ $what == all || $what == addition ]]; then
   # 3-digit addition with reversed input (the server reverses too), a third of the problems carry
   # chains (training/tasks.py). A fixed 12 epochs, not a stop at 100% validation exact match: the
   # first model stopped there at epoch 6 and still got 11 of 1,280 carry chains wrong; this one is
-  # checked on all 1,000,000 pairs (bench/engine/addition_exhaustive.py). Peak learning rate
+  # checked on all 1,000,000 pairs (python -m bench quality --sets addition). Peak learning rate
   # 0.2 * 128^-0.5 * 400^-0.5 = 8.8e-4: at the paper's factor 1 (4.4e-3 at this width) training
   # stalled at 40% token accuracy.
   $S2S train --task addition --digits 3 --n-train 100000 --n-valid 2000 --n-test 10000 --reverse-source \

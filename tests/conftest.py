@@ -17,8 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from bench.common.local_serve import free_port, serve_cmd  # noqa: F401  (re-exported to the tests)
+from local_serve import free_port, serve_cmd  # noqa: F401  (re-exported to the tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 # The committed default models; a test run can point elsewhere (e.g. while models are rebuilt).
@@ -30,11 +29,11 @@ DEFAULT_MODELS = ("addition", "translate-en-ja")
 def served_version(name: str, repo: Path = MODEL_REPO) -> Path:
     """The version folder of ``name`` that `s2s serve` serves by default: the latest on disk (what answers are
     compared with)."""
-    from bench.common.bundles import latest
+    from server.models.disk import versions_on_disk
 
-    folder = latest(repo, name)
-    assert folder is not None, f"no version of {name} in {repo}"
-    return folder
+    versions = versions_on_disk(repo / name) if (repo / name).is_dir() else []
+    assert versions, f"no version of {name} in {repo}"
+    return repo / name / str(versions[-1])
 
 
 def english(n: int) -> list[str]:

@@ -1,7 +1,7 @@
 """Graphs past ONNX's 2 GB protobuf limit (NLLB-600M's hold 1.76 GB of weights each) keep their weights in
 ``<graph>.data`` beside them, which config.json hashes like the graphs, the float32 export and the int8 conversion
 alike. Shown on the addition model with both thresholds at 0, so that its few kB take the way a big model's
-gigabytes take (bench/engine/nllb_ct2.py runs the real size)."""
+gigabytes take (docs/studies/nllb-600m.md measured the real size)."""
 
 from __future__ import annotations
 

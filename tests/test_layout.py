@@ -1,7 +1,8 @@
-"""The code's shape, as the architecture asks of it: no import circle inside server/ or engine/; server/'s
+"""The code's shape, as the architecture asks of it: no import circle anywhere in the tree's packages; server/'s
 folders are its layers and import down only; the engine core's modules reach no event loop or gRPC; no module
 that speaks HTTP reaches gRPC or generated protobuf code (directly or through the server modules it imports);
-no file of server/ over 400 lines. Read from the source (ast), so a lazy import inside a function counts too."""
+no file of server/ or bench/ over 400 lines; no test imports the benchmarks or another test file (only conftest and
+helper modules). Read from the source (ast), so a lazy import inside a function counts too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from conftest import ROOT
 
 PACKAGES = ("server", "engine")
+# Every package of the tree (a folder with an __init__.py at the top): the whole import graph has no circle.
+TREE = tuple(sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "protos"))
 MAX_LINES = 400
 # Modules that speak HTTP: the aiohttp doors and what only they use.
 GRPC_PREFIXES = ("grpc", "grpc_health", "grpc_reflection", "google.protobuf", "protos")
@@ -37,9 +40,9 @@ HTTP_EXTRA = ("server.kserve.rest_binding", "server.kserve.repository_rest", "se
 GRPC_DOORS = ("server.doors.seq2seq_grpc",)
 
 
-def _modules() -> dict[str, Path]:
+def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     out = {}
-    for package in PACKAGES:
+    for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -48,6 +51,7 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+TREE_MODULES = _modules(TREE)
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -75,17 +79,21 @@ def _internal(imported: set[str]) -> set[str]:
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+TREE_GRAPH = {
+    name: {m for m in _imports(name, path) if m in TREE_MODULES} for name, path in TREE_MODULES.items()
+}
 
 
-def _cycle(package: str) -> list[str] | None:
-    """An import circle among the modules of ``package`` (its __init__ importing its own submodules excepted), or None."""
+def _cycle(package: str, graph: dict[str, set[str]] = GRAPH) -> list[str] | None:
+    """An import circle among the modules of ``package`` ("": every package of ``graph``; a package's __init__
+    importing its own submodules excepted), or None."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     stack: list[str] = []
 
     def visit(m: str) -> list[str] | None:
         state[m] = 1
         stack.append(m)
-        for dep in sorted(_internal(GRAPH[m])):
+        for dep in sorted(d for d in graph[m] if d in graph and d != m):  # `from pkg import sub` inside pkg
             if dep.startswith(m + "."):  # a package importing its own submodule is no circle
                 continue
             if state.get(dep) == 1:
@@ -96,7 +104,7 @@ def _cycle(package: str) -> list[str] | None:
         state[m] = 2
         return None
 
-    for m in sorted(m for m in GRAPH if m.split(".")[0] == package):
+    for m in sorted(m for m in graph if not package or m.split(".")[0] == package):
         if m not in state and (found := visit(m)):
             return found
     return None
@@ -106,6 +114,25 @@ def _cycle(package: str) -> list[str] | None:
 def test_no_import_circle(package):
     circle = _cycle(package)
     assert circle is None, "import circle: " + " -> ".join(circle)
+
+
+def test_no_import_circle_in_the_tree():
+    """Across every package of the tree, bench/ and training/ included: no module reaches itself."""
+    assert {"bench", "contract", "engine", "export", "server", "training"} <= set(TREE), TREE
+    circle = _cycle("", TREE_GRAPH)
+    assert circle is None, "import circle: " + " -> ".join(circle)
+
+
+def test_tests_import_no_benchmark_and_no_other_test_file():
+    """The tests build on the product and on their helper modules (conftest, tests/<helper>.py), never on the
+    benchmarks (bench/) or on another test file."""
+    bad = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for i in sorted(_imports(path.stem, path)):
+            top = i.split(".")[0]
+            if top == "bench" or (top.startswith("test_") and (ROOT / "tests" / f"{top}.py").is_file()):
+                bad.append(f"{path.name} imports {i}")
+    assert not bad, "\n".join(bad)
 
 
 def _reach(start: str) -> dict[str, str]:
@@ -188,13 +215,14 @@ def test_every_server_module_has_a_room():
     assert top == ["app", "config", "errors"], top
 
 
-def test_server_files_are_under_400_lines():
+def test_server_and_bench_files_are_under_400_lines():
     long = {
         str(p.relative_to(ROOT)): n
-        for p in sorted((ROOT / "server").rglob("*.py"))
+        for folder in ("server", "bench")
+        for p in sorted((ROOT / folder).rglob("*.py"))
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
-    assert not long, f"files of server/ over {MAX_LINES} lines: {long}"
+    assert not long, f"files of server/ or bench/ over {MAX_LINES} lines: {long}"
 
 
 IMPORT_ONLY = ("torch", "transformers", "sentencepiece", "safetensors", "training", "export")

@@ -17,9 +17,9 @@ import tritonclient.http as th
 from conftest import english, served_version
 from tritonclient.utils import InferenceServerException
 
-from bench.serving.served_reference import served_outputs
 from contract.bundle import read_bundle
 from s2s.seq2seq_client import Seq2SeqClient
+from server.models.in_process import served_outputs
 
 JA = "translate-en-ja"
 # The vocabulary bounds sampling_topk; read from the bundle, so a retrained model needs no edit here.
@@ -57,7 +57,7 @@ def local():
 
 def expected(local, options: dict, prefixes=None):
     """What the server answers: the engine in process on what the default text plan reads (spans masked and
-    restored, spans the model made up dropped: bench.serving.served_reference)."""
+    restored, spans the model made up dropped: server.models.in_process)."""
     res = served_outputs(local, TEXTS, prefixes, **options)
     return [[(c.text, c.score) for c in r.hypotheses] for r in res]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import MODEL_REPO, ServerThread, english, served_version, server_config
-from test_spans import SOURCES
+from span_cases import SOURCES
 
 from contract import bundle
 from contract.spans import check, find_spans
@@ -89,11 +89,11 @@ def test_seq2seq_keeps_every_span_and_names_them(srv):
         assert o.pieces == 1
 
 
-def test_the_benchmarks_reference_is_what_the_server_answers(srv):
-    """bench/serving/served_reference.py, the in-process engine the serving benchmarks compare answers with, reads
+def test_the_in_process_reference_is_what_the_server_answers(srv):
+    """server/models/in_process.py, the in-process engine the benchmarks and evaluations compare answers with, reads
     what the server's text plan reads: equal to the served answers where the bare engine's differ."""
     import engine
-    from bench.serving.served_reference import served_texts
+    from server.models.in_process import served_texts
 
     eng = engine.load(served_version(EN_JA), threads=1, device="cpu")
     texts = [*SOURCES, "line one\nline two", "Save changes"]

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 import marian_models as mm  # noqa: E402
 from conftest import ServerThread, server_config  # noqa: E402
-from test_spans import SOURCES  # noqa: E402
+from span_cases import SOURCES  # noqa: E402
 
 from contract.spans import check  # noqa: E402
 from export.hf_import import ImportOptions, import_model  # noqa: E402

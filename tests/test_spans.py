@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from span_cases import SOURCES
 
 from contract.masking import mask, restore
 from contract.spans import check, find_spans
@@ -85,26 +86,6 @@ def test_adjacent_nested_and_at_both_ends():
     assert spans("<b>%(quota)s</b>") == [("tag", "<b>"), ("printf", "%(quota)s"), ("tag", "</b>")]
     assert spans("{a}{b} text {c}") == [("brace", "{a}"), ("brace", "{b}"), ("brace", "{c}")]
     assert spans("%dx%d") == [("printf", "%d"), ("printf", "%d")]
-
-
-SOURCES = [
-    "You have 3 new messages.",
-    "<b>Warning:</b> the file %(name)s could not be read from http://example.com/poster.jpg",
-    "from {old} to {new}",
-    "<strong>%(quota)s</strong>",
-    "%s and %s. Total size: %s",
-    "Invoice {full_invoice_no} was sent to billing@example.org",
-    '<p>Click <a href="https://x.org">here</a> to continue &amp; save.</p>',
-    "You have {count, plural, one {# file} other {# files}} in ${folder}",
-    "Unbalanced <b>bold text and </i> stray close",
-    "{{ user }} logged in at %H:%M",
-    "%s",
-    "%s: %d (%%)",
-    "<br/>",
-    "Save &amp; Close",
-    "Expected text or optional element <%s>, found <%s> instead",
-    "Save changes",  # no span: the output gets none either
-]
 
 
 def adversarial(m, rng: random.Random) -> list[str]:

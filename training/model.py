@@ -153,7 +153,7 @@ class MultiHeadAttention(nn.Module):
             # the queries before the head split and returns them merged (export/fused.py).
             return self.w_o(attention(self.w_q(x), k, v, bias, self.h))  # (B, T, d_model)
         # Training: PyTorch's fused kernel, dropout inside (0.96x of the written-out ops in
-        # bench/train_speed.py on 2 cores, kept for the memory it saves on longer batches).
+        # docs/studies/train-speed.md on 2 cores, kept for the memory it saves on longer batches).
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropout.p, scale=self.d_k**-0.5

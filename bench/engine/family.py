@@ -1,0 +1,141 @@
+"""Imported checkpoints for the engine grid (``--model-family``): a checkpoint of a family's shape made here as a
+user's download would look (transformers' random initialisation, saved with ``save_pretrained``; nothing is
+downloaded), imported by ``s2s import`` (float32 and ``--quantize int8``) and converted by CTranslate2's own
+``ct2-transformers-converter``; each made once and cached under .cache/bench/<family>/. Random weights would stop
+anywhere, so both sides generate exactly --new-tokens tokens (min = max decoding length). In float32 greedy cells the
+engine also runs with its greedy screen off (the default, auto, screens a projection this size: engine/screen.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import CACHE, ROOT
+from bench.harness.inputs import log
+from bench.harness.results import Report, provenance
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # the checkpoint is made here; nothing is downloaded
+SIZES = {
+    "full": dict(d=512, layers=6, heads=8, ff=2048, vocab=32000),
+    "quick": dict(d=64, layers=2, heads=4, ff=128, vocab=2000),
+}
+
+
+def _helpers():
+    """The tests' builders of tiny real checkpoints (SentencePiece models, vocabularies, generated lines)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import marian_models
+
+    return marian_models
+
+
+def marian(folder: Path, d: int, layers: int, heads: int, ff: int, vocab: int) -> None:
+    """A random Marian checkpoint of OPUS-MT's shape (swish, tied embeddings), a vocabulary of ``vocab`` pieces
+    (SentencePiece models trained on generated lines, vocab.json filled to size with pieces never produced)."""
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+
+    mm = _helpers()
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = mm.lines(3000, 0, japanese=True)
+    mm.train_spm(texts, folder / "source.spm", 400)
+    mm.train_spm(texts, folder / "target.spm", 400)
+    v = mm.vocab_of(folder / "source.spm", folder / "target.spm")
+    v.pop("<pad>")
+    for i in range(len(v), vocab - 1):
+        v[f"▁w{i}"] = i
+    v["<pad>"] = vocab - 1
+    (folder / "vocab.json").write_text(json.dumps(v, ensure_ascii=False))
+    tok = MarianTokenizer(
+        source_spm=str(folder / "source.spm"),
+        target_spm=str(folder / "target.spm"),
+        vocab=str(folder / "vocab.json"),
+    )
+    torch.manual_seed(0)
+    cfg = MarianConfig(vocab_size=vocab, d_model=d, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+                       decoder_attention_heads=heads, encoder_ffn_dim=ff, decoder_ffn_dim=ff, max_position_embeddings=512,
+                       activation_function="swish", scale_embedding=True, pad_token_id=vocab - 1,
+                       decoder_start_token_id=vocab - 1, eos_token_id=0)  # fmt: skip
+    model = MarianMTModel(cfg).eval()
+    model.generation_config = GenerationConfig(decoder_start_token_id=vocab - 1, eos_token_id=0, pad_token_id=vocab - 1,
+                                               bad_words_ids=[[vocab - 1]], num_beams=4, max_length=512)  # fmt: skip
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+FAMILIES = {"marian": marian}  # family -> maker of a checkpoint folder of its shape
+
+
+def build(family: str, sizes: dict, variant: str) -> tuple[Path, dict[str, Path], Path]:
+    """(checkpoint, bundle by precision, CTranslate2 model), each made once."""
+    from export.hf_import import ImportOptions, import_model
+
+    tag = f"d{sizes['d']}-l{sizes['layers']}-v{sizes['vocab']}"
+    ckpt, repo, ct2 = (
+        CACHE / family / tag / "hf",
+        CACHE / family / tag / "models",
+        CACHE / family / tag / "ct2",
+    )
+    if not (ckpt / "config.json").is_file():
+        FAMILIES[family](ckpt, **sizes)
+    bundles = {}
+    for precision, quantize in (("float32", "none"), ("int8", variant)):
+        name = family if quantize == "none" else f"{family}-{quantize}"
+        if not (repo / name / "1" / "config.json").is_file():
+            import_model(ImportOptions(ckpt, repo, name, 1, quantize))
+        bundles[precision] = repo / name / "1"
+    if not (ct2 / "model.bin").is_file():
+        converter = Path(sys.executable).with_name("ct2-transformers-converter")
+        subprocess.run(
+            [str(converter), "--model", str(ckpt), "--output_dir", str(ct2), "--force"], check=True
+        )
+    return ckpt, bundles, ct2
+
+
+def run(args, started: float) -> Report:
+    import ctranslate2
+
+    import engine
+    from bench.engine import systems as sy
+    from bench.engine.table import grid_table
+
+    sizes = SIZES["quick" if args.quick else "full"]
+    _, bundles, ct2_dir = build(args.model_family, sizes, args.int8_variant)
+    n, repeats, sides, engines = args.new_tokens[0], args.repeats or 3, [], {}
+    for p in args.precisions:
+        engines[p] = eng = engine.load(bundles[p], threads=1, device="cpu")
+        tr = ctranslate2.Translator(
+            str(ct2_dir), device="cpu", compute_type=p, inter_threads=1, intra_threads=1
+        )
+        vocab = eng.codec.target_tokenizer.get_vocab()
+        sides += [sy.engine_forced(eng, n, p), sy.ct2(tr, sorted(vocab, key=vocab.get), p, n, forced=True)]
+        if p == "float32" and "engine screen off" in args.systems:
+            off = engine.load(bundles[p], threads=1, device="cpu", greedy_screen="off")
+            sides.append(sy.Side("engine screen off", p, sy.engine_forced(off, n).run, "greedy"))
+    cells = []
+    for beam in args.beams:
+        for b in args.batch_sizes:
+            texts = _helpers().lines(max(4 if args.quick else 8, b * (1 if b >= 64 else 2)), 5)
+            log(f"{args.model_family} beam {beam} batch {b}: {len(texts)} inputs")
+            for p, eng in engines.items():
+                tokens = [eng.source_tokens(t) for t in texts]
+                for c in sy.time_sides(
+                    [x for x in sides if x.precision == p], texts, tokens, beam, b, repeats
+                ):
+                    c.inputs, c.sources, c.keep = f"forced {n}", [len(x) for x in tokens], []
+                    cells.append(c)
+    report = Report(f"{args.model_family}-ct2")
+    report.heading(
+        f"An imported {args.model_family} checkpoint against CTranslate2 (`python -m bench engine --model-family {args.model_family}`)"
+    )
+    shape = ", ".join(f"{k} {v}" for k, v in sizes.items())
+    report.text(provenance(started) + f"\n- model: a random {args.model_family} checkpoint ({shape}) made here, `s2s import` (float32, "
+                f"`--quantize {args.int8_variant}`) against CTranslate2's own converter (compute_type float32 / int8); exactly {n} tokens "
+                f"per output on both sides, one thread each, {repeats} passes a cell taking turns after a warm-up, medians; `engine screen off`: "
+                "the engine with `greedy_screen` off (its default screens a projection this size). *x CT2*: sequences/s over CTranslate2's.")  # fmt: skip
+    grid_table(report, cells, forced=True)
+    return report

@@ -1,1 +1,0 @@
-"""Quality benchmarks: what the server's text handling keeps (protected spans, long inputs) and costs in chrF."""

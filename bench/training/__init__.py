@@ -1,1 +1,0 @@
-"""Benchmarks of the training loop."""
