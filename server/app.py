@@ -49,11 +49,32 @@ class Running:
     control: ModelControl
     web: HttpServer | None = None
     cut_short: asyncio.Event = field(default_factory=asyncio.Event)
+    # The models' first load: done once every engine core has come up (each model serves from its own first core).
+    loaded: asyncio.Future | None = None
+
+    async def load(self) -> None:
+        await self.repo.start(asyncio.get_running_loop())  # BundleError names the file
+        self.control.start()
+        log.info("every model loaded: %s", ", ".join(f"{mv.name}:{mv.version}" for mv in self.repo.all()))
+
+    async def close_failed(self) -> None:
+        """A model failed to load at start: the ports close and every engine core goes, at once."""
+        await self.health.enter_graceful_shutdown()
+        _kill_cores(self.repo)
+        if self.web is not None:
+            await self.web.stop(0)
+        await self.server.stop(0)
+        if self.http is not None:
+            self.http.close()
 
     async def stop(self) -> None:
         """Graceful: NOT_SERVING, refuse new work, let in-flight requests finish within the grace period
-        (or until ``abort()``: a second SIGTERM/SIGINT)."""
+        (or until ``abort()``: a second SIGTERM/SIGINT). Engine cores still loading are stopped at once."""
         await self.health.enter_graceful_shutdown()
+        if self.loaded is not None and not self.loaded.done():
+            self.loaded.cancel()
+            await asyncio.gather(self.loaded, return_exceptions=True)
+            _kill_cores(self.repo, loading_only=True)
         self.control.begin_close()  # loads and unloads get UNAVAILABLE from now on, polling stops
         for model in self.repo.all():
             model.stop()  # new requests now get UNAVAILABLE; queued and running ones go on
@@ -85,8 +106,8 @@ class Running:
 
 class HealthBoard:
     """grpc.health.v1 statuses. Per model (service name = model name): SERVING while one of its engine
-    cores runs; NOT_SERVING once it is unloaded. The server (service "") and its APIs: SERVING while every
-    loaded model is. (After enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
+    cores runs (NOT_SERVING while they load); NOT_SERVING once it is unloaded. The server (service "") and its
+    APIs: SERVING while the repository is ready (``--readiness``: every model, or per model). (After enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
 
     def __init__(self, servicer: health.aio.HealthServicer, repo: ServedModels, services: list[str]):
         self.servicer, self.repo, self.services = servicer, repo, services
@@ -135,21 +156,36 @@ def _reflection(server: grpc.aio.Server, kserve: bool) -> list[str]:
     return names[:2] if kserve else names[:1]
 
 
-async def start(config: ServerConfig) -> Running:
+def _kill_cores(repo: ServedModels, loading_only: bool = False) -> None:
+    """SIGKILL engine cores (those not up yet, with ``loading_only``): nothing of theirs is in flight."""
+    for model in repo.all():
+        for core in model.cores:
+            if not (loading_only and core.state.up):
+                core.stopping = True
+                core.kill()
+
+
+async def start(config: ServerConfig, wait_loaded: bool = True) -> Running:
+    """Open the ports, then load the models: each answers as soon as its own engine cores are up, the others
+    "loading" meanwhile. ``wait_loaded``: return once every model has loaded (else ``Running.loaded`` says when)."""
     metrics = Metrics()
     metrics.build_info.info({"version": __version__})
     health_servicer = health.aio.HealthServicer()
     telemetry = Telemetry(metrics)  # the health board watches it once the services are known
     repo = ServedModels(config, telemetry)  # BundleError names the file
     try:
-        return await _start(config, metrics, health_servicer, telemetry, repo)
-    except BaseException:  # whatever failed (a bundle, a port in use), no engine core is left behind
-        for model in repo.all():
-            model.stop()
-            for core in model.cores:
-                core.stopping = True
-                core.kill()
+        running = await _start(config, metrics, health_servicer, telemetry, repo)
+    except BaseException:  # whatever failed (a port in use), no engine core is left behind
+        _kill_cores(repo)
         raise
+    running.loaded = asyncio.ensure_future(running.load())
+    if wait_loaded:
+        try:
+            await asyncio.shield(running.loaded)
+        except BaseException:
+            await running.close_failed()
+            raise
+    return running
 
 
 async def _start(
@@ -159,9 +195,6 @@ async def _start(
     telemetry: Telemetry,
     repo: ServedModels,
 ) -> Running:
-    # every engine core loaded (BundleError names the file)
-    await repo.start(asyncio.get_running_loop(), metrics)
-
     refusals = RefusalLog()
     # every call of every door is counted here
     tracker = RequestTracker(metrics, lambda: repo.models, refusals)
@@ -208,10 +241,9 @@ async def _start(
     http = metrics.serve_http(config.metrics_port, metrics_host) if config.metrics_port else None
     board = HealthBoard(health_servicer, repo, services)
     telemetry.watch(board.changed)
-    await board.update()
-    control.start()
+    await board.update()  # every model NOT_SERVING until its cores are up
     log.info(
-        "serving %s (model control: %s): gRPC on %s (%s), HTTP on %s, metrics on %s",
+        "loading %s (model control: %s): gRPC on %s (%s), HTTP on %s, metrics on %s",
         ", ".join(f"{mv.name}:{mv.version}" for mv in repo.all()) or "no model",
         config.model_control_mode,
         address,
@@ -223,7 +255,7 @@ async def _start(
 
 
 async def serve(config: ServerConfig) -> None:
-    running = await start(config)
+    running = await start(config, wait_loaded=False)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -236,7 +268,13 @@ async def serve(config: ServerConfig) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    await stop.wait()
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([running.loaded, stopped], return_when=asyncio.FIRST_COMPLETED)
+    if running.loaded.done() and not running.loaded.cancelled() and running.loaded.exception():
+        stopped.cancel()
+        await running.close_failed()
+        raise running.loaded.exception()
+    await stopped
     log.info("shutting down: finishing in-flight requests (grace %.0fs)", config.grace_s)
     await running.stop()
     log.info("stopped")

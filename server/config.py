@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from server.models.languages import PairPick, parse_pairs
+from server.models.names import name_problem
 
 BatchingMode = Literal["continuous", "request", "none"]
 ControlMode = Literal["none", "explicit", "poll"]
@@ -48,6 +49,12 @@ class ServerConfig:
     # inside: a model or version folder that is a symlink must resolve inside model_repo; any: links go anywhere.
     model_repo_links: str = "inside"
     models: tuple[str, ...] = ()  # serve only these (NAME[:VERSION][@CORES]); () = all, latest version
+    # The repository is this one model: its folder (<version>/) or one bundle (config.json at the top), as
+    # KServe's storage initializer leaves an InferenceService's storageUri at /mnt/models.
+    model_name: str | None = None
+    # all: the server is ready while every model is (Triton's strict readiness). per-model: ready once every model
+    # has loaded, then while one serves; each model's own readiness (health under its name) says which.
+    readiness: str = "all"
     # Triton's model control: none (the repository is read once at start), explicit (the repository API loads
     # and unloads; --load-model at start), poll (the repository is rescanned every repository_poll_secs).
     model_control_mode: ControlMode = "none"
@@ -107,6 +114,18 @@ _FLAGS = {
         str,
         "comma-separated NAME[:VERSION][@CORES] to serve, e.g. translate-en-ja:1@2 (default: every "
         "model, latest version)",
+    ),
+    "model-name": (
+        str,
+        "serve --model-repo as this one model: the model's folder (<version>/config.json) or one bundle "
+        "(config.json at its top, served at the version it records), as KServe's storage initializer lays "
+        "out a storageUri (default: a repository of <name>/<version>/ folders)",
+    ),
+    "readiness": (
+        str,
+        'all | per-model: all (default) makes the server ready (health "", /v2/health/ready) while every '
+        "model is; per-model once every model has loaded, then while one serves (each model's own "
+        "readiness, health under its name or /v2/models/NAME/ready, says which)",
     ),
     "model-repo-links": (
         str,
@@ -370,6 +389,10 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
             "--models selects what the none and poll modes serve; in explicit mode name the models to "
             "load at start with --load-model"
         )
+    if (name := top.get("model_name")) is not None and (why := name_problem(name)):
+        raise SystemExit(f"--model-name {name[:40]!r} is not a model name: {why}")
+    if top.get("readiness", "all") not in ("all", "per-model"):
+        raise SystemExit(f"--readiness must be all or per-model, not {top['readiness']!r}")
     if top.get("model_repo_links", "inside") not in ("inside", "any"):
         raise SystemExit(f"--model-repo-links must be inside or any, not {top['model_repo_links']!r}")
     if top.get("event_loop", "auto") not in ("auto", "uvloop", "asyncio"):

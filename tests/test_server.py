@@ -26,6 +26,7 @@ from conftest import (
     wait_for,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from local_serve import serving
 
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
@@ -315,9 +316,8 @@ def test_sigterm_drains_in_flight_requests_and_exits_0():
     proc, port, mport = _serve("--grace-s", "20")
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-            grpc.channel_ready_future(ch).result(timeout=60)
             stub = pb_grpc.Seq2SeqStub(ch)
-            assert wait_for(lambda: stub.ListModels(pb.ListModelsRequest(), timeout=5) is not None, 60)
+            assert wait_for(lambda: serving(f"127.0.0.1:{port}"), 60)  # every model loaded
             futures = [
                 stub.Generate.future(
                     pb.GenerateRequest(model=JA, inputs=english(8), options=pb.GenerateOptions(beam_size=4)),

@@ -109,7 +109,8 @@ class CoreHandle:
         ours, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server.core.process", str(theirs.fileno())],
+                # The label (model#index) only names the process for ps and top: the core reads its spec from the pipe.
+                [sys.executable, "-m", "server.core.process", str(theirs.fileno()), self.label],
                 pass_fds=[theirs.fileno()],
                 cwd=_ROOT,
                 env=_child_env(),

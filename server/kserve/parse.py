@@ -151,10 +151,12 @@ def parse(repo: ServedModels, request: InferRequest, deadline: float | None) -> 
     statistics.noted(model.name, model.version)  # a request refused below is this version's failure
     lim = model.limits
     if not model.ready:  # before any element is decoded; the model API would refuse it anyway
-        raise ModelNotReady(
-            f"model {model.name!r} version {model.version} is not ready (shutting down, or no engine "
-            "core running); retry"
+        why = (
+            "loading: its engine cores are starting"
+            if model.loading
+            else "shutting down, or no engine core running"
         )
+        raise ModelNotReady(f"model {model.name!r} version {model.version} is not ready ({why}); retry")
     name = model.name
     if request.problem:
         raise InvalidInput(request.problem)

@@ -70,8 +70,10 @@ def routes(door: HttpDoor) -> list[web.RouteDef]:
         return json_response({"live": True})
 
     async def ready(request: web.Request) -> web.Response:
-        ok = repo.ready
-        return json_response({"ready": ok}, status=200 if ok else 503)
+        ok, loading = repo.ready, repo.loading  # loading: the models whose engine cores are still starting
+        return json_response(
+            {"ready": ok, **({"loading": loading} if loading else {})}, status=200 if ok else 503
+        )
 
     async def server_metadata(request: web.Request) -> web.Response:
         return json_response({"name": "s2s", "version": __version__, "extensions": list(EXTENSIONS)})
@@ -88,7 +90,8 @@ def routes(door: HttpDoor) -> list[web.RouteDef]:
             return json_response(
                 {"name": request.match_info["model"], "ready": False}, status=503
             )  # tritonclient: anything but 200 is "not ready"
-        return json_response({"name": model.name, "ready": model.ready}, status=200 if model.ready else 503)
+        body = {"name": model.name, "ready": model.ready, **({"loading": True} if model.loading else {})}
+        return json_response(body, status=200 if model.ready else 503)
 
     async def config(request: web.Request) -> web.Response:
         return json_response(model_config(_model(request)))

@@ -34,7 +34,6 @@ from server.errors import (
     ShuttingDown,
     clip,
 )
-from server.models.disk import model_folders
 from server.models.names import check_name, shown
 from server.models.registry import ServedModels
 from server.models.served_version import ServedVersion
@@ -181,12 +180,14 @@ class ModelControl:
         """Every model of the repository: each loaded version with its state, the others as UNAVAILABLE."""
         repo = self.repo
         out = []
-        for name in sorted(set(model_folders(self.config.model_repo)) | set(repo.models) | repo.unloaded):
+        for name in sorted(set(repo.disk.names()) | set(repo.models) | repo.unloaded):
             versions = repo.models.get(name, {})
             for version, api in sorted(versions.items(), key=lambda kv: int(kv[0])):
                 busy = self._busy.get(name)
-                state = "READY" if api.ready else "UNAVAILABLE"
+                state = "READY" if api.ready else ("LOADING" if api.loading else "UNAVAILABLE")
                 reason = "" if api.ready else ("shutting down" if api.stopping else "no engine core running")
+                if api.loading and not api.ready:
+                    reason = "its engine cores are starting"
                 if busy == "LOADING" and api.ready:
                     reason = "serving; a new version is loading"
                 out.append(IndexEntry(name, version, state, reason))
@@ -212,7 +213,7 @@ class ModelControl:
     async def _apply(self, name: str) -> ServedVersion:
         repo = self.repo
         version = repo.wanted_version(name)  # ModelNotFound naming the folder
-        folder = self.config.model_repo / name / version
+        folder = repo.disk.version_dir(name, version)
         log.info("loading model %s version %s from %s", name, version, folder)
         try:
             # Off the event loop: every file against its sha256 (a file that is missing, truncated or still being
@@ -293,7 +294,7 @@ class ModelControl:
             repo = self.repo
             versions = repo.models.pop(name, None)
             if versions is None:
-                if name in repo.unloaded or name in model_folders(self.config.model_repo):
+                if name in repo.unloaded or name in repo.disk.names():
                     return  # not loaded: nothing to do (as Triton answers)
                 raise ModelNotFound(
                     f"model {shown(name)} is neither loaded nor in the repository {self.config.model_repo}"
@@ -338,7 +339,7 @@ class ModelControl:
                 continue
             if version in repo.models.get(name, {}):
                 continue
-            signature = (version, _signature(self.config.model_repo / name / version))
+            signature = (version, _signature(repo.disk.version_dir(name, version)))
             if self._failed.get(name) == signature:
                 continue  # logged once; tried again when the folder changes
             try:

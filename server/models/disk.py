@@ -1,11 +1,15 @@
-"""The model repository on disk: ``models/<name>/<version>/``, one bundle per version folder."""
+"""The model repository on disk: ``models/<name>/<version>/``, one bundle per version folder; or, with
+``--model-name``, the repository folder as that one model, laid out as KServe's storage initializer leaves a
+``storageUri`` at /mnt/models: the model's folder (``<version>/config.json``) or one bundle (``config.json``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from contract.bundle import BundleError
-from server.models.names import is_version, name_problem, warn_ignored
+from contract.bundle import CONFIG_FILE, BundleError
+from contract.config import read_json
+from server.errors import ModelNotFound, clip
+from server.models.names import check_name, inside, is_version, name_problem, warn_ignored, within
 
 
 def versions_on_disk(model_dir: Path) -> list[int]:
@@ -38,32 +42,6 @@ def parse_model(item: str) -> tuple[str, str, int | None]:
     return name, version, int(cores) if cores else None
 
 
-def select(repo: Path, wanted: tuple[str, ...]) -> list[tuple[str, int, int | None]]:
-    """(name, version, cores) to serve: every model at its latest version, or NAME[:VERSION][@CORES] as asked."""
-    if not repo.is_dir():
-        raise BundleError(
-            f"{repo}: model repository not found (expected {repo}/<name>/<version>/config.json)"
-        )
-    if wanted:
-        out = []
-        for item in wanted:
-            name, ver, cores = parse_model(item)
-            d = repo / name
-            if not d.is_dir() or not versions_on_disk(d):
-                raise BundleError(f"{d}: model {name!r} not found in the repository")
-            if ver and not (d / ver).is_dir():
-                have = ", ".join(map(str, versions_on_disk(d)))
-                raise BundleError(
-                    f"{d / ver}: model {name!r} has no version {ver} (versions on disk: {have})"
-                )
-            out.append((name, int(ver) if ver else versions_on_disk(d)[-1], cores))
-        return out
-    out = [(name, versions_on_disk(repo / name)[-1], None) for name in model_folders(repo)]
-    if not out:
-        raise BundleError(f"{repo}: no models (expected {repo}/<name>/<version>/config.json)")
-    return out
-
-
 def model_folders(repo: Path) -> list[str]:
     """Models in the repository: folders with at least one version folder (and a name that is a model name)."""
     if not repo.is_dir():
@@ -77,3 +55,85 @@ def model_folders(repo: Path) -> list[str]:
         elif versions_on_disk(d):
             out.append(d.name)
     return out
+
+
+class Repository:
+    """Where each model's versions are. ``single``: the root is that one model, as a model folder or as one bundle
+    (its version: the one its config.json records)."""
+
+    def __init__(self, root: Path, single: str | None = None, follow_any: bool = False):
+        self.root, self.single, self.follow_any = root, single, follow_any
+
+    @property
+    def expected(self) -> str:
+        if self.single:
+            return f"{self.root}/{CONFIG_FILE} or {self.root}/<version>/{CONFIG_FILE}"
+        return f"{self.root}/<name>/<version>/{CONFIG_FILE}"
+
+    def _bundle_version(self) -> int | None:
+        """With --model-name: the version of the bundle at the root itself (None: the root is no bundle)."""
+        if not self.single or not (self.root / CONFIG_FILE).is_file():
+            return None
+        try:
+            version = int(read_json(self.root / CONFIG_FILE)["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 1  # the load names what is wrong with config.json
+        return version if version >= 0 else 1
+
+    def names(self) -> list[str]:
+        """The models on disk."""
+        if self.single:
+            return [self.single] if self.versions(self.single) else []
+        return model_folders(self.root)
+
+    def model_dir(self, name: str) -> Path:
+        """A model's folder (InvalidInput for a name that cannot be one; ModelNotFound for one that links out)."""
+        if self.single:
+            check_name(name)
+            if name != self.single:
+                raise ModelNotFound(
+                    f"model {clip(name)} is not in the repository: {self.root} is the one model "
+                    f"{self.single!r} (--model-name)"
+                )
+            return self.root
+        return inside(self.root, name, follow_any=self.follow_any)
+
+    def versions(self, name: str) -> list[int]:
+        if self.single and name == self.single and (version := self._bundle_version()) is not None:
+            return [version]
+        folder = self.model_dir(name)  # ModelNotFound: a folder that links out of the repository
+        return versions_on_disk(folder) if folder.is_dir() else []
+
+    def version_dir(self, name: str, version: str) -> Path:
+        if self.single and self._bundle_version() is not None:
+            return self.root
+        if not self.single:
+            return inside(self.root, name, version, follow_any=self.follow_any)
+        folder = self.model_dir(name) / version
+        return folder if self.follow_any else within(self.root, folder, f"model {name!r} version {version}")
+
+    def select(self, wanted: tuple[str, ...]) -> list[tuple[str, int, int | None]]:
+        """(name, version, cores) to serve: every model at its latest version, or NAME[:VERSION][@CORES] as asked."""
+        if not self.root.is_dir():
+            raise BundleError(f"{self.root}: model repository not found (expected {self.expected})")
+        if wanted:
+            out = []
+            for item in wanted:
+                name, ver, cores = parse_model(item)
+                on_disk = self.versions(name)
+                d = self.root if self.single else self.root / name
+                if not on_disk:
+                    raise BundleError(
+                        f"{d}: model {name!r} not found in the repository (expected {self.expected})"
+                    )
+                if ver and int(ver) not in on_disk:
+                    have = ", ".join(map(str, on_disk))
+                    raise BundleError(
+                        f"{d / ver}: model {name!r} has no version {ver} (versions on disk: {have})"
+                    )
+                out.append((name, int(ver) if ver else on_disk[-1], cores))
+            return out
+        out = [(name, self.versions(name)[-1], None) for name in self.names()]
+        if not out:
+            raise BundleError(f"{self.root}: no models (expected {self.expected})")
+        return out

@@ -75,18 +75,18 @@ def inside(repo: Path, name: str, version: str = "", follow_any: bool = False) -
     folder = repo / check_name(name)
     if version:
         folder = folder / version
-    if follow_any:
-        return folder
+    return folder if follow_any else within(repo, folder, f"model {shown(name)}")
+
+
+def within(repo: Path, folder: Path, what: str) -> Path:
+    """``folder``, if it resolves inside ``repo``; ModelNotFound naming ``what`` otherwise."""
     root = repo.resolve()
     try:
         real = folder.resolve()
     except (OSError, RuntimeError) as e:  # a symlink loop
-        raise ModelNotFound(
-            f"model {shown(name)}: its folder does not resolve ({type(e).__name__})"
-        ) from None
+        raise ModelNotFound(f"{what}: its folder does not resolve ({type(e).__name__})") from None
     if root not in real.parents:
         raise ModelNotFound(
-            f"model {shown(name)}: {folder} links outside the repository {repo} "
-            "(--model-repo-links any allows that)"
+            f"{what}: {folder} links outside the repository {repo} (--model-repo-links any allows that)"
         )
     return folder

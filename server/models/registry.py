@@ -11,11 +11,10 @@ from server.config import ServerConfig
 from server.core.core_state import CoreLoadError
 from server.core.sizing import default_beam, default_cores, encoder_thread
 from server.errors import ModelNotFound, ModelNotReady, clip
-from server.models.disk import model_folders, parse_model, select, versions_on_disk
+from server.models.disk import Repository, parse_model
 from server.models.languages import Offered
-from server.models.names import check_name, inside
+from server.models.names import check_name
 from server.models.served_version import ServedVersion
-from server.telemetry.metrics import Metrics
 from server.telemetry.model_telemetry import Telemetry
 
 log = logging.getLogger("s2s.repository")
@@ -36,6 +35,7 @@ class ServedModels:
         self.mode = config.model_control_mode
         self.follow_links = config.model_repo_links == "any"
         self.auto_cores = default_cores(config)
+        self.disk = Repository(config.model_repo, config.model_name, self.follow_links)
         # NAME[:VERSION][@CORES] as configured (--models, --load-model): a pinned version and a core count that
         # every later load of that model keeps.
         self.pins: dict[str, str] = {}
@@ -45,11 +45,11 @@ class ServedModels:
             for item in wanted:  # checked at start, so that a typo fails the start, not the first load
                 name, version, cores = parse_model(item)
                 self._remember(name, version, cores)
-            chosen = select(config.model_repo, wanted) if wanted else []
+            chosen = self.disk.select(wanted) if wanted else []
         else:
             for item in config.models:
                 self._remember(*parse_model(item))
-            chosen = select(config.model_repo, config.models)
+            chosen = self.disk.select(config.models)
         for name, version, _cores in chosen:
             self.models.setdefault(name, {})[str(version)] = self.build(name, str(version))
 
@@ -61,18 +61,15 @@ class ServedModels:
     @property
     def watched(self) -> list[str]:
         """The models poll mode keeps in step with the disk: those --models names, or every one."""
-        return list(self.cores_of) if self.config.models else model_folders(self.config.model_repo)
+        return list(self.cores_of) if self.config.models else self.disk.names()
 
     def wanted_version(self, name: str) -> str:
         """The version to serve: the pinned one, else the latest on disk (Triton's default version policy)."""
-        folder = inside(
-            self.config.model_repo, name, follow_any=self.follow_links
-        )  # InvalidInput for a bad name
-        on_disk = versions_on_disk(folder) if folder.is_dir() else []
+        folder = self.disk.model_dir(name)  # InvalidInput for a bad name
+        on_disk = self.disk.versions(name)
         if not on_disk:
             raise ModelNotFound(
-                f"{folder}: model {clip(name)} not found in the repository (expected "
-                f"{folder}/<version>/config.json)"
+                f"{folder}: model {clip(name)} not found in the repository (expected {self.disk.expected})"
             )
         pinned = self.pins.get(name)
         if pinned and int(pinned) not in on_disk:
@@ -86,13 +83,13 @@ class ServedModels:
         """A model version's API and (not yet started) engine cores; BundleError names a broken file."""
         cores = self.cores_of.get(name)
         auto, why = self.auto_cores
-        beam = default_beam(self.config.model_repo / name / version)
+        folder = self.disk.version_dir(name, version)
+        beam = default_beam(folder)
         if beam > 1 and not (cores or self.config.instances):
             auto, why = default_cores(self.config, beam)
         n = cores or self.config.instances or auto
         reason = ("--models @" if cores else "--instances") if (cores or self.config.instances) else why
         encoder, encoder_why = encoder_thread(self.config, n)
-        folder = inside(self.config.model_repo, name, version, follow_any=self.follow_links)
         api = ServedVersion(name, version, folder, self.config, self.telemetry, n, encoder)
         log.info(
             "model %s version %s: %d engine core(s) (%s), encoder thread %s (%s)",
@@ -105,16 +102,25 @@ class ServedModels:
         )
         return api
 
-    async def start(self, loop: asyncio.AbstractEventLoop, metrics: Metrics) -> None:
-        """Start every engine core at once; raises BundleError if a model cannot load."""
-        apis = self.all()
-        results = await asyncio.gather(*(api.start(loop) for api in apis), return_exceptions=True)
-        for api, result in zip(apis, results):
-            if isinstance(result, CoreLoadError):
-                raise BundleError(str(result))
-            if isinstance(result, BaseException):
-                raise result
+    async def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start every model's engine cores at once. Each model serves as soon as its own cores are up (announced
+        then), not once the slowest has loaded; raises BundleError as soon as one cannot load."""
+
+        async def one(api: ServedVersion) -> None:
+            await api.start(loop)
             self.announce(api)
+
+        tasks = [asyncio.ensure_future(one(api)) for api in self.all()]
+        try:
+            for done in asyncio.as_completed(tasks):
+                try:
+                    await done
+                except CoreLoadError as e:
+                    raise BundleError(str(e)) from None
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def announce(self, api: ServedVersion) -> None:
         """A version that now serves: logged and in s2s_model_info."""
@@ -155,8 +161,18 @@ class ServedModels:
         return [api for versions in self.models.values() for api in versions.values()]
 
     @property
+    def loading(self) -> list[str]:
+        """The models whose engine cores are still starting for the first time."""
+        return sorted(api.name for api in self.all() if api.loading)
+
+    @property
     def ready(self) -> bool:
-        """Server readiness: every loaded version ready; with none loaded, only where loading is the API's job
-        (explicit and poll modes, as Triton)."""
+        """Server readiness. ``--readiness all``: every loaded version ready; with none loaded, only where loading is
+        the API's job (explicit and poll modes, as Triton). ``per-model``: every model has loaded once and one of
+        them serves; each model's own readiness says which."""
         models = self.all()
-        return all(m.ready for m in models) and (bool(models) or self.mode != "none")
+        if not models:
+            return self.mode != "none"
+        if self.config.readiness == "per-model":
+            return not self.loading and any(m.ready for m in models)
+        return all(m.ready for m in models)

@@ -28,7 +28,7 @@ from server.core.events import Failed, Finished, Token
 from server.core.inflight import InFlight
 from server.core.messages import CoreSpec
 from server.core.router import Router
-from server.errors import DeadlineExceeded, ShuttingDown
+from server.errors import DeadlineExceeded, ModelNotReady, ShuttingDown
 from server.models import distinct, languages
 from server.models.detokenize import StreamingText
 from server.models.prepare import Prepared, limits, prepare
@@ -64,6 +64,7 @@ class ServedVersion:
         self.limits = limits(self.bundle, self.codec, config.scheduler)
         self.telemetry = telemetry.model(name, n_cores)
         self.stopping = False
+        self.loaded = False  # every engine core has come up once (a model answers as soon as one has)
         self.stop_reason = "server is shutting down; retry on another replica"
         self.retired = (
             False  # replaced or unloaded: the model's gauges belong to its successor (or to nobody)
@@ -97,6 +98,11 @@ class ServedVersion:
         return self.router.any_up and not self.stopping
 
     @property
+    def loading(self) -> bool:
+        """Its engine cores are still starting for the first time."""
+        return not self.loaded and not self.stopping
+
+    @property
     def provider(self) -> str:
         return next((c.state.provider for c in self.cores if c.state.provider), "")
 
@@ -115,6 +121,8 @@ class ServedVersion:
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
         await asyncio.gather(*(core.start(loop) for core in self.cores))
+        self.loaded = True
+        self.telemetry.state_changed()
 
     @property
     def staged(self) -> bool:
@@ -162,6 +170,11 @@ class ServedVersion:
     ) -> InFlight:
         if self.stopping and not accepted:  # accepted: a later pass of a call that was taken before the stop
             raise ShuttingDown(self.stop_reason)
+        if not self.loaded and not self.router.any_up:
+            raise ModelNotReady(
+                f"model {self.name!r} version {self.version} is loading (its engine cores are starting); "
+                "retry shortly"
+            )
         sequences = list(zip(p.src_ids, p.prefixes))
         req = self.router.submit(sequences, p.options, stream, deadline, t0, p.forced, core)
         self.telemetry.input_tokens.inc(sum(len(ids) for ids in p.src_ids))
