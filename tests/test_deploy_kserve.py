@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 
@@ -47,9 +48,15 @@ SCALED_OBJECT = ROOT / "deploy" / "k8s" / "scaledobject.yaml"
 FORMAT = "s2s-bundle"
 
 
+OPERATOR_KINDS = {
+    "PodMonitor"
+}  # the Prometheus Operator's: checked by hand below, as tests/test_deploy.py does
+
+
 def manifests() -> list[tuple[str, dict]]:
     paths = sorted(KSERVE_DIR.glob("*.yaml")) + [SCALED_OBJECT]
-    return [(p.name, d) for p in paths if p.name != "kustomization.yaml" for d in documents(p)]
+    docs = [(p.name, d) for p in paths if p.name != "kustomization.yaml" for d in documents(p)]
+    return [(name, d) for name, d in docs if d["kind"] not in OPERATOR_KINDS]
 
 
 def validator(doc: dict) -> jsonschema.Draft7Validator:
@@ -225,3 +232,38 @@ def test_each_inference_service_scales_on_its_own_models_queue(name):
     assert selectors == [("s2s_queued_sequences", {"model"})]
     assert f'model="{name}"' in query, "the model label is the InferenceService's name (--model-name)"
     assert float(metric["external"]["target"]["value"]) > 0
+
+
+def test_the_pod_monitor_scrapes_the_runtimes_metrics_port():
+    (pm,) = documents(KSERVE_DIR / "podmonitor.yaml")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1" and pm["kind"] == "PodMonitor"
+    rt = runtime()
+    assert pm["spec"]["selector"]["matchLabels"].items() <= rt["spec"]["labels"].items()
+    (c,) = rt["spec"]["containers"]
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    (port,) = [p for p in c["ports"] if p["name"] == ep["port"]]
+    assert port["containerPort"] == int(rt["spec"]["annotations"]["prometheus.kserve.io/port"])
+    assert ep["path"] == rt["spec"]["annotations"]["prometheus.kserve.io/path"]
+    kust = yaml.safe_load((KSERVE_DIR / "kustomization.yaml").read_text())
+    assert "podmonitor.yaml" not in kust["resources"], (
+        "a CRD of the operator must not break `kubectl apply -k`"
+    )
+
+
+def test_kind_up_script_parses_and_applies_files_that_exist():
+    """deploy/kserve/kind-up.sh needs Docker, kind and the internet, so it is not run here: it parses, and every
+    file of this repository it applies or builds from is there."""
+    script = KSERVE_DIR / "kind-up.sh"
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    text = script.read_text()
+    paths = set(re.findall(r"\b(deploy/[\w./-]+\.(?:yaml|Dockerfile))", text)) | set(
+        re.findall(r"\bmodels/\w+", text)
+    )
+    assert {"deploy/kserve/servingruntime.yaml", "deploy/kserve/inferenceservice-addition.yaml"} <= paths
+    for path in paths:
+        assert (ROOT / path).exists(), path
+    claim = re.search(
+        r"storageUri: pvc://([\w-]+)/", (KSERVE_DIR / "inferenceservice-addition.yaml").read_text()
+    )
+    assert f"name: {claim.group(1)}" in text, "the script fills the claim the InferenceService reads"
