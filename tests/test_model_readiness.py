@@ -23,7 +23,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.http as triton_http
-from conftest import MODEL_REPO, ROOT, ServerThread, free_port, serve_cmd, server_config, wait_for
+from conftest import MODEL_REPO, ROOT, ServerThread, alive, free_port, serve_cmd, server_config, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -148,6 +148,34 @@ def test_a_slow_loading_model_keeps_neither_a_fast_one_nor_the_pod_from_serving(
             assert proc.wait(30) == 0, log_path.read_text()[-3000:]
         finally:
             proc.kill()
+    assert "Traceback" not in log_path.read_text()
+
+
+def test_sigterm_while_a_model_loads_stops_at_once_and_leaves_no_core_behind(tmp_path):
+    """A pod told to stop while a model still loads (a rollout replaced it): the model that serves drains, the one
+    still loading is stopped where it is, and the server exits 0 without waiting for that load."""
+    port, http_port = free_port(), free_port()
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            serve_cmd(MODEL_REPO, port, http_port, 0, "--models", f"{ADD}@1,{JA}@1", "--grace-s", "30"),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    slow = core_of(proc.pid, f"{JA}#0")
+    os.kill(slow, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: answers(http_port), 60), log_path.read_text()[-3000:]
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, log_path.read_text()[-3000:]
+        assert time.monotonic() - signalled < 20, "the stop waited for the load (or the whole grace period)"
+        assert wait_for(lambda: not alive(slow), 10), "the loading engine core outlived the server"
+    finally:
+        proc.kill()
+        if alive(slow):
+            os.kill(slow, signal.SIGKILL)
     assert "Traceback" not in log_path.read_text()
 
 
