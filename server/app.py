@@ -55,7 +55,8 @@ class Running:
     async def load(self) -> None:
         await self.repo.start(asyncio.get_running_loop())  # BundleError names the file
         self.control.start()
-        log.info("every model loaded: %s", ", ".join(f"{mv.name}:{mv.version}" for mv in self.repo.all()))
+        loaded = ", ".join(f"{mv.name}:{mv.version}" for mv in self.repo.all()) or "no model"
+        log.info("serving %s: every model loaded", loaded)
 
     async def close_failed(self) -> None:
         """A model failed to load at start: the ports close and every engine core goes, at once."""
@@ -107,7 +108,8 @@ class Running:
 class HealthBoard:
     """grpc.health.v1 statuses. Per model (service name = model name): SERVING while one of its engine
     cores runs (NOT_SERVING while they load); NOT_SERVING once it is unloaded. The server (service "") and its
-    APIs: SERVING while the repository is ready (``--readiness``: every model, or per model). (After enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
+    APIs: SERVING while the repository is ready (``--readiness``: every model, or per model). (After
+    enter_graceful_shutdown the servicer ignores updates: NOT_SERVING stays for good.)"""
 
     def __init__(self, servicer: health.aio.HealthServicer, repo: ServedModels, services: list[str]):
         self.servicer, self.repo, self.services = servicer, repo, services

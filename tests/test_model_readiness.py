@@ -84,6 +84,7 @@ def answers(http_port: int) -> bool:
 
 
 def test_a_slow_loading_model_keeps_neither_a_fast_one_nor_the_pod_from_serving(tmp_path):
+    """Explicit model control, two models loaded at start: translate-en-ja's core is held back."""
     port, http_port, metrics_port = free_port(), free_port(), free_port()
     log_path = tmp_path / "server.log"
     with open(log_path, "w") as log:
@@ -93,7 +94,9 @@ def test_a_slow_loading_model_keeps_neither_a_fast_one_nor_the_pod_from_serving(
                 port,
                 http_port,
                 metrics_port,
-                "--models",
+                "--model-control-mode",
+                "explicit",
+                "--load-model",
                 f"{ADD}@1,{JA}@1",
                 "--readiness",
                 "per-model",
@@ -117,7 +120,11 @@ def test_a_slow_loading_model_keeps_neither_a_fast_one_nor_the_pod_from_serving(
         assert get(f"{base}/v2/models/{ADD}/ready") == (200, {"name": ADD, "ready": True})
         with triton_http.InferenceServerClient(f"127.0.0.1:{http_port}") as client:
             index = {m["name"]: m for m in client.get_model_repository_index()}
-        assert index[JA]["state"] == "LOADING" and index[ADD]["state"] == "READY", index
+            assert index[JA]["state"] == "LOADING" and index[ADD]["state"] == "READY", index
+            # the repository API keeps its hands off a model the server is still loading at start
+            for change in (client.load_model, client.unload_model):
+                with pytest.raises(InferenceServerException, match="still loading"):
+                    change(JA, headers={"Content-Type": "application/json"})
         with pytest.raises(InferenceServerException, match="loading"):
             infer(http_port, JA, "Hello.")
         with Seq2SeqClient(address) as c, pytest.raises(grpc.RpcError) as refused:

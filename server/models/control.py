@@ -30,6 +30,7 @@ from server.errors import (
     ModelControlDisabled,
     ModelLoadFailed,
     ModelNotFound,
+    ModelNotReady,
     ServingError,
     ShuttingDown,
     clip,
@@ -134,6 +135,14 @@ class ModelControl:
             else:
                 self._locks[name] = (lock, users - 1)
 
+    def _refuse_if_starting(self, name: str) -> None:
+        """The server's first load of this model is under way: replacing or unloading it now would pull its engine
+        cores from under that load (and a load that fails at start stops the server)."""
+        if any(api.loading for api in self.repo.models.get(name, {}).values()):
+            raise ModelNotReady(
+                f"model {shown(name)} is still loading (the server's start); load or unload it once it is ready"
+            )
+
     def failure(self, name: str) -> str:
         """Why the model's last load failed ("" if it did not)."""
         return self._failures.get(name, "")
@@ -202,6 +211,7 @@ class ModelControl:
         """Serve ``name`` at its wanted version, a fresh copy even if that version already serves (a reload)."""
         async with self._locked(name):
             self._refuse_if_closing()
+            self._refuse_if_starting(name)
             self._busy[name] = "LOADING"
             try:
                 api = await self._apply(name)
@@ -291,6 +301,7 @@ class ModelControl:
     async def remove(self, name: str, why: str = "unloaded", gone: bool = False) -> None:
         """Unload: new requests for the model get UNAVAILABLE, those in flight finish, its processes stop."""
         async with self._locked(name):
+            self._refuse_if_starting(name)
             repo = self.repo
             versions = repo.models.pop(name, None)
             if versions is None:
