@@ -49,12 +49,8 @@ class ServerConfig:
     # inside: a model or version folder that is a symlink must resolve inside model_repo; any: links go anywhere.
     model_repo_links: str = "inside"
     models: tuple[str, ...] = ()  # serve only these (NAME[:VERSION][@CORES]); () = all, latest version
-    # The repository is this one model: its folder (<version>/) or one bundle (config.json at the top), as
-    # KServe's storage initializer leaves an InferenceService's storageUri at /mnt/models.
-    model_name: str | None = None
-    # all: the server is ready while every model is (Triton's strict readiness). per-model: ready once every model
-    # has loaded, then while one serves; each model's own readiness (health under its name) says which.
-    readiness: str = "all"
+    model_name: str | None = None  # the repository is one model: its folder or bundle (KServe's /mnt/models)
+    readiness: str = "all"  # all: while every model is ready (Triton's); per-model: all loaded, one serves
     # Triton's model control: none (the repository is read once at start), explicit (the repository API loads
     # and unloads; --load-model at start), poll (the repository is rescanned every repository_poll_secs).
     model_control_mode: ControlMode = "none"
@@ -117,15 +113,13 @@ _FLAGS = {
     ),
     "model-name": (
         str,
-        "serve --model-repo as this one model: the model's folder (<version>/config.json) or one bundle "
-        "(config.json at its top, served at the version it records), as KServe's storage initializer lays "
-        "out a storageUri (default: a repository of <name>/<version>/ folders)",
+        "serve --model-repo as this one model: its folder (<version>/config.json) or one bundle (config.json "
+        "at its top), as KServe's storage initializer lays out a storageUri (default: <name>/<version>/ folders)",
     ),
     "readiness": (
         str,
-        'all | per-model: all (default) makes the server ready (health "", /v2/health/ready) while every '
-        "model is; per-model once every model has loaded, then while one serves (each model's own "
-        "readiness, health under its name or /v2/models/NAME/ready, says which)",
+        'all | per-model: the server is ready (health "", /v2/health/ready) while every model is (all), or '
+        "once every model has loaded and then while one serves (per-model; health under each name says which)",
     ),
     "model-repo-links": (
         str,
