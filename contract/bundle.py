@@ -21,7 +21,9 @@ family, the transformers version, the sha256 of the weights it was made from). A
 says its ``languages`` (``contract/languages.py``): each language's token, how it is asked for (a forced first
 token, a source prefix), and ISO 639-1 codes mapped to the model's own; such a bundle is format 6. A bundle whose
 sources start with a token of their own or whose outputs with a forced one (BART's ``<s>``) is format 7, and
-``start`` gives any reader a request's source ids and forced tokens, whatever the family.
+``start`` gives any reader a request's source ids and forced tokens, whatever the family. A bundle of T5's family
+(T5, mT5, Flan-T5, MADLAD-400: ``s2s import``) records the knobs that model moves in ``model`` (relative position
+buckets, RMSNorm, a gated feed-forward, ...) and is format 8.
 """
 
 from __future__ import annotations
@@ -54,8 +56,11 @@ FORMAT_LANGUAGES = 6
 # task.forced_bos_id: BART's <s>), or whose model has a LayerNorm on its embeddings, is format 7: readers of 1-6 know
 # neither field.
 FORMAT_START_TOKENS = 7
+# A bundle whose model moves a knob readers of 1-7 do not know (T5's relative position bias, RMSNorm, gated
+# feed-forward, unscaled attention, projections without bias, rescaled output, heads of d_kv) is format 8.
+FORMAT_T5_KNOBS = 8
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
-READABLE_FORMATS = (1, 2, 3, 4, 5, 6, 7)
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6, 7, 8)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = (
     "config.json",
     "tokenizer.json",
@@ -162,6 +167,8 @@ def format_for(
     model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False
 ) -> int:
     """The oldest format whose readers read such a bundle right (see the FORMAT_ constants)."""
+    if model.moves_later_knobs:
+        return FORMAT_T5_KNOBS
     if model.embedding_norm or task.source_start_id is not None or task.forced_bos_id is not None:
         return FORMAT_START_TOKENS
     if languages:

@@ -10,9 +10,21 @@ from typing import Any, Literal
 
 from contract.tokens import SpecialIds
 
-ACTIVATIONS = ("relu", "gelu", "swish")
-POSITIONS = ("sinusoid", "sinusoid_half", "sinusoid_fairseq", "learned")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish")
+POSITIONS = ("sinusoid", "sinusoid_half", "sinusoid_fairseq", "learned", "relative")
 NORMS = ("post", "pre")
+# The knobs T5 moves (Raffel et al. 2020): readers of bundle formats before 8 do not know them (contract/bundle.py).
+LATER_KNOBS = (
+    "relative_attention_num_buckets",
+    "relative_attention_max_distance",
+    "rms_norm",
+    "norm_eps",
+    "ffn_glu",
+    "projection_bias",
+    "scale_attention",
+    "scale_output",
+    "d_kv",
+)
 _KNOBS = (
     "activation",
     "scale_embedding",
@@ -22,6 +34,7 @@ _KNOBS = (
     "final_norm",
     "output_bias",
     "embedding_norm",
+    *LATER_KNOBS,
 )
 
 
@@ -43,7 +56,9 @@ class ModelConfig:
     special: SpecialIds = field(default_factory=SpecialIds)
     # Architecture knobs: the paper's choices by default; the families imported from other trainers
     # (export/hf_marian.py) differ from it in these, and only these, ways (as CTranslate2's TransformerSpec).
-    activation: str = "relu"  # FFN non-linearity: relu (§3.3) | gelu | swish (x * sigmoid(x), Marian's)
+    # FFN non-linearity: relu (§3.3) | gelu | gelu_tanh (its tanh approximation: T5's gelu_new) | swish (x * sigmoid(x),
+    # Marian's)
+    activation: str = "relu"
     scale_embedding: bool = True  # §3.4: embeddings x sqrt(d_model); Marian configs may turn it off
     # sinusoid: §3.5, sin and cos interleaved; sinusoid_half: the same frequencies, all sines first then all
     # cosines (Marian); sinusoid_fairseq: sines first, frequencies 10000^(-i/(d/2 - 1)) in float32 (fairseq's, M2M100 and
@@ -56,10 +71,35 @@ class ModelConfig:
     output_bias: bool = True  # the pre-softmax projection has a bias (Marian's final_logits_bias)
     # a LayerNorm of each stack's embeddings, positions added, before its first layer (BART's layernorm_embedding)
     embedding_norm: bool = False
+    # positions "relative" (T5): no position is added to the embeddings; a learned bias per head for each bucket of the
+    # distance key - query is added to the self-attention scores, the buckets exact up to half their number, then
+    # logarithmic up to max_distance (bidirectional in the encoder, causal in the decoder)
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    rms_norm: bool = False  # RMSNorm (scale only: no mean subtracted, no bias; T5's) instead of LayerNorm
+    norm_eps: float = (
+        1e-5  # the epsilon of every norm (torch's LayerNorm default; T5's layer_norm_epsilon 1e-6)
+    )
+    ffn_glu: bool = (
+        False  # FFN(x) = (act(x W_1) * x V) W_2 (Shazeer 2020, "GLU Variants"; T5 v1.1's gated-gelu)
+    )
+    projection_bias: bool = True  # the attention and FFN projections have biases (T5's have none)
+    scale_attention: bool = (
+        True  # §3.2.1's 1/sqrt(d_k) on the scores (T5 has none: its initialisation scales Q)
+    )
+    scale_output: bool = False  # the decoder's output x d_model^-0.5 before a tied projection (T5 v1.0)
+    d_kv: int | None = None  # the size of each head where it is not d_model / h (T5's d_kv: MADLAD-3B's 128)
 
     def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
+        if self.d_kv is None and self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        buckets, distance = self.relative_attention_num_buckets, self.relative_attention_max_distance
+        if self.positions == "relative" and not (buckets >= 4 and buckets // 2 < distance):
+            # past max_distance every distance shares the last bucket: what lets the buckets be one table of distances
+            raise ValueError(
+                f"relative_attention_num_buckets={buckets} must be 4 or more, and relative_attention_max_distance="
+                f"{distance} more than half of it"
+            )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
         for name, value, allowed in (
@@ -72,7 +112,7 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:  # d_k = d_v = d_model / h
-        return self.d_model // self.n_heads
+        return self.d_kv if self.d_kv is not None else self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
         """The architecture knobs are written only where they differ from the paper's: the configs of models
@@ -82,6 +122,17 @@ class ModelConfig:
             if f.name in _KNOBS and d[f.name] == f.default:
                 del d[f.name]
         return d
+
+    @property
+    def moves_later_knobs(self) -> bool:
+        """A knob of LATER_KNOBS moved, or relative positions: only readers of bundle format 8 compute this model."""
+        return (
+            self.positions == "relative"
+            or self.activation == "gelu_tanh"
+            or any(
+                getattr(self, f.name) != f.default for f in dataclasses.fields(self) if f.name in LATER_KNOBS
+            )
+        )
 
     @property
     def is_paper(self) -> bool:

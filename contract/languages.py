@@ -1,12 +1,12 @@
 """The languages a multilingual model knows, and how each is asked for: part of the bundle (``languages``).
 
 A model names its languages in its own codes, each one token of its vocabulary: M2M100's ``__ja__``, NLLB's
-``jpn_Jpan``, Marian's ``>>jpn<<``. How a request asks for one (``target``):
+``jpn_Jpan``, Marian's ``>>jpn<<``, MADLAD-400's ``<2ja>``. How a request asks for one (``target``):
 
 * ``forced_bos``: the target language's token is forced as the first generated token (M2M100, NLLB, mBART-50,
   transformers' ``forced_bos_token_id``; CTranslate2's one-token target prefix). It is not part of the answer.
 * ``source_prefix``: the token starts the source (Marian's multi-target models: ``>>fra<< X </s>``, as MarianTokenizer
-  reads a text that starts with it). A request that names no target is read as sent: its text may carry the token.
+  reads a text that starts with it; MADLAD-400's ``<2fr> X </s>``). A request that names no target is read as sent: its text may carry the token.
 
 and whether the source language is said too (``source``: ``prefix``, its token first, as M2M100 and NLLB read
 ``__en__ X </s>``; ``none``). Requests name languages by conventional codes (ISO 639-1 as LibreTranslate uses:
@@ -41,6 +41,7 @@ _ISO3 = dict(
 _MODEL_CODE = (
     (re.compile(r"__([a-z]{2,3})__"), lambda m: m.group(1)),  # M2M100
     (re.compile(r">>([a-z]{2,3})<<"), lambda m: m.group(1)),  # Marian
+    (re.compile(r"<2([a-z]{2,3})>"), lambda m: m.group(1)),  # MADLAD-400
     (
         re.compile(r"([a-z]{3})_([A-Z][a-z]{3})"),  # NLLB, FLORES-200: language_Script
         lambda m: {"zho_Hans": "zh", "zho_Hant": "zh-Hant"}.get(m.group(0), _ISO3.get(m.group(1))),

@@ -125,10 +125,17 @@ MULTI_HEAD_ATTENTION = MSFT.MultiHeadAttention
 GROUP_QUERY_ATTENTION = MSFT.GroupQueryAttention
 
 
-def multi_head_attention(q, k, v, bias, n_heads: int):
+def _scale_of(q, n_heads: int, scale: float) -> dict:
+    """The kernels' ``scale`` attribute where it is not their default 1/sqrt(d_k) (T5's 1.0), so that the graphs of the
+    other families stay as they were."""
+    return {} if abs(scale - (int(q.shape[-1]) // n_heads) ** -0.5) < 1e-12 else {"scale": float(scale)}
+
+
+def multi_head_attention(q, k, v, bias, n_heads: int, scale: float):
     from onnxscript import opset18 as op
 
-    # attention_bias must be (B or 1, 1, T, L): the model's masks broadcast over the queries, so expand.
+    # attention_bias must be (B or 1, 1 or H, T, L): the model's masks broadcast over the queries, so expand (a bias
+    # per head, T5's, keeps its H: Expand broadcasts).
     full = op.Concat(
         op.Shape(q, start=0, end=1),
         op.Constant(value_ints=[1]),
@@ -138,10 +145,12 @@ def multi_head_attention(q, k, v, bias, n_heads: int):
     )
     # Inputs by position: query, key, value, bias (of a packed QKV projection: none), key_padding_mask
     # (none: the mask is in attention_bias), attention_bias.
-    return MULTI_HEAD_ATTENTION(q, k, v, None, None, op.Expand(bias, full), num_heads=n_heads)
+    return MULTI_HEAD_ATTENTION(
+        q, k, v, None, None, op.Expand(bias, full), num_heads=n_heads, **_scale_of(q, n_heads, scale)
+    )
 
 
-def written_out_attention(q, k, v, bias, n_heads: int):
+def written_out_attention(q, k, v, bias, n_heads: int, scale: float):
     """The same operator as standard ONNX nodes (any runtime; format 2): split heads, Q K^T, scale, + bias,
     Softmax, @ V, merge heads."""
     import numpy as np
@@ -156,9 +165,9 @@ def written_out_attention(q, k, v, bias, n_heads: int):
     qh = op.Transpose(
         op.Reshape(q, const([0, 0, n_heads, d_k], np.int64)), perm=[0, 2, 1, 3]
     )  # (B, H, T, Dh)
-    scores = op.Mul(
-        op.MatMul(qh, op.Transpose(k, perm=[0, 1, 3, 2])), const(d_k**-0.5, np.float32)
-    )  # (B, H, T, L)
+    scores = op.MatMul(qh, op.Transpose(k, perm=[0, 1, 3, 2]))  # (B, H, T, L)
+    if scale != 1.0:
+        scores = op.Mul(scores, const(scale, np.float32))
     attn = op.Softmax(op.Add(scores, bias), axis=-1)
     merged = op.Transpose(op.MatMul(attn, v), perm=[0, 2, 1, 3])  # (B, T, H, Dh)
     return op.Reshape(merged, const([0, 0, n_heads * d_k], np.int64))  # (B, T, d_model)
@@ -177,17 +186,17 @@ def _split_heads(x, n_heads: int):
 def _appended(attend):
     """``cached_attention`` as a Concat of the cache and the new tokens' keys and values, then ``attend``."""
 
-    def cached(q, k_new, v_new, past_k, past_v, bias, n_heads: int):
+    def cached(q, k_new, v_new, past_k, past_v, bias, n_heads: int, scale: float):
         from onnxscript import opset18 as op
 
         k = op.Concat(past_k, _split_heads(k_new, n_heads), axis=2)  # (B, H, P+T, Dh)
         v = op.Concat(past_v, _split_heads(v_new, n_heads), axis=2)
-        return attend(q, k, v, bias, n_heads), k, v
+        return attend(q, k, v, bias, n_heads, scale), k, v
 
     return cached
 
 
-def group_query_attention(q, k_new, v_new, past_k, past_v, bias, n_heads: int):
+def group_query_attention(q, k_new, v_new, past_k, past_v, bias, n_heads: int, scale: float):
     """``cached_attention`` as one GroupQueryAttention node: every row's cache is P long, so each row's length
     (seqlens_k, the kernel's "total length - 1") is P + T - 1, and the bias masks the holes."""
     import numpy as np
@@ -203,7 +212,7 @@ def group_query_attention(q, k_new, v_new, past_k, past_v, bias, n_heads: int):
     )  # (B,)
     scalar = op.Constant(value=ir.tensor(np.asarray([], np.int64)))
     total_scalar = op.Reshape(op.Cast(total, to=ir.DataType.INT32), scalar)
-    # attention_bias (B, 1, T, P+T) as given; inputs by position: query, key, value, past_key, past_value,
+    # attention_bias (B, 1 or H, T, P+T) as given; inputs by position: query, key, value, past_key, past_value,
     # seqlens_k, total_sequence_length, cos_cache, sin_cache, position_ids (none: no rotary), attention_bias.
     out, k, v = GROUP_QUERY_ATTENTION(
         q,
@@ -220,6 +229,7 @@ def group_query_attention(q, k_new, v_new, past_k, past_v, bias, n_heads: int):
         num_heads=n_heads,
         kv_num_heads=n_heads,
         _num_outputs=3,
+        **_scale_of(q, n_heads, scale),
     )
     return out, k, v
 

@@ -3,7 +3,8 @@
 The folder is read as a user downloaded it (config.json, generation_config.json, model.safetensors or
 pytorch_model.bin, the tokenizer files); nothing is fetched (offline mode is set before transformers can
 be imported). One small module per family (``export/hf_marian.py``, ``hf_m2m100.py`` for M2M100 and NLLB,
-``hf_bart.py``, ``hf_mbart.py``, as CTranslate2's converter has one loader each) reads its config.json into this
+``hf_bart.py``, ``hf_mbart.py``, ``hf_t5.py`` for T5, mT5, Flan-T5 and MADLAD-400, ``hf_pegasus.py``, as CTranslate2's
+converter has one loader each) reads its config.json into this
 project's model (``training/model.py`` with the family's knobs) and its tokenizer files into ``tokenizers`` JSON
 (Marian's and M2M100's SentencePiece files converted by ``export/spm_tokenizer.py``; a tokenizer.json taken as it
 is, ``export/hf_tokenizer.py``), and names its weights; generation_config.json becomes the bundle's decoding
@@ -27,7 +28,15 @@ from contract.config import ModelConfig, TaskConfig
 
 log = logging.getLogger("s2s.import")
 # model_type values of config.json this import reads (m2m_100: NLLB too) -> the module of the family
-FAMILIES = {"marian": "hf_marian", "m2m_100": "hf_m2m100", "bart": "hf_bart", "mbart": "hf_mbart"}
+FAMILIES = {
+    "marian": "hf_marian",
+    "m2m_100": "hf_m2m100",
+    "bart": "hf_bart",
+    "mbart": "hf_mbart",
+    "t5": "hf_t5",  # T5, Flan-T5 and MADLAD-400
+    "mt5": "hf_t5",
+    "pegasus": "hf_pegasus",
+}
 SUPPORTED = tuple(FAMILIES)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Decoding fields that config.json held before generation_config.json did (older checkpoints)
@@ -116,6 +125,12 @@ def map_weights(
     from training.model import Transformer
 
     fam = family(model_type)  # its field_of names the config field of a tensor
+    # where a family keeps its layers, and the config.json fields that count them (T5's encoder.block.{i}.)
+    prefix = getattr(fam, "LAYER_PREFIX", "model.{stack}.layers.{i}.")
+    counts = getattr(fam, "LAYER_FIELDS", {s: f"{s}_layers" for s in ("encoder", "decoder")})
+    layer_name = re.compile(
+        re.escape(prefix).replace(r"\{stack\}", "(encoder|decoder)").replace(r"\{i\}", r"\d+")
+    )
     with torch.device("meta"):  # the shapes only: no weights made
         want = {k: v.shape for k, v in Transformer(c).state_dict().items()}
     out = {}
@@ -125,8 +140,8 @@ def map_weights(
             if ours == "output_projection.bias":  # transformers does not save a zero final_logits_bias either
                 out[ours] = torch.zeros(c.tgt_vocab_size)
                 continue
-            layer = re.match(r"model\.(encoder|decoder)\.layers\.\d+\.", names[0])
-            field = f"{layer.group(1)}_layers" if layer else fam.field_of(names[0])
+            layer = layer_name.match(names[0])
+            field = counts[layer.group(1)] if layer else fam.field_of(names[0])
             raise ImportRefused(
                 f"{weights_file}: tensor {names[0]!r} is missing ({config_file} field {field!r} says it should be "
                 "there)"
@@ -141,9 +156,9 @@ def map_weights(
             )
         out[ours] = t.contiguous()
     for stack, n in (("encoder", c.n_encoder_layers), ("decoder", c.n_decoder_layers)):
-        if any(k.startswith(f"model.{stack}.layers.{n}.") for k in theirs):
+        if any(k.startswith(prefix.format(stack=stack, i=n)) for k in theirs):
             raise ImportRefused(
-                f"{weights_file}: has {stack} layer {n}, but {config_file} field '{stack}_layers' is {n}"
+                f"{weights_file}: has {stack} layer {n}, but {config_file} field {counts[stack]!r} is {n}"
             )
     return out
 

@@ -57,14 +57,14 @@ def test_not_a_checkpoint(capsys, tmp_path):
 
 def test_unsupported_model_type_lists_the_supported(capsys, checkpoint, tmp_path):
     folder = edited(checkpoint, tmp_path)
-    edit_json(folder / "config.json", model_type="t5")
+    edit_json(folder / "config.json", model_type="whisper")
     refused(
         capsys,
         folder,
         tmp_path / "repo",
         "config.json",
-        "'model_type' is 't5'",
-        "supported: marian, m2m_100, bart, mbart",
+        "'model_type' is 'whisper'",
+        "supported: marian, m2m_100, bart, mbart, t5, mt5, pegasus",
     )
 
 

@@ -74,7 +74,7 @@ def model_holding(config: ModelConfig, state: dict) -> Transformer:
     and the positional tables (buffers, not weights) computed. ValueError naming the tensors that do not fit."""
     import torch
 
-    from training.model import PositionalEncoding
+    from training.positions import PositionalEncoding, RelativePositionBias
 
     with torch.device("meta"):
         model = Transformer(config)
@@ -89,6 +89,8 @@ def model_holding(config: ModelConfig, state: dict) -> Transformer:
             module.pe = PositionalEncoding(
                 config.d_model, config.max_len, config.positions, config.position_offset
             ).pe.to(device)
+        if isinstance(module, RelativePositionBias):
+            module.buckets = module.bucket_table().to(device)
     unfilled = [n for n, p in model.named_parameters() if p.is_meta]
     if unexpected or unfilled:
         raise ValueError(f"missing {unfilled or missing}, unexpected {unexpected}")

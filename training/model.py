@@ -6,8 +6,9 @@ Section numbers refer to the paper. Post-LN as in the paper: each sub-layer is
 The paper's choices are the defaults of ``ModelConfig``'s architecture knobs (activation, embedding
 scale, positions, pre/post norm and a final norm, output bias, a norm on the embeddings); the models other
 trainers made (``export/hf_marian.py``: Marian's swish, unscaled embeddings, half-split sinusoids;
-``export/hf_bart.py``: BART's learned positions and embedding LayerNorm) are this same model with those knobs
-moved, so every imported model runs, exports and is validated through this file.
+``export/hf_bart.py``: BART's learned positions and embedding LayerNorm; ``export/hf_t5.py``: T5's relative position
+bias, RMSNorm, gated FFN, unscaled attention and no biases) are this same model with those knobs moved, so every
+imported model runs, exports and is validated through this file.
 
 The model exposes the two calls that inference needs and that the ONNX export traces:
 ``encode(src, src_mask)`` and ``decode_step(tgt, positions, past, past_mask, cross, src_mask)``.
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contract.config import ModelConfig
+from training.positions import PositionalEncoding, RelativePositionBias
 
 # Added to attention scores of masked positions. A large finite value rather than -inf keeps a
 # fully masked row (a padding row of a batch) finite instead of NaN; exp(-1e9) is exactly 0 in
@@ -33,80 +35,41 @@ MASKED = -1e9
 KV = tuple[Tensor, Tensor]  # (key, value), each (B, H, L, Dh)
 
 
-class PositionalEncoding(nn.Module):
-    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
-
-    ``sinusoid_half`` lays the same values out as all sines, then all cosines (Marian), computed in float64
-    as its trainer did, so positions agree to the last bit; ``sinusoid_fairseq`` is fairseq's table (M2M100, NLLB:
-    frequencies spaced over d/2 - 1 steps, float32); ``learned`` is a stored table. In every kind the row for
-    position p is p + offset (the families that reserve the first rows: fairseq's start after the padding id)."""
-
-    def __init__(self, d_model: int, max_len: int, kind: str = "sinusoid", offset: int = 0):
-        super().__init__()
-        self.offset = offset
-        if kind == "learned":
-            self.table = nn.Embedding(max_len + offset, d_model)  # a weight, loaded with the others
-            return
-        rows = max_len + offset
-        if kind == "sinusoid":
-            pos = torch.arange(rows, dtype=torch.float32).unsqueeze(1)  # (L, 1)
-            inv_freq = torch.exp(
-                torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
-            )
-            pe = torch.zeros(rows, d_model)
-            pe[:, 0::2] = torch.sin(pos * inv_freq)
-            pe[:, 1::2] = torch.cos(pos * inv_freq)
-        elif (
-            kind == "sinusoid_fairseq"
-        ):  # as fairseq computes it (M2M100SinusoidalPositionalEmbedding), to the bit
-            half = d_model // 2
-            freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
-            angle = torch.arange(rows, dtype=torch.int64).float().unsqueeze(1) * freq.unsqueeze(0)
-            pe = torch.cat([torch.sin(angle), torch.cos(angle), torch.zeros(rows, d_model % 2)], dim=1)
-        else:  # sinusoid_half
-            pos = torch.arange(rows, dtype=torch.float64).unsqueeze(1)  # (L, 1)
-            angle = pos / torch.pow(
-                10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
-            )  # (L, ceil(d/2))
-            pe = torch.cat([torch.sin(angle), torch.cos(angle[:, : d_model // 2])], dim=1).float()
-        self.register_buffer("pe", pe, persistent=False)  # a function of the config, not a weight
-
-    def forward(self, positions: Tensor) -> Tensor:
-        # Explicit positions (B, T) rather than arange: a decode step of a batch whose rows
-        # joined at different times feeds each row its own position.
-        if hasattr(self, "table"):
-            return self.table(positions + self.offset)  # (B, T, d_model)
-        return self.pe[positions + self.offset if self.offset else positions]  # (B, T, d_model)
-
-
 @torch.library.custom_op("s2s::attention", mutates_args=())
-def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
-    """§3.2.1 for all heads at once: softmax(Q K^T / sqrt(d_k) + bias) V with the heads merged again.
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int, scale: float) -> Tensor:
+    """§3.2.1 for all heads at once: softmax(Q K^T * scale + bias) V with the heads merged again, scale 1/sqrt(d_k).
 
-    q: (B, T, d_model) projected queries; k, v: (B, H, L, Dh); bias: additive, broadcastable to
-    (B, 1, T, L), 0 where a position is seen and MASKED where not. One operator so that the export can map it to ONNX
+    q: (B, T, H Dh) projected queries; k, v: (B, H, L, Dh); bias: additive, broadcastable to (B, H, T, L), 0 where a
+    position is seen and MASKED where not (plus T5's position bias per head). One operator so that the export can map it to ONNX
     Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py) instead of ~10 nodes per
     attention; this eager body is the reference the exported graphs are validated against.
     """
     b, t, d = q.shape
     d_k = d // n_heads
     qh = q.view(b, t, n_heads, d_k).transpose(1, 2)  # (B, H, T, Dh)
-    attn = (qh @ k.transpose(-2, -1) / math.sqrt(d_k) + bias).softmax(dim=-1)  # (B, H, T, L)
-    return (attn @ v).transpose(1, 2).reshape(b, t, d)  # (B, T, d_model)
+    attn = ((qh @ k.transpose(-2, -1)) * scale + bias).softmax(dim=-1)  # (B, H, T, L)
+    return (attn @ v).transpose(1, 2).reshape(b, t, d)  # (B, T, H Dh)
 
 
 @attention.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
+def _(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int, scale: float) -> Tensor:
     return torch.empty_like(q)
 
 
 @torch.library.custom_op("s2s::cached_attention", mutates_args=())
 def cached_attention(
-    q: Tensor, k_new: Tensor, v_new: Tensor, past_k: Tensor, past_v: Tensor, bias: Tensor, n_heads: int
+    q: Tensor,
+    k_new: Tensor,
+    v_new: Tensor,
+    past_k: Tensor,
+    past_v: Tensor,
+    bias: Tensor,
+    n_heads: int,
+    scale: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Decoder self-attention over the cache: the new tokens' keys and values appended to it, then §3.2.1.
 
-    q, k_new, v_new: (B, T, d_model) projections of the T new tokens; past_k, past_v: (B, H, P, Dh); bias as
+    q, k_new, v_new: (B, T, H Dh) projections of the T new tokens; past_k, past_v: (B, H, P, Dh); bias as
     ``attention``'s, (B, 1, T, P+T). Returns the attention (B, T, d_model) and the cache with the new tokens,
     (B, H, P+T, Dh) each. One operator so that the export can map the append and the attention together to ONNX
     Runtime's GroupQueryAttention, which appends inside its kernel (export/fused.py); this eager body (a Concat,
@@ -114,12 +77,19 @@ def cached_attention(
     b, t, d = k_new.shape
     k = torch.cat([past_k, k_new.view(b, t, n_heads, d // n_heads).transpose(1, 2)], dim=2)  # (B, H, P+T, Dh)
     v = torch.cat([past_v, v_new.view(b, t, n_heads, d // n_heads).transpose(1, 2)], dim=2)
-    return attention(q, k, v, bias, n_heads), k, v
+    return attention(q, k, v, bias, n_heads, scale), k, v
 
 
 @cached_attention.register_fake
 def _(
-    q: Tensor, k_new: Tensor, v_new: Tensor, past_k: Tensor, past_v: Tensor, bias: Tensor, n_heads: int
+    q: Tensor,
+    k_new: Tensor,
+    v_new: Tensor,
+    past_k: Tensor,
+    past_v: Tensor,
+    bias: Tensor,
+    n_heads: int,
+    scale: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     b, h, p, d_k = past_k.shape
     present = past_k.new_empty(b, h, p + k_new.shape[1], d_k)
@@ -128,16 +98,18 @@ def _(
 
 class MultiHeadAttention(nn.Module):
     """§3.2.2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
-    with §3.2.1 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V."""
+    with §3.2.1 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (T5: no 1/sqrt(d_k), no biases, heads of d_kv)."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    def __init__(self, c: ModelConfig):
         super().__init__()
-        self.h, self.d_k = n_heads, d_model // n_heads
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.h, self.d_k = c.n_heads, c.d_head
+        inner, bias = c.n_heads * c.d_head, c.projection_bias
+        self.w_q = nn.Linear(c.d_model, inner, bias=bias)
+        self.w_k = nn.Linear(c.d_model, inner, bias=bias)
+        self.w_v = nn.Linear(c.d_model, inner, bias=bias)
+        self.w_o = nn.Linear(inner, c.d_model, bias=bias)
+        self.dropout = nn.Dropout(c.dropout)
+        self.scale = self.d_k**-0.5 if c.scale_attention else 1.0
 
     def split_heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
@@ -147,16 +119,16 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))  # 2 x (B, H, L, Dh)
 
     def attend(self, x: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-        """x: queries (B, T, d_model); k, v: (B, H, L, Dh); bias: from mask_bias, broadcastable to (B, 1, T, L)."""
+        """x: queries (B, T, d_model); k, v: (B, H, L, Dh); bias: from mask_bias, broadcastable to (B, H, T, L)."""
         if not self.training:
             # One operator: the export maps it to ONNX Runtime's fused MultiHeadAttention, which takes
             # the queries before the head split and returns them merged (export/fused.py).
-            return self.w_o(attention(self.w_q(x), k, v, bias, self.h))  # (B, T, d_model)
+            return self.w_o(attention(self.w_q(x), k, v, bias, self.h, self.scale))  # (B, T, d_model)
         # Training: PyTorch's fused kernel, dropout inside (0.96x of the written-out ops in
         # docs/studies/train-speed.md on 2 cores, kept for the memory it saves on longer batches).
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropout.p, scale=self.d_k**-0.5
+            q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropout.p, scale=self.scale
         )
         return self.w_o(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
 
@@ -165,7 +137,7 @@ class MultiHeadAttention(nn.Module):
         values appended: the attention (B, T, d_model) and the new cache (B, H, P+T, Dh)."""
         if not self.training:  # one operator for the export (``cached_attention``)
             out, k, v = cached_attention(
-                self.w_q(x), self.w_k(x), self.w_v(x), past[0], past[1], bias, self.h
+                self.w_q(x), self.w_k(x), self.w_v(x), past[0], past[1], bias, self.h, self.scale
             )
             return self.w_o(out), (k, v)
         k_new, v_new = self.project_kv(x)  # (B, H, T, Dh)
@@ -179,28 +151,47 @@ def mask_bias(keep: Tensor) -> Tensor:
     return torch.where(keep, 0.0, MASKED)  # one Where node in the exported graphs
 
 
-ACTIVATION = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}  # swish(x) = x * sigmoid(x)
+# swish(x) = x * sigmoid(x); gelu_tanh: GELU's tanh approximation (T5's gelu_new)
+ACTIVATION = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "swish": F.silu,
+}
 
 
 class FeedForward(nn.Module):
-    """§3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, max(0, .) being the configured activation."""
+    """§3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, max(0, .) being the configured activation; gated (``ffn_glu``,
+    Shazeer 2020 "GLU Variants Improve Transformer"): FFN(x) = (act(x W_1) * x V) W_2."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
+    def __init__(self, c: ModelConfig):
         super().__init__()
-        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.act = ACTIVATION[activation]
+        bias = c.projection_bias
+        self.w_1, self.w_2 = nn.Linear(c.d_model, c.d_ff, bias=bias), nn.Linear(c.d_ff, c.d_model, bias=bias)
+        if c.ffn_glu:
+            self.v = nn.Linear(c.d_model, c.d_ff, bias=bias)
+        self.dropout = nn.Dropout(c.dropout)
+        self.act = ACTIVATION[c.activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.dropout(self.act(self.w_1(x))))
+        h = self.act(self.w_1(x))  # (B, T, d_ff)
+        if hasattr(self, "v"):
+            h = h * self.v(x)
+        return self.w_2(self.dropout(h))
 
 
-def sublayer_input(norm: nn.LayerNorm, x: Tensor, pre: bool) -> Tensor:
+def norm_layer(c: ModelConfig) -> nn.Module:
+    """LayerNorm (Ba et al. 2016), or RMSNorm (Zhang and Sennrich 2019: x / RMS(x) * g, no mean subtracted and no
+    bias; T5's)."""
+    return nn.RMSNorm(c.d_model, eps=c.norm_eps) if c.rms_norm else nn.LayerNorm(c.d_model, eps=c.norm_eps)
+
+
+def sublayer_input(norm: nn.Module, x: Tensor, pre: bool) -> Tensor:
     """What a sub-layer reads: x itself (post-norm, the paper), or LayerNorm(x) (pre-norm)."""
     return norm(x) if pre else x
 
 
-def add_norm(norm: nn.LayerNorm, x: Tensor, y: Tensor, pre: bool) -> Tensor:
+def add_norm(norm: nn.Module, x: Tensor, y: Tensor, pre: bool) -> Tensor:
     """§3.1 Add & Norm of a sub-layer's output y: LayerNorm(x + y) post-norm; x + y pre-norm (normed on the way in)."""
     return x + y if pre else norm(x + y)
 
@@ -210,9 +201,9 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, c: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
-        self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.self_attn = MultiHeadAttention(c)
+        self.ffn = FeedForward(c)
+        self.norm1, self.norm2 = norm_layer(c), norm_layer(c)
         self.dropout = nn.Dropout(c.dropout)
         self.pre = c.norm == "pre"
 
@@ -229,10 +220,10 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, c: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(c.d_model) for _ in range(3))
+        self.self_attn = MultiHeadAttention(c)
+        self.cross_attn = MultiHeadAttention(c)
+        self.ffn = FeedForward(c)
+        self.norm1, self.norm2, self.norm3 = (norm_layer(c) for _ in range(3))
         self.dropout = nn.Dropout(c.dropout)
         self.pre = c.norm == "pre"
 
@@ -263,18 +254,24 @@ class Transformer(nn.Module):
             if c.share_embeddings
             else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.special.pad)
         )
-        self.pos = PositionalEncoding(c.d_model, c.max_len, c.positions, c.position_offset)
+        if c.positions == "relative":  # T5: a bias on the self-attention scores, one table per stack
+            buckets, distance = c.relative_attention_num_buckets, c.relative_attention_max_distance
+            self.encoder_position_bias = RelativePositionBias(
+                c.n_heads, buckets, distance, bidirectional=True
+            )
+            self.decoder_position_bias = RelativePositionBias(
+                c.n_heads, buckets, distance, bidirectional=False
+            )
+        else:
+            self.pos = PositionalEncoding(c.d_model, c.max_len, c.positions, c.position_offset)
         if c.positions == "learned":  # a stored table per stack (BART's); a sinusoid is one function for both
             self.decoder_pos = PositionalEncoding(c.d_model, c.max_len, c.positions, c.position_offset)
         if c.embedding_norm:  # BART's layernorm_embedding, one per stack
-            self.encoder_embed_norm, self.decoder_embed_norm = (
-                nn.LayerNorm(c.d_model),
-                nn.LayerNorm(c.d_model),
-            )
+            self.encoder_embed_norm, self.decoder_embed_norm = norm_layer(c), norm_layer(c)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
         if c.final_norm:  # pre-norm stacks end on an un-normed residual sum: one LayerNorm after each stack
-            self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+            self.encoder_norm, self.decoder_norm = norm_layer(c), norm_layer(c)
         self.output_projection = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
         if c.tie_output:  # §3.4: share the target embedding and the pre-softmax projection
             self.output_projection.weight = self.tgt_embed.weight
@@ -295,14 +292,13 @@ class Transformer(nn.Module):
 
     def embed(self, stack: str, ids: Tensor, positions: Tensor) -> Tensor:
         """§3.4 + §3.5 for the encoder's or the decoder's ids: scaled embeddings plus positions (then LayerNorm where
-        the family has one there) -> (B, T, d_model)."""
+        the family has one there) -> (B, T, d_model). Relative positions add nothing here (``position_bias``)."""
         c = self.config
-        table, pos = (
-            (self.src_embed, self.pos)
-            if stack == "encoder"
-            else (self.tgt_embed, self.decoder_pos if c.positions == "learned" else self.pos)
-        )
-        x = table(ids) * self.scale + pos(positions)
+        x = (self.src_embed if stack == "encoder" else self.tgt_embed)(ids) * self.scale
+        if c.positions != "relative":
+            x = x + (self.decoder_pos if stack == "decoder" and c.positions == "learned" else self.pos)(
+                positions
+            )
         if c.embedding_norm:
             x = getattr(self, f"{stack}_embed_norm")(x)
         return self.dropout(x)
@@ -313,6 +309,8 @@ class Transformer(nn.Module):
         bias = mask_bias(
             src_mask.bool()[:, None, None, :]
         )  # (B, 1, 1, S): queries may look at real tokens only
+        if self.config.positions == "relative":  # sources are right-padded: a row's tokens sit at 0, 1, ...
+            bias = bias + self.encoder_position_bias(positions, positions)  # (B, H, S, S)
         x = self.embed("encoder", src, positions)
         for layer in self.encoder:
             x = layer(x, bias)
@@ -350,6 +348,11 @@ class Transformer(nn.Module):
             [past_mask.bool()[:, None, :].expand(-1, t, -1), causal.expand(tgt.shape[0], -1, -1)], dim=2
         )[:, None]  # (B, 1, T, P+T)
         self_bias = mask_bias(self_keep)
+        if self.config.positions == "relative":
+            # a row's cached tokens are its positions 0, 1, ... in order (holes before them, masked): each row's
+            # distances are its own, whenever it joined the batch
+            keys = torch.cat([past_mask.cumsum(1) - 1, positions], dim=1)  # (B, P+T)
+            self_bias = self_bias + self.decoder_position_bias(positions, keys)  # (B, H, T, P+T)
         cross_bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
         y = self.embed("decoder", tgt, positions)
         present: list[KV] = []
@@ -358,6 +361,8 @@ class Transformer(nn.Module):
             present.append(kv)
         if self.config.final_norm:
             y = self.decoder_norm(y)
+        if self.config.scale_output:  # T5 v1.0: the tied table's logits rescaled (Mesh TensorFlow's)
+            y = y * self.config.d_model**-0.5
         return self.output_projection(y), present
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
