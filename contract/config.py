@@ -97,8 +97,8 @@ class ModelConfig:
         if self.positions == "relative" and not (buckets >= 4 and buckets // 2 < distance):
             # past max_distance every distance shares the last bucket: what lets the buckets be one table of distances
             raise ValueError(
-                f"relative_attention_num_buckets={buckets} must be 4 or more, and relative_attention_max_distance="
-                f"{distance} more than half of it"
+                f"relative_attention_max_distance={distance} must be more than half of "
+                f"relative_attention_num_buckets={buckets}, and the buckets at least 4"
             )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
