@@ -1,7 +1,8 @@
 """`s2s import` of T5 (v1.0: ReLU, tied and rescaled), MADLAD-400 / Flan-T5 (gated GELU, untied, target languages as
 ``<2xx>`` source tokens), mT5 (heads of d_kv) and Pegasus checkpoints against transformers itself: tokenizer ids,
 the encoder's output and every step's logits within 1e-4, greedy and beam-4 outputs token-identical to
-``generate()`` on 200 inputs of mixed lengths in padded batches.
+``generate()`` on 200 inputs of mixed lengths in padded batches, and the same through the server with rows of different
+lengths decoded together.
 
 The checkpoints are made here (tests/t5_models.py): tiny, trained a few hundred steps, their norms perturbed.
 """
@@ -141,6 +142,46 @@ def test_greedy_and_beam4_token_identical_to_generate(imported):
         en = translator.generate(texts[:20], target_languages=["en"] * 20)
         de = translator.generate(texts[:20], target_languages=["de"] * 20)
         assert sum(a.tokens != b.tokens for a, b in zip(en, de)) > 10
+
+
+def test_served_rows_of_different_lengths_decode_as_alone(imported, tmp_path):
+    """Through the server (seq2seq.v1 gRPC): one request per input, short and long ones all in flight so that the core
+    decodes them in one continuous batch, rows joining as others leave; each answer equals ``generate()``'s."""
+    from conftest import ServerThread, link_model, server_config
+
+    from s2s.seq2seq_client import Seq2SeqClient
+
+    kind, model, tok, folder, rows = imported
+    rows = tm.inputs(rows, 48)[::-1]  # long ones first: short ones join the batch as they finish
+    want = {beam: tm.hf_generate(model, tok, rows, num_beams=beam) for beam in (1, 4)}
+    link_model(tmp_path / "models", kind, folder)
+    srv = ServerThread(server_config(model_repo=tmp_path / "models", instances=1))
+    try:
+        with Seq2SeqClient(srv.address) as c:
+            calls = [
+                c.stub.Generate.future(
+                    c.request(
+                        kind,
+                        [text],
+                        beam_size=beam,
+                        protect_spans=False,
+                        split_long=False,
+                        **({"target_language": t} if t else {}),
+                    ),
+                    timeout=120,
+                )
+                for beam in (1, 4)
+                for t, text in rows
+            ]
+            got = [call.result().outputs[0] for call in calls]
+    finally:
+        srv.stop()
+    expected = [
+        (t.strip(), len(w))
+        for beam in (1, 4)
+        for t, w in zip(tok.batch_decode(want[beam], skip_special_tokens=True), want[beam])
+    ]
+    assert [(o.text, o.output_tokens) for o in got] == expected
 
 
 @pytest.mark.parametrize("buckets,distance", [(32, 128), (8, 8), (32, 17), (6, 20)])
