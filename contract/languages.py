@@ -9,7 +9,8 @@ A model names its languages in its own codes, each one token of its vocabulary: 
   reads a text that starts with it; MADLAD-400's ``<2fr> X </s>``). A request that names no target is read as sent: its text may carry the token.
 
 and whether the source language is said too (``source``: ``prefix``, its token first, as M2M100 and NLLB read
-``__en__ X </s>``; ``none``). Requests name languages by conventional codes (ISO 639-1 as LibreTranslate uses:
+``__en__ X </s>``; ``none``: not said, the model reads the one its bundle declares; ``any``: not said, the model reads
+any of its languages, MADLAD-400's). Requests name languages by conventional codes (ISO 639-1 as LibreTranslate uses:
 "ja", "zh-Hant") or by the model's own; ``codes`` maps the first to the second, and the reverse is derived.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TARGET_WAYS = ("forced_bos", "source_prefix")
-SOURCE_WAYS = ("prefix", "none")
+SOURCE_WAYS = ("prefix", "none", "any")
 
 # ISO 639-3 (NLLB's codes before the script) -> ISO 639-1, for the languages that have one; the script decides
 # between zh (Simplified) and zh-Hant. A model code not here is offered under its own code only.

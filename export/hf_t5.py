@@ -234,5 +234,6 @@ def load(folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, Any]) -> Loaded:
     except ConfigError as e:
         raise ImportRefused(f"{folder / 'config.json'}: {e}") from None
     codes = {t: i for t, i in tok.get_vocab(with_added_tokens=True).items() if TARGET_CODE.fullmatch(t)}
-    languages = Languages.of_tokens(codes, target="source_prefix", source="none") if codes else None
+    # MADLAD reads a source of any of its languages as it is: only the target is said
+    languages = Languages.of_tokens(codes, target="source_prefix", source="any") if codes else None
     return Loaded(c, tok, languages=languages)

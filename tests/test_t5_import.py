@@ -70,7 +70,7 @@ def test_bundle_records_the_knobs(imported):
         assert cfg.languages is None and cfg.task.source_start_id is None
         return
     langs = cfg.languages
-    assert (langs.target, langs.source) == ("source_prefix", "none")
+    assert (langs.target, langs.source) == ("source_prefix", "any")
     assert {c: langs.token(c) for c in tm.LANGUAGES} == {
         c: tok.convert_tokens_to_ids(f"<2{c}>") for c in tm.LANGUAGES
     }
@@ -144,9 +144,27 @@ def test_greedy_and_beam4_token_identical_to_generate(imported):
         assert sum(a.tokens != b.tokens for a, b in zip(en, de)) > 10
 
 
+def post(srv, path: str, body: dict) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.running.web.port}/{path}",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def test_served_rows_of_different_lengths_decode_as_alone(imported, tmp_path):
     """Through the server (seq2seq.v1 gRPC): one request per input, short and long ones all in flight so that the core
-    decodes them in one continuous batch, rows joining as others leave; each answer equals ``generate()``'s."""
+    decodes them in one continuous batch, rows joining as others leave; each answer equals ``generate()``'s. MADLAD's
+    target language by ISO code on the KServe and LibreTranslate doors too, any of its languages as the source."""
     from conftest import ServerThread, link_model, server_config
 
     from s2s.seq2seq_client import Seq2SeqClient
@@ -154,6 +172,9 @@ def test_served_rows_of_different_lengths_decode_as_alone(imported, tmp_path):
     kind, model, tok, folder, rows = imported
     rows = tm.inputs(rows, 48)[::-1]  # long ones first: short ones join the batch as they finish
     want = {beam: tm.hf_generate(model, tok, rows, num_beams=beam) for beam in (1, 4)}
+    text = lambda ids: tok.decode(ids, skip_special_tokens=True).strip()  # noqa: E731
+    plain = [x for _, x in rows if not any(c.isdigit() for c in x)][:6]  # no spans to protect: read as sent
+    de = [text(w) for w in tm.hf_generate(model, tok, [("de", x) for x in plain], num_beams=4)]
     link_model(tmp_path / "models", kind, folder)
     srv = ServerThread(server_config(model_repo=tmp_path / "models", instances=1))
     try:
@@ -162,7 +183,7 @@ def test_served_rows_of_different_lengths_decode_as_alone(imported, tmp_path):
                 c.stub.Generate.future(
                     c.request(
                         kind,
-                        [text],
+                        [x],
                         beam_size=beam,
                         protect_spans=False,
                         split_long=False,
@@ -171,16 +192,24 @@ def test_served_rows_of_different_lengths_decode_as_alone(imported, tmp_path):
                     timeout=120,
                 )
                 for beam in (1, 4)
-                for t, text in rows
+                for t, x in rows
             ]
             got = [call.result().outputs[0] for call in calls]
+        if kind == "madlad":
+            body = {"target_language": "de", "protect_spans": False, "split_long": False}
+            inputs = [{"name": "text_input", "datatype": "BYTES", "shape": [len(plain)], "data": plain}]
+            status, answer = post(srv, f"v2/models/{kind}/infer", {"inputs": inputs, "parameters": body})
+            assert status == 200 and answer["outputs"][0]["data"] == de, answer
+            for source in ("en", "ja"):
+                translated = [
+                    post(srv, "translate", {"q": x, "source": source, "target": "de"}) for x in plain
+                ]
+                assert translated == [(200, {"translatedText": w}) for w in de]
+            status, answer = post(srv, "translate", {"q": "dog", "source": "en", "target": "xx"})
+            assert status == 400 and "'en' -> 'xx' is not served" in answer["error"], answer
     finally:
         srv.stop()
-    expected = [
-        (t.strip(), len(w))
-        for beam in (1, 4)
-        for t, w in zip(tok.batch_decode(want[beam], skip_special_tokens=True), want[beam])
-    ]
+    expected = [(text(w), len(w)) for beam in (1, 4) for w in want[beam]]
     assert [(o.text, o.output_tokens) for o in got] == expected
 
 

@@ -34,9 +34,9 @@ class Offered:
                 return cls((b.source_language,), (b.target_language,))
             return None
         codes = tuple(sorted(langs.names))
-        if langs.source == "prefix":
+        if langs.source in ("prefix", "any"):  # each of its languages, said by a token or not at all
             sources = codes
-        else:  # the model reads any source without a token: the one its bundle says, if it says one
+        else:  # the model reads its source without a token: the one its bundle says, if it says one
             sources = (b.source_language,) if b.source_language else ()
         return cls(sources, codes, langs)
 
@@ -46,7 +46,7 @@ class Offered:
         if code in listed:
             return True
         m = self.multilingual
-        return m is not None and code in m.tokens and (side == "target" or m.source == "prefix")
+        return m is not None and code in m.tokens and (side == "target" or m.source != "none")
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,12 @@ def ask(name: str, b: BundleConfig, source: str | None, target: str | None) -> A
     langs = b.languages
     if langs is None:
         return _one_pair(name, b, source, target)
+    if source and langs.source == "any":  # read without a token: any of its languages
+        try:
+            langs.own(source, "source language")
+        except LanguageError as e:
+            raise InvalidInput(f"model {name!r}: {e}") from None
+        source = None
     if source and langs.source == "none":  # read without a token: only the one the bundle declares is checked
         if b.source_language and source != b.source_language:
             raise InvalidInput(
