@@ -90,6 +90,7 @@ def build_spec(model: Transformer, tokens: list[str]):
             ("embedding_norm", not c.embedding_norm),
             ("output_bias", c.output_bias),
             ("final_norm", c.final_norm == (c.norm == "pre")),
+            ("moves_later_knobs", not c.moves_later_knobs),  # T5's
         )
         if not ok
     ]
