@@ -69,6 +69,23 @@ BART = dict(
     positions="learned", position_offset=2, embedding_norm=True, activation="gelu", scale_embedding=False
 )
 MBART = {**BART, "norm": "pre", "final_norm": True}
+T5 = dict(  # T5 v1.0's output rescaling with v1.1's gated GELU, heads of 4 whose 4 make 16, not d_model 32
+    positions="relative",
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=8,
+    rms_norm=True,
+    norm_eps=1e-6,
+    ffn_glu=True,
+    activation="gelu_tanh",
+    projection_bias=False,
+    scale_attention=False,
+    scale_output=True,
+    norm="pre",
+    final_norm=True,
+    output_bias=False,
+    scale_embedding=False,
+    d_kv=4,
+)
 
 
 def test_knobs_default_to_the_paper_and_add_only_their_own_tensors():
@@ -80,10 +97,18 @@ def test_knobs_default_to_the_paper_and_add_only_their_own_tensors():
     }
     assert set(tiny(**BART).state_dict()) - paper == added and paper - set(tiny(**BART).state_dict()) == set()
     assert ModelConfig.from_dict(ModelConfig(20, 20, **MBART).to_dict()) == ModelConfig(20, 20, **MBART)
+    t5 = set(tiny(**T5).state_dict())
+    assert {
+        "encoder_position_bias.bias.weight",
+        "decoder_position_bias.bias.weight",
+        "encoder.0.ffn.v.weight",
+    } <= t5
+    assert not any(k.endswith(".bias") for k in t5) and tiny(**T5).config.moves_later_knobs
+    assert ModelConfig.from_dict(ModelConfig(20, 20, **T5).to_dict()) == ModelConfig(20, 20, **T5)
 
 
-@pytest.mark.parametrize("knobs", [BART, MBART], ids=["bart", "mbart"])
-def test_kv_cached_greedy_equals_uncached_with_the_bart_knobs(knobs):
+@pytest.mark.parametrize("knobs", [BART, MBART, T5], ids=["bart", "mbart", "t5"])
+def test_kv_cached_greedy_equals_uncached_with_the_imported_knobs(knobs):
     model = tiny(vocab=30, **knobs)
     src = torch.randint(4, 30, (4, 7))
     mask = (torch.arange(7)[None] < torch.tensor([7, 2, 5, 1])[:, None]).long()
@@ -92,24 +117,27 @@ def test_kv_cached_greedy_equals_uncached_with_the_bart_knobs(knobs):
     assert cached == uncached and sum(map(len, cached)) > 0
 
 
-def test_decode_step_with_cache_holes_matches_a_row_alone():
-    """A row whose cache has holes (it joined a running batch late) decodes as it would alone."""
-    model = tiny()
+@pytest.mark.parametrize("knobs", [{}, T5], ids=["paper", "t5"])
+def test_decode_step_with_cache_holes_matches_a_row_alone(knobs):
+    """A row whose cache has holes (it joined a running batch late) decodes as it would alone: T5's relative position
+    bias counts a row's own positions, past the buckets' max distance."""
+    model = tiny(**knobs)
     src = torch.randint(4, 20, (1, 5))
     smask = torch.ones_like(src)
     cross = model.cross_kv(model.encode(src, smask))
     past, pmask = model.empty_past(1)
     tok, outs = torch.tensor([[1]]), []
-    for step in range(4):
+    for step in range(12):
         logits, past = model.decode_step(tok, torch.tensor([[step]]), past, pmask, cross, smask)
         pmask = torch.cat([pmask, torch.ones(1, 1, dtype=torch.long)], 1)
         outs.append(logits)
         tok = logits[:, -1].argmax(-1, keepdim=True)
     # Same row, with 3 hole columns in front of its cache.
-    past_h = [(torch.randn(1, 4, 3, 8), torch.randn(1, 4, 3, 8)) for _ in range(2)]
+    d = model.config.d_head
+    past_h = [(torch.randn(1, 4, 3, d), torch.randn(1, 4, 3, d)) for _ in range(2)]
     pmask_h = torch.zeros(1, 3, dtype=torch.long)
     tok = torch.tensor([[1]])
-    for step in range(4):
+    for step in range(12):
         logits, past_h = model.decode_step(tok, torch.tensor([[step]]), past_h, pmask_h, cross, smask)
         pmask_h = torch.cat([pmask_h, torch.ones(1, 1, dtype=torch.long)], 1)
         torch.testing.assert_close(logits, outs[step], atol=1e-5, rtol=1e-5)
