@@ -87,13 +87,14 @@ def test_engine_quick(tmp_path):
 
 @needs_models
 @pytest.mark.slow
-def test_engine_model_family_quick(tmp_path):
-    """An imported Marian checkpoint (made here, tiny) against CTranslate2's own conversion of it, forced length;
+@pytest.mark.parametrize("family", ["marian", "t5"])
+def test_engine_model_family_quick(tmp_path, family):
+    """An imported Marian or T5 checkpoint (made here, tiny) against CTranslate2's own conversion of it, forced length;
     the greedy screen changes no output."""
     ct2()
     pytest.importorskip("sentencepiece", reason="the import extra")
-    bench("engine", "--quick", "--model-family", "marian", "--results", str(tmp_path), timeout=900)
-    cells = rows(tmp_path, "marian-ct2", "grid")
+    bench("engine", "--quick", "--model-family", family, "--results", str(tmp_path), timeout=900)
+    cells = rows(tmp_path, f"{family}-ct2", "grid")
     assert {(r["system"], r["search"]) for r in cells} >= {
         ("engine", "beam 4"),
         ("ct2", "greedy"),

@@ -1,6 +1,6 @@
-"""Imported checkpoints for the engine grid (``--model-family``): a checkpoint of a family's shape made here as a
-user's download would look (transformers' random initialisation, saved with ``save_pretrained``; nothing is
-downloaded), imported by ``s2s import`` (float32 and ``--quantize int8``) and converted by CTranslate2's own
+"""Imported checkpoints for the engine grid (``--model-family``: ``marian``, OPUS-MT's shape; ``t5``, Flan-T5-base's):
+a checkpoint of a family's shape made here as a user's download would look (transformers' random initialisation,
+saved with ``save_pretrained``; nothing is downloaded), imported by ``s2s import`` (float32 and ``--quantize int8``) and converted by CTranslate2's own
 ``ct2-transformers-converter``; each made once and cached under .cache/bench/<family>/. Random weights would stop
 anywhere, so both sides generate exactly --new-tokens tokens (min = max decoding length). In float32 greedy cells the
 engine also runs with its greedy screen off (the default, auto, screens a projection this size: engine/screen.py).
@@ -19,9 +19,10 @@ from bench.harness.inputs import log
 from bench.harness.results import Report, provenance
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # the checkpoint is made here; nothing is downloaded
-SIZES = {
-    "full": dict(d=512, layers=6, heads=8, ff=2048, vocab=32000),
-    "quick": dict(d=64, layers=2, heads=4, ff=128, vocab=2000),
+QUICK = dict(d=64, layers=2, heads=4, ff=128, vocab=2000)
+SIZES = {  # family -> its released model's shape (OPUS-MT's; Flan-T5-base's), and the --quick one
+    "marian": {"full": dict(d=512, layers=6, heads=8, ff=2048, vocab=32000), "quick": QUICK},
+    "t5": {"full": dict(d=768, layers=12, heads=12, ff=2048, vocab=32128), "quick": QUICK},
 }
 
 
@@ -67,7 +68,45 @@ def marian(folder: Path, d: int, layers: int, heads: int, ff: int, vocab: int) -
     tok.save_pretrained(folder)
 
 
-FAMILIES = {"marian": marian}  # family -> maker of a checkpoint folder of its shape
+T5_EXTRA_IDS, T5_SPARE_ROWS = 100, 28  # Flan-T5: 32100 ids (100 of them extra ids) in a vocab_size of 32128
+
+
+def t5(folder: Path, d: int, layers: int, heads: int, ff: int, vocab: int) -> None:
+    """A random T5 checkpoint of Flan-T5's kind (gated GELU, its own lm_head, heads of d / heads), config.json as
+    Flan-T5's reads (tie_word_embeddings false), its tokenizer.json: a SentencePiece unigram trained on generated
+    lines, filled with pieces never produced up to the vocabulary's size, in transformers' ``T5Tokenizer``."""
+    import torch
+    from transformers import GenerationConfig, T5Config, T5ForConditionalGeneration, T5Tokenizer
+    from transformers.convert_slow_tokenizer import T5Converter
+
+    mm = _helpers()
+    import t5_models
+
+    folder.mkdir(parents=True, exist_ok=True)
+    _, proto = t5_models.spm_pieces(mm.lines(3000, 0, japanese=True), [])
+    pieces = [(p.piece, p.score) for p in proto.pieces]
+    floor = min(score for _, score in pieces) - 1
+    pieces += [(f"▁w{i}", floor) for i in range(len(pieces), vocab - T5_SPARE_ROWS - T5_EXTRA_IDS)]
+    charsmap = proto.normalizer_spec.precompiled_charsmap
+    spm = T5Converter.convert_from_spm(
+        vocab=pieces, _spm_precompiled_charsmap=charsmap, extra_ids=T5_EXTRA_IDS
+    )
+    tok = T5Tokenizer(**spm)
+    torch.manual_seed(0)
+    cfg = T5Config(vocab_size=vocab, d_model=d, d_kv=d // heads, d_ff=ff, num_layers=layers, num_heads=heads,
+                   feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0)  # fmt: skip
+    model = T5ForConditionalGeneration(cfg).eval()
+    model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight))  # its own, as Flan-T5's
+    model.generation_config = GenerationConfig(decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    # transformers 5 writes the v1.0 rescaling as scale_decoder_outputs; Flan-T5's config.json says it this way
+    config.pop("scale_decoder_outputs", None)
+    (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}, indent=2))
+
+
+FAMILIES = {"marian": marian, "t5": t5}  # family -> maker of a checkpoint folder of its shape
 
 
 def build(family: str, sizes: dict, variant: str) -> tuple[Path, dict[str, Path], Path]:
@@ -103,7 +142,7 @@ def run(args, started: float) -> Report:
     from bench.engine import systems as sy
     from bench.engine.table import grid_table
 
-    sizes = SIZES["quick" if args.quick else "full"]
+    sizes = SIZES[args.model_family]["quick" if args.quick else "full"]
     _, bundles, ct2_dir = build(args.model_family, sizes, args.int8_variant)
     n, repeats, sides, engines = args.new_tokens[0], args.repeats or 3, [], {}
     for p in args.precisions:
