@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "import",
-        help="import a Hugging Face checkpoint (Marian: OPUS-MT, FuguMT; M2M100, NLLB; BART, mBART-50) as a bundle",
+        help="import a Hugging Face checkpoint (Marian: OPUS-MT, FuguMT; M2M100, NLLB; BART, mBART-50; T5, Flan-T5, "
+        "mT5, MADLAD-400; Pegasus) as a bundle",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Read a local Hugging Face checkpoint folder (config.json, generation_config.json, "
         "model.safetensors or pytorch_model.bin, the tokenizer files; nothing is downloaded) and write "
