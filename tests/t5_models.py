@@ -7,8 +7,9 @@ Four kinds, each a knob setting of the import:
 * ``madlad``: T5 v1.1 as Flan-T5 and MADLAD-400 are (gated GELU, a separate ``lm_head``, config.json written as those
   checkpoints have it: ``tie_word_embeddings`` false), with ``<2xx>`` target-language tokens in the SentencePiece
   model, spiece.model only, a task whose answer depends on the target language;
-* ``mt5``: model_type mt5, gated GELU, heads of ``d_kv`` 8 whose 4 make 32, not d_model 16, tokenizer.json only;
-* ``pegasus``: pre-norm, sinusoids, scaled embeddings, tokenizer.json only.
+* ``mt5``: model_type mt5, gated GELU, heads of ``d_kv`` 8 whose 4 make 32, not d_model 16, tokenizer.json (and
+  spiece.model, which the import leaves unread);
+* ``pegasus``: pre-norm, sinusoids, scaled embeddings, tokenizer.json (and spiece.model).
 
 Each tokenizer is a SentencePiece unigram trained here on generated lines (pad 0, eos 1, unk 2, as T5's and Pegasus's
 are), wrapped in transformers' class (``T5Tokenizer``, ``PegasusTokenizer``) from its pieces, as transformers' own
@@ -88,8 +89,8 @@ def spm_pieces(texts: list[str], codes: list[str]):
 
 
 def tokenizer(kind: str, texts: list[str], folder: Path):
-    """transformers' tokenizer of the kind on a SentencePiece model trained here, and its spiece.model bytes. The
-    kinds shipped as spiece.model only get no tokenizer.json in ``folder``."""
+    """transformers' tokenizer of the kind on a SentencePiece model trained here, and its spiece.model bytes, both in
+    ``folder`` as the released folders hold them, but for the kinds shipped as spiece.model only (no tokenizer.json)."""
     from tokenizers import AddedToken
     from transformers import PegasusTokenizer, T5Tokenizer
     from transformers.convert_slow_tokenizer import PegasusConverter, T5Converter
@@ -110,11 +111,9 @@ def tokenizer(kind: str, texts: list[str], folder: Path):
     else:
         tok = T5Tokenizer(**T5Converter.convert_from_spm(**kwargs, extra_ids=10))
     tok.save_pretrained(folder)
+    (folder / "spiece.model").write_bytes(model)
     if kind in ("t5", "madlad"):
         (folder / "tokenizer.json").unlink()
-        (folder / "spiece.model").write_bytes(model)
-    else:
-        (folder / "spiece.model").unlink(missing_ok=True)
     return tok, model
 
 

@@ -79,18 +79,30 @@ def test_bundle_records_the_knobs(imported):
 
 def test_tokenizer_ids_equal_transformers(imported):
     """The server's codec (only ``tokenizers``, on the bundle's tokenizer.json) against transformers' tokenizer class on
-    training lines and awkward text; where the checkpoint ships spiece.model only, against SentencePiece itself too."""
+    training lines and awkward text; the folder's spiece.model as the import converts it (where tokenizer.json is
+    missing) too, and against SentencePiece itself where the ids are its own (Pegasus's are offset)."""
+    import json
+
+    import sentencepiece as spm
+
     from contract.text import TextCodec
+    from export.hf_t5 import spiece_tokenizer
 
     kind, _, tok, folder, _ = imported
     cfg = bundle.read_bundle(folder)
     codec = TextCodec.from_file(folder / bundle.TOKENIZER_FILE, cfg.task, cfg.model.special)
     texts = mm.lines(300, 99, japanese=True) + hp.AWKWARD
     assert [t for t in texts if codec.source_ids(t) != tok(t)["input_ids"]] == []
-    if kind in ("t5", "madlad"):
-        import sentencepiece as spm
-
-        sp = spm.SentencePieceProcessor(model_file=str(folder.parents[2] / "ckpt" / "spiece.model"))
+    ckpt = folder.parents[2] / "ckpt"
+    tok_cfg = json.loads((ckpt / "tokenizer_config.json").read_text())
+    converted = spiece_tokenizer(ckpt, tok_cfg, "Pegasus" if kind == "pegasus" else "T5")
+    assert [
+        t
+        for t in texts
+        if converted.encode(t, add_special_tokens=False).ids + [tm.EOS] != tok(t)["input_ids"]
+    ] == []
+    if kind != "pegasus":
+        sp = spm.SentencePieceProcessor(model_file=str(ckpt / "spiece.model"))
         plain = [t for t in texts if t.strip() and "\t" not in t and "\n" not in t]
         assert [t for t in plain if codec.source_ids(t) != sp.encode(t) + [tm.EOS]] == []
     if kind == "madlad":  # a text that carries its <2xx> itself is read as MADLAD's tokenizer reads it
