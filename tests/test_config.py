@@ -88,7 +88,7 @@ def test_default_engine_cores_follow_the_cgroup_cpu_quota(tmp_path):
     """Affinity shows a node's CPUs; a container's quota (docker --cpus, a Kubernetes limit) is what it may use."""
     import os
 
-    from server.core.sizing import usable_cpus
+    from server.core_client.sizing import usable_cpus
     from server.models.disk import parse_model
 
     cpus = len(os.sched_getaffinity(0))
@@ -113,7 +113,7 @@ def test_default_engine_cores_follow_the_cgroup_cpu_quota(tmp_path):
 @pytest.mark.parametrize("cpus,cores", [(1, 1), (2, 1), (3, 2), (4, 2), (8, 5), (16, 11)])
 def test_default_engine_cores_leave_the_front_end_its_share(monkeypatch, cpus, cores):
     """On a CPU the cores get the usable CPUs less the front end's share, never fewer than one; the reason says so."""
-    from server.core import sizing
+    from server.core_client import sizing
 
     monkeypatch.setattr(sizing, "usable_cpus", lambda: (cpus, f"{cpus} usable CPU cores"))
     n, why = sizing.default_cores(ServerConfig(device="cpu"))
@@ -125,7 +125,7 @@ def test_default_engine_cores_leave_the_front_end_its_share(monkeypatch, cpus, c
 def test_a_beam_default_model_gets_a_core_per_cpu(monkeypatch, cpus):
     """A model served with a beam by default: one engine core per CPU (its decoding, not the front end, is the
     bottleneck); the reason names the beam."""
-    from server.core import sizing
+    from server.core_client import sizing
 
     monkeypatch.setattr(sizing, "usable_cpus", lambda: (cpus, f"{cpus} usable CPU cores"))
     n, why = sizing.default_cores(ServerConfig(device="cpu"), beam=4)
@@ -133,7 +133,7 @@ def test_a_beam_default_model_gets_a_core_per_cpu(monkeypatch, cpus):
 
 
 def test_default_beam_reads_the_bundle(tmp_path):
-    from server.core.sizing import default_beam
+    from server.core_client.sizing import default_beam
 
     assert default_beam(MODEL_REPO / "translate-en-ja" / "1") == 4
     assert default_beam(MODEL_REPO / "addition" / "1") == 1

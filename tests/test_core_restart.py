@@ -22,7 +22,7 @@ from conftest import MODEL_REPO, ServerThread, alive, english, make_repo, server
 from protos.seq2seq.v1 import seq2seq_pb2 as pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as pb_grpc
 from server.config import SchedulerConfig
-from server.core import client as core_client
+from server.core_client import client as core_client
 
 ADD, JA = "addition", "translate-en-ja"
 

@@ -136,7 +136,9 @@ def test_no_core_outlives_the_server_however_it_stops(how):
             stub = health_pb2_grpc.HealthStub(ch)
             assert wait_for(lambda: _serving(stub), 60)
         cores = {
-            p for p in _children(proc.pid) if "server.core.process" in Path(f"/proc/{p}/cmdline").read_text()
+            p
+            for p in _children(proc.pid)
+            if "server.core_process.process" in Path(f"/proc/{p}/cmdline").read_text()
         }
         assert len(cores) == 4  # 2 models x 2 cores
         proc.send_signal(getattr(signal, how))
@@ -174,7 +176,7 @@ def test_the_in_process_api_decodes_like_the_server(server, model_repo):
 def test_cores_start_where_the_server_package_is_importable():
     """A core is started with this folder as its working directory and on its PYTHONPATH: the one that holds the
     ``server`` package (a relative --model-repo such as `make serve`'s `models` is read from there too)."""
-    from server.core import client
+    from server.core_client import client
 
     assert (client._ROOT / "server" / "__init__.py").is_file() and (client._ROOT / "models").is_dir(), (
         client._ROOT

@@ -288,7 +288,7 @@ class Block:
             raise ImportError("torch is blocked in this test")
 sys.meta_path.insert(0, Block())
 import engine
-import server.app, server.doors.seq2seq_grpc, server.core.scheduler  # the whole server, too
+import server.app, server.doors.seq2seq_grpc, server.core_process.scheduler  # the whole server, too
 e = engine.load({str(bundle("addition"))!r})
 print([r.text for r in e.generate(["12+30", "999+1"], beam_size=1)])
 assert "torch" not in sys.modules

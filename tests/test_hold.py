@@ -1,12 +1,12 @@
-"""A busy core's reports, held so that answers leave the front end together (``server/core/hold.py``)."""
+"""A busy core's reports, held so that answers leave the front end together (``server/core_client/hold.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from server.core.events import Finished, Stats, Token
-from server.core.hold import FROM, ReportHold
-from server.core.messages import Report
+from server.core_client.hold import FROM, ReportHold
+from server.core_wire.events import Finished, Stats, Token
+from server.core_wire.messages import Report
 
 
 def test_a_busy_cores_reports_are_held_then_dispatched_in_order_and_tokens_go_at_once():

@@ -1,5 +1,7 @@
 """The code's shape, as the architecture asks of it: no import circle anywhere in the tree's packages; server/'s
-folders are its layers and import down only; the engine core's modules reach no event loop or gRPC; no module
+folders are its layers and import down only; the engine core's process (core_process/, and core_wire/
+between it and the front end) reaches no event loop, gRPC or aiohttp, and the front end's side of a core
+(core_client/) never reaches the scheduler; no module
 that speaks HTTP reaches gRPC or generated protobuf code (directly or through the server modules it imports);
 no file of server/ or bench/ over 400 lines; no test imports the benchmarks or another test file (only conftest and
 helper modules). Read from the source (ast), so a lazy import inside a function counts too."""
@@ -23,17 +25,34 @@ ASYNC_PREFIXES = ("asyncio", "aiohttp", "uvloop", *GRPC_PREFIXES)
 # server/ by layer: what each folder may not import (directly). The front end's layers go down only:
 # transport (ports, middlewares, interceptors) <- doors and KServe (protocols) <- models (the model API,
 # the served versions) <- core (engine cores) ; telemetry beside them, reading what the cores report.
+CORE_FOLDERS = ("server.core_client", "server.core_wire", "server.core_process")
 FORBIDDEN = {
-    "server.transport": ("server.doors", "server.kserve", "server.models", "server.core", "engine"),
-    "server.doors": ("server.core", "engine"),
-    "server.kserve": ("server.core", "engine"),
-    "server.models": ("server.doors", "server.kserve", "server.transport"),
-    "server.core": ("server.doors", "server.kserve", "server.transport", "server.models"),
+    "server.transport": ("server.doors", "server.kserve", "server.models", *CORE_FOLDERS, "engine"),
+    "server.doors": (*CORE_FOLDERS, "engine"),
+    "server.kserve": (*CORE_FOLDERS, "engine"),
+    "server.models": ("server.doors", "server.kserve", "server.transport", "server.core_process"),
+    # The front end's side of a core starts the core process by module name; it never imports the scheduler.
+    "server.core_client": (
+        "server.doors",
+        "server.kserve",
+        "server.transport",
+        "server.models",
+        "server.core_process",
+    ),
+    # The wire between them: plain messages both sides import, importing neither side.
+    "server.core_wire": ("server.core_client", "server.core_process", "server.models"),
+    "server.core_process": (
+        "server.doors",
+        "server.kserve",
+        "server.transport",
+        "server.models",
+        "server.core_client",
+    ),
     "server.telemetry": ("server.doors", "server.kserve", "server.transport", "server.models"),
 }
 # The engine-core child process imports neither asyncio nor gRPC nor aiohttp, at any depth: only the front
-# end's handle of a core (server.core.client, and its requests in flight) lives on the event loop.
-CORE_FRONT_END = ("server.core.client", "server.core.router", "server.core.inflight", "server.core.hold")
+# end's side of a core (server.core_client) lives on the event loop.
+CORE_CHILD_FOLDERS = ("server.core_process", "server.core_wire")
 # Modules that speak HTTP, by folder: they reach no gRPC or protobuf.
 HTTP_FOLDERS = ("server.doors",)
 HTTP_EXTRA = ("server.kserve.rest_binding", "server.kserve.repository_rest", "server.kserve.json_codec")
@@ -181,13 +200,16 @@ def test_http_modules_reach_no_grpc_or_protobuf(module):
     assert not offenders, f"{module} speaks HTTP but reaches gRPC/protobuf:\n" + "\n".join(offenders)
 
 
-CORE_CHILD = sorted(
-    m for m in MODULES if _under(m, "server.core") and m != "server.core" and m not in CORE_FRONT_END
-)
+CORE_CHILD = sorted(m for m in MODULES if any(_under(m, f) for f in CORE_CHILD_FOLDERS))
 
 
 def test_core_child_modules_are_found():
-    assert {"server.core.process", "server.core.scheduler", "server.core.messages"} <= set(CORE_CHILD)
+    assert {
+        "server.core_process.process",
+        "server.core_process.scheduler",
+        "server.core_wire.messages",
+    } <= set(CORE_CHILD)
+    assert not any(_under(m, "server.core_client") for m in CORE_CHILD)
 
 
 @pytest.mark.parametrize("module", CORE_CHILD)
@@ -196,6 +218,21 @@ def test_engine_core_reaches_no_event_loop_or_grpc(module):
     assert not offenders, (
         f"{module} runs in the engine core but reaches an event loop or gRPC:\n" + "\n".join(offenders)
     )
+
+
+CORE_CLIENT = sorted(m for m in MODULES if _under(m, "server.core_client"))
+
+
+@pytest.mark.parametrize("module", CORE_CLIENT)
+def test_core_client_reaches_no_scheduler(module):
+    """The front end's side of a core talks to the core process over the wire only: at any depth it imports
+    nothing of the core process's folder (the scheduler, its admission and jobs)."""
+    reached = sorted(
+        f"{m} (imported by {via or 'itself'})"
+        for m, via in _reach(module).items()
+        if _under(m, "server.core_process")
+    )
+    assert not reached, f"{module} reaches the core process's code:\n" + "\n".join(reached)
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))

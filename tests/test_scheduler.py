@@ -12,8 +12,8 @@ from conftest import MODEL_REPO, english
 from engine import EngineOptions, Sequence, Translator
 from engine.drive import run
 from server.config import SchedulerConfig
-from server.core.events import Admitted, Failed, Finished, Token
-from server.core.scheduler import Scheduler
+from server.core_process.scheduler import Scheduler
+from server.core_wire.events import Admitted, Failed, Finished, Token
 
 ADD, JA = "addition", "translate-en-ja"
 

@@ -103,8 +103,8 @@ def _core(
         sys.setswitchinterval(0.0005)  # as the engine core sets it
         from engine import EngineOptions, Runner, Sequence
         from server.config import SchedulerConfig
-        from server.core.events import Failed, Finished
-        from server.core.scheduler import Scheduler
+        from server.core_process.scheduler import Scheduler
+        from server.core_wire.events import Failed, Finished
 
         events: queue.SimpleQueue = queue.SimpleQueue()
         window, steps = [float("inf"), float("-inf")], [0, 0]

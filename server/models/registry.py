@@ -8,8 +8,8 @@ import logging
 from contract.bundle import BundleError
 from engine.device import provider_reason
 from server.config import ServerConfig
-from server.core.core_state import CoreLoadError
-from server.core.sizing import default_beam, default_cores, encoder_thread
+from server.core_client.core_state import CoreLoadError
+from server.core_client.sizing import default_beam, default_cores, encoder_thread
 from server.errors import ModelNotFound, ModelNotReady, clip
 from server.models.disk import Repository, parse_model
 from server.models.languages import Offered

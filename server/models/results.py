@@ -2,7 +2,7 @@
 to its wire format and nothing else.
 
 One family from the engine to the wire: the engine's ``Hypothesis`` (token ids and score) travels
-inside the core's ``Finished`` event (``server/core/events.py``) unchanged; the model API detokenizes
+inside the core's ``Finished`` event (``server/core_wire/events.py``) unchanged; the model API detokenizes
 it once into the engine's ``TextHypothesis``, the same type the in-process ``Translator`` answers with;
 the doors only encode them (protobuf, JSON).
 """

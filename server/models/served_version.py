@@ -23,11 +23,11 @@ from contract.decoding import DecodingOptions
 from contract.text import TextCodec
 from engine import EngineOptions, TextHypothesis
 from server.config import ServerConfig
-from server.core.client import CoreHandle
-from server.core.events import Failed, Finished, Token
-from server.core.inflight import InFlight
-from server.core.messages import CoreSpec
-from server.core.router import Router
+from server.core_client.client import CoreHandle
+from server.core_client.inflight import InFlight
+from server.core_client.router import Router
+from server.core_wire.events import Failed, Finished, Token
+from server.core_wire.messages import CoreSpec
 from server.errors import DeadlineExceeded, ModelNotReady, ShuttingDown
 from server.models import distinct, languages
 from server.models.detokenize import StreamingText

@@ -1,7 +1,7 @@
 """Prometheus metrics: one object per server, on its own registry (no module-level singletons).
 
 Base units (seconds), conventional suffixes (_seconds, _total), a ``model`` label everywhere.
-The engine cores report plain numbers (``server.core.events.Stats``) that the model API records here;
+The engine cores report plain numbers (``server.core_wire.events.Stats``) that the model API records here;
 this is the only module that knows prometheus_client.
 """
 

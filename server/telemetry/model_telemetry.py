@@ -1,7 +1,7 @@
 """The one place where what the engine cores report goes: their per-step ``Stats`` into Prometheus, and
 state changes (a core up or down, a version staged, promoted, retired) to whoever watches health.
 
-Events flow one way: a core's handle (``server/core/client.py``) hands plain values to its model version's
+Events flow one way: a core's handle (``server/core_client/client.py``) hands plain values to its model version's
 ``ModelTelemetry``; nothing up here calls back down, and the model API holds no Prometheus children.
 The health board subscribes once, at the top (``Telemetry.watch``), instead of a callback being
 handed down through the repository and the model API to every core.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from server.core.events import Stats
+from server.core_wire.events import Stats
 from server.telemetry.metrics import Metrics
 
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 
 from contract.decoding import DecodingOptions
-from server.core.client import CoreHandle
-from server.core.core_state import CoreUnavailable
-from server.core.events import Failed
-from server.core.inflight import InFlight
+from server.core_client.client import CoreHandle
+from server.core_client.core_state import CoreUnavailable
+from server.core_client.inflight import InFlight
+from server.core_wire.events import Failed
 
 log = logging.getLogger("s2s.cores")
 

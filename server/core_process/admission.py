@@ -1,6 +1,6 @@
 """Batching policies: given a read-only view of a core's queue and running batch, how many rows to admit
 before the next decode step (and, for a policy that waits for company, until when to wait). A policy
-never touches the scheduler's queues or lock; the scheduler (``server/core/scheduler.py``) does the admitting.
+never touches the scheduler's queues or lock; the scheduler (``server/core_process/scheduler.py``) does the admitting.
 
 * ``continuous`` (iteration-level, as Orca/vLLM/TGI): newcomers join the running batch before the
   next step; finished sequences leave and are answered at once.

@@ -1,6 +1,6 @@
 """A request in flight to an engine core, as the front end holds it: its handle, the queue its core's
 typed events arrive on, and what was sent, to send again if its core dies before starting it. Lives on the
-event loop (``server/core/client.py`` and ``server/core/router.py`` are its only writers)."""
+event loop (``server/core_client/client.py`` and ``server/core_client/router.py`` are its only writers)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import asyncio
 import collections
 from dataclasses import dataclass, field
 
-from server.core.events import Event
-from server.core.messages import Submit
+from server.core_wire.events import Event
+from server.core_wire.messages import Submit
 
 
 class EventQueue:

@@ -3,7 +3,7 @@
 front end -> core: ``CoreSpec`` (first, once), ``Submit``, ``Cancel``, ``Drain`` (graceful: finish
 queued work within a grace period, then exit), ``Abort`` (fail what is left now).
 core -> front end: ``Ready`` (once loaded) or ``LoadFailed``; then ``Report`` (the scheduler's typed
-events and stats, ``server/core/events.py``) until it exits.
+events and stats, ``server/core_wire/events.py``) until it exits.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine import EngineOptions
 from server.config import SchedulerConfig
-from server.core.events import Stats
+from server.core_wire.events import Stats
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,16 @@
 """The front end's side of one engine core: start it, send it requests, restart it when it dies.
 
-``CoreHandle`` owns one child process (``server/core/process.py``) and its pipe. The pipe is read on the
+``CoreHandle`` owns one child process (``server/core_process/process.py``) and its pipe. The pipe is read on the
 event loop (``loop.add_reader``); each message is one decode step's report: its typed events go to
 the queue of their request's in-flight handle (``InFlight``, which the model API awaits), its stats
 to the model version's telemetry (``server/telemetry/model_telemetry.py``); a busy core's reports wait a
-few ms first, so that answers leave together (``server/core/hold.py``). A core that dies (SIGKILL,
+few ms first, so that answers leave together (``server/core_client/hold.py``). A core that dies (SIGKILL,
 segfault, OOM) is noticed by EOF on its pipe and started again, with a growing delay if it keeps dying.
 The requests in flight it had started (``Admitted``) fail at once with UNAVAILABLE (retryable); the others,
-still in its queue or in the pipe, go back to the model's router (``server/core/router.py``).
+still in its queue or in the pipe, go back to the model's router (``server/core_client/router.py``).
 
 A core that hangs (SIGSTOP, a deadlock, a stuck driver) shows no EOF. A working core reports at least
-every 50 ms while it has work (``server.core.scheduler.STATS_EVERY_S``), so a watchdog timer treats a
+every 50 ms while it has work (``server.core_process.scheduler.STATS_EVERY_S``), so a watchdog timer treats a
 core with requests in flight that has said nothing for ``--core-stall-s`` as dead: it is SIGKILLed
 and handled as above (marked down, its started requests failed, the others sent on, restarted). Writes
 to the pipe never block (a hung core stops reading it): what it does not take waits in a buffer.
@@ -38,12 +38,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from contract.decoding import DecodingOptions
-from server.core.core_state import CoreLoadError, CoreState, CoreUnavailable
-from server.core.events import Admitted, Failed, Finished
-from server.core.hold import SUBMIT_HOLD_S, ReportHold
-from server.core.inflight import InFlight
-from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.core.pipe import FrameWriter
+from server.core_client.core_state import CoreLoadError, CoreState, CoreUnavailable
+from server.core_client.hold import SUBMIT_HOLD_S, ReportHold
+from server.core_client.inflight import InFlight
+from server.core_wire.events import Admitted, Failed, Finished
+from server.core_wire.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
+from server.core_wire.pipe import FrameWriter
 from server.telemetry.model_telemetry import ModelTelemetry
 
 log = logging.getLogger("s2s.cores")
@@ -82,7 +82,7 @@ class CoreHandle:
         self._outbox: list = []  # messages of this event-loop iteration, written to the pipe together
         self._wsock: socket.socket | None = None
         self._hold: ReportHold | None = (
-            None  # the core's reports on their way to _dispatch (server/core/hold.py)
+            None  # the core's reports on their way to _dispatch (server/core_client/hold.py)
         )
         self._writer: FrameWriter | None = None  # to _wsock, never blocking
         # Set by the model's router: where the requests this core had not started go when it dies, and who
@@ -101,7 +101,7 @@ class CoreHandle:
     def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """Start the process; the returned future resolves once the engine is loaded (or fails naming why).
 
-        ``python -m server.core.process FD`` over one end of a socket pair, rather than multiprocessing's spawn:
+        ``python -m server.core_process.process FD`` over one end of a socket pair, rather than multiprocessing's spawn:
         a fresh interpreter that never re-imports the embedding program's ``__main__``. Called on the
         event loop thread: the kernel's parent-death signal is tied to the thread that starts the child,
         and the event loop thread lives as long as the server."""
@@ -110,7 +110,7 @@ class CoreHandle:
         try:
             self.proc = subprocess.Popen(
                 # The label (model#index) only names the process for ps and top: the core reads its spec from the pipe.
-                [sys.executable, "-m", "server.core.process", str(theirs.fileno()), self.label],
+                [sys.executable, "-m", "server.core_process.process", str(theirs.fileno()), self.label],
                 pass_fds=[theirs.fileno()],
                 cwd=_ROOT,
                 env=_child_env(),

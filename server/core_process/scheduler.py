@@ -1,6 +1,6 @@
 """Per-engine-core scheduling: the queue, the batching policy, the step loop thread, and the stats it records.
 
-It runs inside an engine core (``server/core/process.py``, a process of its own) and knows neither asyncio
+It runs inside an engine core (``server/core_process/process.py``, a process of its own) and knows neither asyncio
 nor gRPC nor Prometheus: requests come in through ``submit``/``cancel`` and everything that
 happens goes out through one ``sink(events, stats)`` call per loop iteration, as plain dataclasses
 (vLLM's schedule -> execute -> update: the StepLoop's ``step`` returns a ``StepOutput`` and this
@@ -12,7 +12,7 @@ the step loop no encoder time (the encoder is compute-bound, and a large share o
 under load with short outputs). When the step loop is idle it encodes newcomers
 itself, so a lone request never pays a thread hand-off.
 
-The batching policy (``server/core/admission.py``) says how many rows each step may admit. A request's
+The batching policy (``server/core_process/admission.py``) says how many rows each step may admit. A request's
 first admission into the batch is reported (``Admitted``, riding in the next report): the front end tells
 the requests a core that died had started from those still queued in it.
 """
@@ -27,9 +27,9 @@ from collections.abc import Callable
 
 from engine import Runner, Sequence, StepLoop
 from server.config import SchedulerConfig
-from server.core.admission import POLICIES, QueueView
-from server.core.events import Admitted, Failed, Finished, Stats, Token
-from server.core.jobs import Job, Request
+from server.core_process.admission import POLICIES, QueueView
+from server.core_process.jobs import Job, Request
+from server.core_wire.events import Admitted, Failed, Finished, Stats, Token
 from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
 log = logging.getLogger("s2s.scheduler")

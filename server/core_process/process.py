@@ -5,8 +5,8 @@ GIL, and several cores of one model decode in parallel (Triton's ``instance_grou
 talk over a pipe with small pickled messages: token ids in, token ids and stats out, one message
 per decode step at most (as vLLM's ``EngineCore`` behind ``AsyncLLM``).
 
-The messages both ways are ``server/core/messages.py``'s; the events and stats a ``Report``
-carries are ``server/core/events.py``'s.
+The messages both ways are ``server/core_wire/messages.py``'s; the events and stats a ``Report``
+carries are ``server/core_wire/events.py``'s.
 
 A core never outlives the front end: it asks the kernel for SIGKILL when its parent dies
 (``PR_SET_PDEATHSIG``) and exits on EOF of its pipe, whichever comes first.
@@ -27,10 +27,10 @@ from multiprocessing.connection import Connection
 
 from contract.decoding import DecodingOptions
 from engine import Runner, Sequence
-from server.core.events import Failed, Stats
-from server.core.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
-from server.core.pipe import dumps
-from server.core.scheduler import Scheduler
+from server.core_process.scheduler import Scheduler
+from server.core_wire.events import Failed, Stats
+from server.core_wire.messages import Abort, Cancel, CoreSpec, Drain, LoadFailed, Ready, Report, Submit
+from server.core_wire.pipe import dumps
 from server.errors import ServingError
 
 log = logging.getLogger("s2s.core")
@@ -128,6 +128,8 @@ def _handle(msg, sched: Scheduler, send, start_drain) -> None:
         sched.abort()
 
 
-if __name__ == "__main__":  # python -m server.core.process FD: started by server/core/client.py
+if (
+    __name__ == "__main__"
+):  # python -m server.core_process.process FD: started by server/core_client/client.py
     channel = Connection(int(sys.argv[1]))
     main(channel, channel.recv())

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from server.core.events import Token
-from server.core.messages import Report
+from server.core_wire.events import Token
+from server.core_wire.messages import Report
 
 HOLD_S = 0.015  # a decode step or two under load: the answers of consecutive steps leave together
 FROM = 8  # requests in flight on a core from which its reports are held
