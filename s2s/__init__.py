@@ -1,3 +1,5 @@
 """The `s2s` command line: train, eval, export, serve, client."""
 
-__version__ = "0.1.0"
+from contract.version import __version__
+
+__all__ = ["__version__"]

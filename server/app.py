@@ -19,8 +19,8 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from contract.version import __version__
 from protos.seq2seq.v1 import seq2seq_pb2, seq2seq_pb2_grpc
-from s2s import __version__
 from server.config import ServerConfig
 from server.doors.http_door import HttpDoor
 from server.doors.http_routes import http_routes

@@ -275,3 +275,17 @@ def test_serving_needs_no_import_extra():
         if any(i == p or i.startswith(p + ".") for p in IMPORT_ONLY)
     )
     assert bad == []
+
+
+def test_no_package_imports_the_command_line():
+    """The command line (s2s/) sits on top: the server, the engine, the contract and export import nothing from
+    it (the version they report lives in contract/version.py, which pyproject.toml's version matches)."""
+    from contract.version import __version__
+
+    below = _modules(("server", "engine", "contract", "export"))
+    bad = sorted(
+        f"{m} imports {i}" for m, path in below.items() for i in _imports(m, path) if i.split(".")[0] == "s2s"
+    )
+    assert bad == []
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'\nversion = "{__version__}"\n' in pyproject

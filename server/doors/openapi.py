@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from s2s import __version__
+from contract.version import __version__
 from server.kserve.protocol import DECODING_PARAMETERS
 
 DECODING_TYPES = {name: {int: "integer", float: "number", bool: "boolean", str: "string"}[kind]

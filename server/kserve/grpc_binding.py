@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf import json_format
 
+from contract.version import __version__
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
-from s2s import __version__
 from server.config import StreamConfig
 from server.errors import ModelNotFound, ModelNotReady, ServingError, clip, clip_details
 from server.kserve.infer import InferAnswer, infer

@@ -17,7 +17,7 @@ import json
 
 from aiohttp import web
 
-from s2s import __version__
+from contract.version import __version__
 from server.doors.http_door import HttpDoor
 from server.errors import InvalidInput, ModelNotFound, ModelNotReady
 from server.kserve.infer import InferAnswer, infer
