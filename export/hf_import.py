@@ -14,7 +14,6 @@ is refused with ``ImportRefused`` naming the file and the field, before anything
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -25,37 +24,26 @@ from typing import Any
 
 from contract import bundle
 from contract.config import ModelConfig, TaskConfig
+from export import hf_bart, hf_m2m100, hf_marian, hf_mbart, hf_pegasus, hf_t5
+from export.hf_checkpoint import ImportRefused, Loaded, read_json, token_of
+
+__all__ = ["FAMILIES", "ImportOptions", "ImportRefused", "Loaded", "import_model", "read_json", "token_of"]
 
 log = logging.getLogger("s2s.import")
-# model_type values of config.json this import reads (m2m_100: NLLB too) -> the module of the family
+# model_type values of config.json this import reads (m2m_100: NLLB too) -> the family's loader
 FAMILIES = {
-    "marian": "hf_marian",
-    "m2m_100": "hf_m2m100",
-    "bart": "hf_bart",
-    "mbart": "hf_mbart",
-    "t5": "hf_t5",  # T5, Flan-T5 and MADLAD-400
-    "mt5": "hf_t5",
-    "pegasus": "hf_pegasus",
+    "marian": hf_marian,
+    "m2m_100": hf_m2m100,
+    "bart": hf_bart,
+    "mbart": hf_mbart,
+    "t5": hf_t5,  # T5, Flan-T5 and MADLAD-400
+    "mt5": hf_t5,
+    "pegasus": hf_pegasus,
 }
 SUPPORTED = tuple(FAMILIES)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Decoding fields that config.json held before generation_config.json did (older checkpoints)
 GENERATION_FIELDS = ("num_beams", "max_length", "bad_words_ids", "length_penalty", "forced_bos_token_id")
-
-
-class ImportRefused(Exception):
-    """A checkpoint folder this import cannot take; the message names the file and the field."""
-
-
-@dataclass
-class Loaded:
-    """What a family's ``load(folder, cfg, tok_cfg)`` read from the folder, before the weights."""
-
-    config: ModelConfig
-    source_tokenizer: Any  # tokenizers.Tokenizer
-    target_tokenizer: Any = None  # where the sides differ (Marian's separate vocabularies)
-    languages: Any = None  # a multilingual model's contract.languages.Languages
-    source_start_id: int | None = None  # a token before every source (BART's <s>)
 
 
 @dataclass
@@ -72,18 +60,6 @@ class ImportOptions:
     # tokenizer_config.json says (OPUS-MT's source_lang / target_lang), if anything.
     source_language: str | None = None
     target_language: str | None = None
-
-
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise ImportRefused(f"{path}: missing; {what}")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ImportRefused(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(d, dict):
-        raise ImportRefused(f"{path}: a JSON object was expected, not {type(d).__name__}")
-    return d
 
 
 def weights_file(folder: Path) -> Path:
@@ -111,9 +87,7 @@ def read_weights(path: Path) -> dict:
 
 def family(model_type: str):
     """The module that knows a family's knobs, tokenizer files and weight names."""
-    import importlib
-
-    return importlib.import_module(f"export.{FAMILIES[model_type]}")
+    return FAMILIES[model_type]
 
 
 def map_weights(
@@ -263,12 +237,6 @@ def import_model(opts: ImportOptions) -> Path:
         ckpt = Path(tmp)
         _write_checkpoint(ckpt, loaded, gen, gen_file, weights, config_file, model_type, origin)
         return _export(opts, loaded, ckpt, origin, tok_cfg)
-
-
-def token_of(tok_cfg: dict, field: str, default: str) -> str:
-    """tokenizer_config.json's name of a special token (a string, or an AddedToken's dict)."""
-    v = tok_cfg.get(field, default)
-    return v["content"] if isinstance(v, dict) else str(v)
 
 
 def _language(code) -> str | None:

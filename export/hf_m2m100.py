@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from contract.config import ModelConfig
 from contract.languages import Languages
 from export import hf_marian, hf_tokenizer
-from export.hf_import import ImportRefused, Loaded, token_of
+from export.hf_checkpoint import ImportRefused, Loaded, token_of
 
 MODEL_TYPE = "m2m_100"
 ConfigError = hf_marian.ConfigError

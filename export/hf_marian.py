@@ -17,7 +17,7 @@ from typing import Any
 from contract.config import ModelConfig
 from contract.languages import Languages
 from contract.tokens import SpecialIds
-from export.hf_import import ImportRefused, Loaded, read_json, token_of
+from export.hf_checkpoint import ImportRefused, Loaded, read_json, token_of
 
 MODEL_TYPE = "marian"
 TARGET_CODE = re.compile(r">>[A-Za-z]{2,3}(_[A-Za-z]{2,4})?<<")  # >>fra<<, >>pt_BR<<, >>zho_Hans<<

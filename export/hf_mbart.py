@@ -18,7 +18,7 @@ from typing import Any
 from contract.config import ModelConfig
 from contract.languages import Languages
 from export import hf_bart, hf_tokenizer
-from export.hf_import import ImportRefused, Loaded
+from export.hf_checkpoint import ImportRefused, Loaded
 
 MODEL_TYPE = "mbart"
 CODE = re.compile(r"[a-z]{2}_[A-Z]{2}")  # mBART's language codes: en_XX, ja_XX

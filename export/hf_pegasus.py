@@ -17,7 +17,7 @@ from typing import Any
 
 from contract.config import ModelConfig
 from export import hf_marian, hf_t5, hf_tokenizer
-from export.hf_import import ImportRefused, Loaded
+from export.hf_checkpoint import ImportRefused, Loaded
 
 MODEL_TYPE = "pegasus"
 ConfigError = hf_marian.ConfigError

@@ -28,7 +28,7 @@ from contract.config import ModelConfig
 from contract.languages import Languages
 from contract.tokens import SpecialIds
 from export import hf_tokenizer
-from export.hf_import import ImportRefused, Loaded
+from export.hf_checkpoint import ImportRefused, Loaded
 from export.hf_marian import ConfigError
 
 MODEL_TYPE = "t5"

@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from export.hf_import import ImportRefused, token_of
+from export.hf_checkpoint import ImportRefused, token_of
 
 FILE = "tokenizer.json"
 

@@ -289,3 +289,22 @@ def test_no_package_imports_the_command_line():
     assert bad == []
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert f'\nversion = "{__version__}"\n' in pyproject
+
+
+def test_product_modules_are_imported_by_name():
+    """Every module of the product is imported plainly, so the import graph read here is the whole graph: no
+    importlib.import_module from a table of names (the Hugging Face families are a dict of modules)."""
+    product = _modules(("contract", "engine", "export", "server", "training"))
+    bad = sorted(
+        f"{m} calls {name}"
+        for m, path in product.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and (name := getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+        in ("import_module", "__import__")
+    )
+    assert bad == []
+    from export.hf_import import FAMILIES
+
+    assert {"marian", "m2m_100", "bart", "mbart"} <= set(FAMILIES)
+    assert all(module.__name__.startswith("export.hf_") for module in FAMILIES.values()), FAMILIES
