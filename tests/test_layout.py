@@ -3,7 +3,8 @@ folders are its layers and import down only; the engine core's process (core_pro
 between it and the front end) reaches no event loop, gRPC or aiohttp, and the front end's side of a core
 (core_client/) never reaches the scheduler; no module
 that speaks HTTP reaches gRPC or generated protobuf code (directly or through the server modules it imports);
-no file of server/ or bench/ over 400 lines; no test imports the benchmarks or another test file (only conftest and
+no file of the project (tests and generated stubs aside) over 400 lines, and no function of the command line
+or the training loop over 80; no test imports the benchmarks or another test file (only conftest and
 helper modules). Read from the source (ast), so a lazy import inside a function counts too."""
 
 from __future__ import annotations
@@ -252,14 +253,42 @@ def test_every_server_module_has_a_room():
     assert top == ["app", "config", "errors"], top
 
 
-def test_server_and_bench_files_are_under_400_lines():
+def _product_files() -> list[Path]:
+    """Every Python file of the project but the tests and the generated gRPC stubs."""
+    return sorted(
+        p
+        for p in ROOT.rglob("*.py")
+        if not {".venv", "tests", "protos", "node_modules"} & set(p.relative_to(ROOT).parts)
+        and not p.relative_to(ROOT).parts[0].startswith(".")
+    )
+
+
+def test_files_are_under_400_lines():
+    files = _product_files()
+    assert {"server", "bench", "s2s", "training", "scripts"} <= {p.relative_to(ROOT).parts[0] for p in files}
     long = {
         str(p.relative_to(ROOT)): n
-        for folder in ("server", "bench")
-        for p in sorted((ROOT / folder).rglob("*.py"))
+        for p in files
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
-    assert not long, f"files of server/ or bench/ over {MAX_LINES} lines: {long}"
+    assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+MAX_FUNCTION_LINES = 80
+# The command line (one module per subcommand) and the training loop (its parts named) keep functions short.
+SHORT_FUNCTIONS = ("s2s", "training/train.py", "training/averaging.py", "training/schedule.py")
+
+
+def test_command_line_and_training_loop_functions_are_short():
+    long = []
+    for entry in SHORT_FUNCTIONS:
+        for path in sorted((ROOT / entry).rglob("*.py")) if (ROOT / entry).is_dir() else [ROOT / entry]:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > MAX_FUNCTION_LINES:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
 
 
 IMPORT_ONLY = ("torch", "transformers", "sentencepiece", "safetensors", "training", "export")

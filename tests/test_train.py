@@ -92,7 +92,7 @@ def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path:
     steps = [json.loads(x) for x in (tmp_path / "second/steps.jsonl").read_text().splitlines()]
     assert steps[0]["step"] > first["step"]
     # Ramped: the first logged rate (the one for step + 1) is below the schedule's, later ones follow it again.
-    from training.train import rate
+    from training.schedule import rate
 
     cfg = dict(d_model=32, warmup=50, factor=1.0)
     assert steps[0]["lr"] < 0.9 * rate(steps[0]["step"] + 1, **cfg)
@@ -191,7 +191,7 @@ def test_max_steps_and_checkpoint_averaging(tmp_path: Path):
 
 
 def test_precision_is_chosen_by_the_hardware_and_explained():
-    from training.train import bf16_is_fast, resolve_precision
+    from training.precision import bf16_is_fast, resolve_precision
 
     fast, why = bf16_is_fast("cpu")
     assert isinstance(fast, bool) and why
