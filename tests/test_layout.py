@@ -1,11 +1,11 @@
 """The code's shape, as the architecture asks of it: no import circle anywhere in the tree's packages; server/'s
-folders are its layers and import down only; the engine core's process (core_process/, and core_wire/
-between it and the front end) reaches no event loop, gRPC or aiohttp, and the front end's side of a core
-(core_client/) never reaches the scheduler; no module
-that speaks HTTP reaches gRPC or generated protobuf code (directly or through the server modules it imports);
-no file of the project (tests and generated stubs aside) over 400 lines, and no function of the command line
-or the training loop over 80; no test imports the benchmarks or another test file (only conftest and
-helper modules). Read from the source (ast), so a lazy import inside a function counts too."""
+folders are its layers and import down only; the engine core's process (core_process/, and core_wire/ between it
+and the front end) reaches no event loop, gRPC or aiohttp, and the front end's side of a core (core_client/) never
+reaches the scheduler; no module that speaks HTTP reaches gRPC or generated protobuf code (directly or through the
+server modules it imports); no package imports the command line (s2s/); no file of the project (tests and
+generated stubs aside) over 400 lines, and no function of the command line or the training loop over 80; no test
+imports the benchmarks or another test file (only conftest and helper modules). Read from the source (ast), so a
+lazy import inside a function counts too."""
 
 from __future__ import annotations
 
