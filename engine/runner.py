@@ -76,8 +76,11 @@ class Runner:
                 f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)"
             )
         self.device_type = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        self.io_binding = options.io_binding == "on" or (
-            options.io_binding == "auto" and self.device_type == "cuda"
+        # A decoder that writes its cache in place (format 8) is always run bound to its buffers (``_decode_inplace``),
+        # on the CPU's memory: the step loop keeps no device-resident copies for it.
+        self.inplace = self.config.inplace_cache
+        self.io_binding = not self.inplace and (
+            options.io_binding == "on" or (options.io_binding == "auto" and self.device_type == "cuda")
         )
         log.info(
             "loaded %s v%s from %s on %s%s",
@@ -272,6 +275,8 @@ class Runner:
         return present, tokens
 
     def _decode(self, tgt_ids, positions, past_mask, past, cross, src_mask):
+        if self.inplace:
+            return self._decode_inplace(tgt_ids, positions, past_mask, past, cross, src_mask)
         feed = {
             names.TGT_IDS: tgt_ids,
             names.POSITIONS: positions,
@@ -282,3 +287,26 @@ class Runner:
         feed.update(zip(self._cross_names, cross))
         out, *present = self.decoder.run(None, feed)
         return out, present
+
+    def _decode_inplace(self, tgt_ids, positions, lengths, cache, cross, src_mask):
+        """The in-place decoder (format 8): ``lengths`` (B,) int32 each row's past, ``cache`` the per-layer numpy
+        buffers (B, H, C, Dh), bound as both past and present through OrtValues that share their memory, so the
+        step writes the new position into them and copies none. Returns the first output and ``cache``."""
+        binding = self.decoder.io_binding()
+        for name, a in (
+            (names.TGT_IDS, tgt_ids),
+            (names.POSITIONS, positions),
+            (names.PAST_LENGTHS, lengths),
+            (names.SRC_MASK, src_mask),
+        ):
+            binding.bind_cpu_input(name, np.ascontiguousarray(a))
+        for name, a in zip(self._cross_names, cross):
+            binding.bind_cpu_input(name, np.ascontiguousarray(a))
+        first = self.decoder.get_outputs()[0].name  # logits, or the hidden state of a split decoder
+        binding.bind_output(first, "cpu")
+        for past, present, a in zip(self._past_names, self._present_names, cache):
+            value = ort.OrtValue.ortvalue_from_numpy(a)  # shares a's memory (the buffer must be C-contiguous)
+            binding.bind_ortvalue_input(past, value)
+            binding.bind_ortvalue_output(present, value)
+        self.decoder.run_with_iobinding(binding)
+        return binding.get_outputs()[0].numpy(), cache

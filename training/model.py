@@ -96,6 +96,46 @@ def _(
     return torch.empty_like(q), present, torch.empty_like(present)
 
 
+@torch.library.custom_op("s2s::inplace_attention", mutates_args=())
+def inplace_attention(
+    q: Tensor,
+    k_new: Tensor,
+    v_new: Tensor,
+    cache_k: Tensor,
+    cache_v: Tensor,
+    lengths: Tensor,
+    n_heads: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Decoder self-attention over a cache written in place: row b's first lengths[b] positions of cache_k/v
+    (B, H, C, Dh) hold its past (it started at position 0, so no holes and no padded axis), the T new tokens'
+    keys and values go to positions lengths[b].. and each attends to the positions up to its own. Returns the
+    attention (B, T, d_model) and the cache with the new tokens written, (B, H, C, Dh) each; C >= lengths + T.
+    The export maps it to GroupQueryAttention with per-row lengths (seqlens_k) and one buffer bound as both past
+    and present (export/fused.py), so a step reads each row's own positions and copies no cache."""
+    b, t, d = k_new.shape
+    cols = lengths.long()[:, None] + torch.arange(t, device=q.device)  # (B, T) where the new tokens go
+    at = cols[:, None, :, None].expand(b, n_heads, t, d // n_heads)
+    k = cache_k.scatter(2, at, k_new.view(b, t, n_heads, d // n_heads).transpose(1, 2))
+    v = cache_v.scatter(2, at, v_new.view(b, t, n_heads, d // n_heads).transpose(1, 2))
+    seen = torch.arange(cache_k.shape[2], device=q.device)[None, None, :] <= cols[:, :, None]  # (B, T, C)
+    return attention(q, k, v, mask_bias(seen[:, None]), n_heads, scale), k, v
+
+
+@inplace_attention.register_fake
+def _(
+    q: Tensor,
+    k_new: Tensor,
+    v_new: Tensor,
+    cache_k: Tensor,
+    cache_v: Tensor,
+    lengths: Tensor,
+    n_heads: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(q), torch.empty_like(cache_k), torch.empty_like(cache_v)
+
+
 class MultiHeadAttention(nn.Module):
     """§3.2.2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
     with §3.2.1 Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (T5: no 1/sqrt(d_k), no biases, heads of d_kv)."""
@@ -143,6 +183,13 @@ class MultiHeadAttention(nn.Module):
         k_new, v_new = self.project_kv(x)  # (B, H, T, Dh)
         k, v = torch.cat([past[0], k_new], dim=2), torch.cat([past[1], v_new], dim=2)  # (B, H, P+T, Dh)
         return self.attend(x, k, v, bias), (k, v)
+
+    def attend_inplace(self, x: Tensor, cache: KV, lengths: Tensor) -> tuple[Tensor, KV]:
+        """``attend_cached`` over a cache written in place (``inplace_attention``): (B, T, d_model), cache (B, H, C, Dh)."""
+        out, k, v = inplace_attention(
+            self.w_q(x), self.w_k(x), self.w_v(x), cache[0], cache[1], lengths, self.h, self.scale
+        )
+        return self.w_o(out), (k, v)
 
 
 def mask_bias(keep: Tensor) -> Tensor:
@@ -228,10 +275,20 @@ class DecoderLayer(nn.Module):
         self.pre = c.norm == "pre"
 
     def forward(
-        self, y: Tensor, past: KV, self_bias: Tensor, cross: KV, cross_bias: Tensor
+        self,
+        y: Tensor,
+        past: KV,
+        self_bias: Tensor | None,
+        cross: KV,
+        cross_bias: Tensor,
+        lengths: Tensor | None = None,
     ) -> tuple[Tensor, KV]:
+        """lengths: each row's cached positions when ``past`` is written in place (``inplace_attention``)."""
         h = sublayer_input(self.norm1, y, self.pre)
-        a, (k, v) = self.self_attn.attend_cached(h, past, self_bias)  # cache (B, H, P+T, Dh)
+        if lengths is None:
+            a, (k, v) = self.self_attn.attend_cached(h, past, self_bias)  # cache (B, H, P+T, Dh)
+        else:
+            a, (k, v) = self.self_attn.attend_inplace(h, past, lengths)  # cache (B, H, C, Dh)
         y = add_norm(self.norm1, y, self.dropout(a), self.pre)
         h = sublayer_input(self.norm2, y, self.pre)
         y = add_norm(
@@ -353,11 +410,27 @@ class Transformer(nn.Module):
             # distances are its own, whenever it joined the batch
             keys = torch.cat([past_mask.cumsum(1) - 1, positions], dim=1)  # (B, P+T)
             self_bias = self_bias + self.decoder_position_bias(positions, keys)  # (B, H, T, P+T)
+        return self._decoder_stack(tgt, positions, past, self_bias, cross, src_mask)
+
+    def decode_step_inplace(
+        self,
+        tgt: Tensor,  # (B, T) target ids fed now
+        positions: Tensor,  # (B, T) their absolute positions
+        cache: list[KV],  # per layer (B, H, C, Dh): row b's past in its first lengths[b] positions
+        lengths: Tensor,  # (B,) int32
+        cross: list[KV],
+        src_mask: Tensor,
+    ) -> tuple[Tensor, list[KV]]:
+        """``decode_step`` over a cache written in place: each row's past starts at position 0 and is as long as
+        its own (no holes); the new tokens' K/V are written after it -> logits, the cache (B, H, C, Dh)."""
+        return self._decoder_stack(tgt, positions, cache, None, cross, src_mask, lengths)
+
+    def _decoder_stack(self, tgt, positions, past, self_bias, cross, src_mask, lengths=None):
         cross_bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
         y = self.embed("decoder", tgt, positions)
         present: list[KV] = []
         for layer, layer_past, layer_cross in zip(self.decoder, past, cross):
-            y, kv = layer(y, layer_past, self_bias, layer_cross, cross_bias)
+            y, kv = layer(y, layer_past, self_bias, layer_cross, cross_bias, lengths)
             present.append(kv)
         if self.config.final_norm:
             y = self.decoder_norm(y)
