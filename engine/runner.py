@@ -204,6 +204,17 @@ class Runner:
             ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device_type, 0) for a in arrays
         ]
 
+    def empty_cache(self, rows: int, capacity: int) -> list[np.ndarray]:
+        """Past K/V, flat per layer, of rows with nothing cached: zero positions wide for the appending decoder;
+        buffers of room for ``capacity`` positions for the in-place one (which writes into them)."""
+        shape = (rows, self.n_heads, capacity if self.inplace else 0, self.d_head)
+        return [np.zeros(shape, np.float32) for _ in range(2 * self.n_layers)]
+
+    def cache_mask(self, rows: int, cached: int) -> np.ndarray:
+        """What the decoder takes beside the cache for rows that each hold ``cached`` positions from position 0: their
+        lengths (in place, names.PAST_LENGTHS) or a mask of ones (names.PAST_MASK)."""
+        return np.full(rows, cached, np.int32) if self.inplace else np.ones((rows, cached), np.int64)
+
     def decode_bound(
         self,
         tgt_ids: np.ndarray,

@@ -224,14 +224,11 @@ class StepLoop:
         ]
         mask = stack_rows(seqs, lambda s: s.encoded[1], width, False)
         n = len(seqs)
-        # an in-place decoder writes the step's K/V into a one-position buffer, rows' lengths 0
-        width = 1 if e.inplace else 0
-        past = [np.zeros((n, e.n_heads, width, e.d_head), np.float32) for _ in range(2 * e.n_layers)]
         logits, present = e.decode(
             np.full((n, 1), e.special.bos, np.int64),
             np.zeros((n, 1), np.int64),
-            np.zeros(n, np.int32) if e.inplace else np.zeros((n, 0), np.int64),
-            past,
+            e.cache_mask(n, 0),
+            e.empty_cache(n, 1),
             cross,
             mask,
         )

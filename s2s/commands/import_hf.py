@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from s2s.commands.arg_types import language
+from s2s.commands.arg_types import ATTENTION_HELP, language
 
 
 def add_parser(sub) -> None:
@@ -36,9 +36,7 @@ def add_parser(sub) -> None:
         "--attention",
         choices=("gqa", "standard"),
         default="gqa",
-        help="the decoder's self-attention: gqa = ONNX Runtime's GroupQueryAttention, its cache appended inside "
-        "the kernel (faster on CPUs, docs/BENCHMARKS.md#marian-ct2-notes); standard = ONNX nodes, for CUDA, "
-        "whose GroupQueryAttention takes float16 only",
+        help=ATTENTION_HELP,
     )
     p.add_argument(
         "--source-lang",
