@@ -512,7 +512,8 @@ def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path, o
     for name, e in (("fused", fused), ("standard", standard)):
         for beam in (1, 4):
             seqs = [Sequence(e.codec.source_ids(t), 12, beam) for t in texts]
-            run(e.runner, seqs, 4 * beam)  # 4 inputs at a time: every finished one's rows go to the next (churn)
+            # 4 inputs at a time: every finished one's rows go to the next (churn)
+            run(e.runner, seqs, 4 * beam)
             results[name, beam] = [s.result for s in seqs]
     assert results["fused", 1] == results["standard", 1] and results["fused", 4] == results["standard", 4]
 
