@@ -122,7 +122,7 @@ class BundleConfig:
 
     @property
     def inplace_cache(self) -> bool:
-        """The decoder writes its cache in place (format 8 and later)."""
+        """The decoder writes its cache in place (format 9 and later)."""
         return self.format_version >= FORMAT_INPLACE_CACHE
 
     @property

@@ -24,7 +24,7 @@ TGT_IDS = "tgt_ids"  # int64 [B, T]
 POSITIONS = "positions"  # int64 [B, T]: absolute target position of each fed token
 PAST_MASK = "past_mask"  # int64 [B, P]: 1 = a real cached position, 0 = a hole or padding
 LOGITS = "logits"  # float [B, T, V]
-# The in-place decoder (bundle format 8) takes, instead of PAST_MASK, each row's cached length: its past is the first
+# The in-place decoder (bundle format 9) takes, instead of PAST_MASK, each row's cached length: its past is the first
 # that many positions of past K/V, (B, H, C, Dh) buffers of a capacity C, which the graph also returns as present.
 PAST_LENGTHS = "past_lengths"  # int32 [B]
 

@@ -1,4 +1,4 @@
-"""The running batch's KV cache for a decoder that writes it in place (bundle format 8, ``names.PAST_LENGTHS``).
+"""The running batch's KV cache for a decoder that writes it in place (bundle format 9, ``names.PAST_LENGTHS``).
 
 Per decoder layer, self-attention K and V are each one buffer (B, H, C, Dh): row b's past is its first
 ``lengths[b]`` positions, from position 0, whatever step it joined at, so there are no hole columns and no padded

@@ -76,7 +76,7 @@ class Runner:
                 f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)"
             )
         self.device_type = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        # A decoder that writes its cache in place (format 8) is always run bound to its buffers (``_decode_inplace``),
+        # A decoder that writes its cache in place (format 9) is always run bound to its buffers (``_decode_inplace``),
         # on the CPU's memory: the step loop keeps no device-resident copies for it.
         self.inplace = self.config.inplace_cache
         self.io_binding = not self.inplace and (
@@ -300,7 +300,7 @@ class Runner:
         return out, present
 
     def _decode_inplace(self, tgt_ids, positions, lengths, cache, cross, src_mask):
-        """The in-place decoder (format 8): ``lengths`` (B,) int32 each row's past, ``cache`` the per-layer numpy
+        """The in-place decoder (format 9): ``lengths`` (B,) int32 each row's past, ``cache`` the per-layer numpy
         buffers (B, H, C, Dh), bound as both past and present through OrtValues that share their memory, so the
         step writes the new position into them and copies none. Returns the first output and ``cache``."""
         binding = self.decoder.io_binding()

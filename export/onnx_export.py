@@ -45,7 +45,7 @@ class ExportOptions:
     # rather than standard ONNX nodes (format 2, any ONNX runtime).
     fused: bool = False
     # The decoder's self-attention and its cache as ONNX Runtime's GroupQueryAttention, the cache written in place
-    # (export/fused.py, engine/inplace_cache.py; format 8): faster on CPUs; CUDA's kernel is float16-only.
+    # (export/fused.py, engine/inplace_cache.py; format 9): faster on CPUs; CUDA's kernel is float16-only.
     gqa: bool = False
     # The length penalty rule a request gets when it names none (task.length_penalty_type; format 4 unless gnmt).
     length_penalty_type: str | None = None

@@ -20,7 +20,7 @@ from training.model import Transformer
 
 
 def _inplace_cases(model, engine, g, cross_o, src_mask) -> dict:
-    """The in-place decoder (format 8) against ``decode_step_inplace``: rows of ragged own lengths in a cache with
+    """The in-place decoder (format 9) against ``decode_step_inplace``: rows of ragged own lengths in a cache with
     room to spare and one new token each, as the engine feeds it; then the empty cache and two new tokens. Compared:
     the logits, and each row's cache up to the positions it holds now (the rest is the caller's)."""
     c = model.config

@@ -470,7 +470,8 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
     cfg["format_version"] = 99
     (b / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(
-        BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5, 6, 7, 8: upgrade s2s"
+        BundleError,
+        match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5, 6, 7, 8, 9: upgrade s2s",
     ):
         Translator(b)
 
@@ -481,7 +482,7 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
 )
 def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path, option: str, op: str):
     """--fused-attention: ONNX Runtime's MultiHeadAttention replaces the written-out attention (format 3); gqa: its
-    GroupQueryAttention the decoder's self-attention over a cache written in place (format 8), no Concat of it. The
+    GroupQueryAttention the decoder's self-attention over a cache written in place (format 9), no Concat of it. The
     export validated each against PyTorch (ragged past, empty past, greedy), and decoding held-out inputs, greedy
     and beam 4, with rows joining a running batch, gives the tokens of the committed standard-ONNX bundle."""
     import onnx
@@ -491,7 +492,7 @@ def test_fused_attention_export_decodes_as_the_standard_graphs(tmp_path: Path, o
 
     out = export(ExportOptions(CHECKPOINTS / "addition", tmp_path, "addition", 1, **{option: True}))
     fused = Translator(out)
-    assert fused.config.format_version == (8 if option == "gqa" else 3)
+    assert fused.config.format_version == (9 if option == "gqa" else 3)
     assert fused.config.validation["greedy_identical"] == "16/16"
     nodes = onnx.load(str(out / "decoder.onnx")).graph.node
     ops = collections.Counter((n.domain, n.op_type) for n in nodes)

@@ -1,4 +1,4 @@
-"""The decoder whose self-attention cache is written in place (bundle format 8): each row's past from position 0, as
+"""The decoder whose self-attention cache is written in place (bundle format 9): each row's past from position 0, as
 long as its own, in one buffer per layer that the step writes into; the engine's batch (engine/inplace_cache.py)
 against the committed appending bundle of the same checkpoint."""
 

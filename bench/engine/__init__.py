@@ -34,7 +34,7 @@ from bench.harness.results import Report, provenance
 
 SYSTEMS = ["engine", "engine no cache", "torch", "ct2", "engine gnmt", "engine screen off"]
 # Asked for by --systems only: the engine on an export of the same checkpoint whose decoder writes its cache in place
-# (s2s export --attention gqa, format 8), beside the served bundle's.
+# (s2s export --attention gqa, format 9), beside the served bundle's.
 INPLACE = "engine in-place"
 QUICK = dict(batch_sizes=[1, 4], new_tokens=[8, 16], min_sentences=4, real_inputs=8, precisions=["float32"],
              verify_sentences=16, accuracy_sentences=16)  # fmt: skip

@@ -100,7 +100,7 @@ def cached_bundle(
 ) -> Path:
     """A bundle of the checkpoint under .cache/bench/models/, exported once per weights and variant (again when
     the export code changed since): ``quantize`` as `s2s export --quantize`, ``fused`` as --fused-attention,
-    ``gqa`` as --attention gqa (the decoder writing its cache in place, format 8)."""
+    ``gqa`` as --attention gqa (the decoder writing its cache in place, format 9)."""
     from contract import bundle
     from export.quantize import resolve
     from training import checkpoint as ckpt_io
