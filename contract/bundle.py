@@ -60,11 +60,7 @@ FORMAT_START_TOKENS = 7
 # feed-forward, unscaled attention, projections without bias, rescaled output, heads of d_kv) is format 8.
 FORMAT_T5_KNOBS = 8
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
-# A bundle whose decoder writes its self-attention cache in place (names.PAST_LENGTHS: each row's past from position
-# 0, as long as its own, in buffers bound as both past and present; export/fused.py) is format 9: readers of 1-8
-# would feed it a mask it does not take.
-FORMAT_INPLACE_CACHE = 9
-READABLE_FORMATS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6, 7, 8)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = (
     "config.json",
     "tokenizer.json",
@@ -121,13 +117,8 @@ class BundleConfig:
         return encoder_io(self.model.n_decoder_layers)
 
     @property
-    def inplace_cache(self) -> bool:
-        """The decoder writes its cache in place (format 9 and later)."""
-        return self.format_version >= FORMAT_INPLACE_CACHE
-
-    @property
     def decoder_io(self) -> GraphIO:
-        return decoder_io(self.model.n_decoder_layers, self.inplace_cache)
+        return decoder_io(self.model.n_decoder_layers)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -173,16 +164,9 @@ class BundleConfig:
 
 
 def format_for(
-    model: ModelConfig,
-    task: TaskConfig,
-    fused: bool,
-    target_tokenizer: bool,
-    languages: bool = False,
-    inplace: bool = False,
+    model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False
 ) -> int:
     """The oldest format whose readers read such a bundle right (see the FORMAT_ constants)."""
-    if inplace:
-        return FORMAT_INPLACE_CACHE
     if model.moves_later_knobs:
         return FORMAT_T5_KNOBS
     if model.embedding_norm or task.source_start_id is not None or task.forced_bos_id is not None:

@@ -24,9 +24,6 @@ TGT_IDS = "tgt_ids"  # int64 [B, T]
 POSITIONS = "positions"  # int64 [B, T]: absolute target position of each fed token
 PAST_MASK = "past_mask"  # int64 [B, P]: 1 = a real cached position, 0 = a hole or padding
 LOGITS = "logits"  # float [B, T, V]
-# The in-place decoder (bundle format 9) takes, instead of PAST_MASK, each row's cached length: its past is the first
-# that many positions of past K/V, (B, H, C, Dh) buffers of a capacity C, which the graph also returns as present.
-PAST_LENGTHS = "past_lengths"  # int32 [B]
 
 
 def cross_key(i: int) -> str:
@@ -78,21 +75,18 @@ def encoder_io(n_decoder_layers: int) -> GraphIO:
     )
 
 
-def decoder_io(n_decoder_layers: int, inplace: bool = False) -> GraphIO:
-    """inplace: the decoder whose cache is written in place (PAST_LENGTHS; present K/V as wide as past K/V)."""
+def decoder_io(n_decoder_layers: int) -> GraphIO:
     bt = {0: "batch", 1: "tgt_len"}
-    past, total = ("capacity", "capacity") if inplace else ("past_len", "total_len")
-    inputs: dict[str, dict[int, str]] = {TGT_IDS: bt, POSITIONS: bt}
-    inputs.update({PAST_LENGTHS: {0: "batch"}} if inplace else {PAST_MASK: {0: "batch", 1: "past_len"}})
+    inputs: dict[str, dict[int, str]] = {TGT_IDS: bt, POSITIONS: bt, PAST_MASK: {0: "batch", 1: "past_len"}}
     for i in range(n_decoder_layers):
-        inputs[past_key(i)] = {0: "batch", 2: past}
-        inputs[past_value(i)] = {0: "batch", 2: past}
+        inputs[past_key(i)] = {0: "batch", 2: "past_len"}
+        inputs[past_value(i)] = {0: "batch", 2: "past_len"}
     for i in range(n_decoder_layers):
         inputs[cross_key(i)] = {0: "batch", 2: "src_len"}
         inputs[cross_value(i)] = {0: "batch", 2: "src_len"}
     inputs[SRC_MASK] = {0: "batch", 1: "src_len"}
     outputs: dict[str, dict[int, str]] = {LOGITS: {0: "batch", 1: "tgt_len"}}
     for i in range(n_decoder_layers):
-        outputs[present_key(i)] = {0: "batch", 2: total}
-        outputs[present_value(i)] = {0: "batch", 2: total}
+        outputs[present_key(i)] = {0: "batch", 2: "total_len"}
+        outputs[present_value(i)] = {0: "batch", 2: "total_len"}
     return GraphIO(inputs=inputs, outputs=outputs)

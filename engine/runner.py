@@ -76,11 +76,8 @@ class Runner:
                 f"{self.folder}: --device cuda asked, but ONNX Runtime runs {self.provider} (CUDA 13/cuDNN 9 missing?)"
             )
         self.device_type = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        # A decoder that writes its cache in place (format 9) is always run bound to its buffers (``_decode_inplace``),
-        # on the CPU's memory: the step loop keeps no device-resident copies for it.
-        self.inplace = self.config.inplace_cache
-        self.io_binding = not self.inplace and (
-            options.io_binding == "on" or (options.io_binding == "auto" and self.device_type == "cuda")
+        self.io_binding = options.io_binding == "on" or (
+            options.io_binding == "auto" and self.device_type == "cuda"
         )
         log.info(
             "loaded %s v%s from %s on %s%s",
@@ -204,17 +201,6 @@ class Runner:
             ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device_type, 0) for a in arrays
         ]
 
-    def empty_cache(self, rows: int, capacity: int) -> list[np.ndarray]:
-        """Past K/V, flat per layer, of rows with nothing cached: zero positions wide for the appending decoder;
-        buffers of room for ``capacity`` positions for the in-place one (which writes into them)."""
-        shape = (rows, self.n_heads, capacity if self.inplace else 0, self.d_head)
-        return [np.zeros(shape, np.float32) for _ in range(2 * self.n_layers)]
-
-    def cache_mask(self, rows: int, cached: int) -> np.ndarray:
-        """What the decoder takes beside the cache for rows that each hold ``cached`` positions from position 0: their
-        lengths (in place, names.PAST_LENGTHS) or a mask of ones (names.PAST_MASK)."""
-        return np.full(rows, cached, np.int32) if self.inplace else np.ones((rows, cached), np.int64)
-
     def decode_bound(
         self,
         tgt_ids: np.ndarray,
@@ -286,8 +272,6 @@ class Runner:
         return present, tokens
 
     def _decode(self, tgt_ids, positions, past_mask, past, cross, src_mask):
-        if self.inplace:
-            return self._decode_inplace(tgt_ids, positions, past_mask, past, cross, src_mask)
         feed = {
             names.TGT_IDS: tgt_ids,
             names.POSITIONS: positions,
@@ -298,26 +282,3 @@ class Runner:
         feed.update(zip(self._cross_names, cross))
         out, *present = self.decoder.run(None, feed)
         return out, present
-
-    def _decode_inplace(self, tgt_ids, positions, lengths, cache, cross, src_mask):
-        """The in-place decoder (format 9): ``lengths`` (B,) int32 each row's past, ``cache`` the per-layer numpy
-        buffers (B, H, C, Dh), bound as both past and present through OrtValues that share their memory, so the
-        step writes the new position into them and copies none. Returns the first output and ``cache``."""
-        binding = self.decoder.io_binding()
-        for name, a in (
-            (names.TGT_IDS, tgt_ids),
-            (names.POSITIONS, positions),
-            (names.PAST_LENGTHS, lengths),
-            (names.SRC_MASK, src_mask),
-        ):
-            binding.bind_cpu_input(name, np.ascontiguousarray(a))
-        for name, a in zip(self._cross_names, cross):
-            binding.bind_cpu_input(name, np.ascontiguousarray(a))
-        first = self.decoder.get_outputs()[0].name  # logits, or the hidden state of a split decoder
-        binding.bind_output(first, "cpu")
-        for past, present, a in zip(self._past_names, self._present_names, cache):
-            value = ort.OrtValue.ortvalue_from_numpy(a)  # shares a's memory (the buffer must be C-contiguous)
-            binding.bind_ortvalue_input(past, value)
-            binding.bind_ortvalue_output(present, value)
-        self.decoder.run_with_iobinding(binding)
-        return binding.get_outputs()[0].numpy(), cache

@@ -17,7 +17,6 @@ import numpy as np
 from contract.decoding import DecodingOptions
 from engine.cache import DecodeBatch, free_run, pad_batch, stack_rows  # noqa: F401  (pad_batch: re-exported)
 from engine.greedy_rows import argmax_rows, screen_bans
-from engine.inplace_cache import InplaceBatch
 from engine.logits import RowOptions
 from engine.runner import Runner
 from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
@@ -86,9 +85,7 @@ class StepOutput:
 class StepLoop:
     def __init__(self, engine: Runner):
         self.engine = engine
-        self.batch = (InplaceBatch if engine.inplace else DecodeBatch)(
-            engine.n_layers, engine.n_heads, engine.d_head
-        )
+        self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
         self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
         self.n_pass = 0  # sequences whose rows go through the logits pass; 0: plain argmax, as ever
         self.row_options: RowOptions | None = (
@@ -224,11 +221,12 @@ class StepLoop:
         ]
         mask = stack_rows(seqs, lambda s: s.encoded[1], width, False)
         n = len(seqs)
+        past = [np.zeros((n, e.n_heads, 0, e.d_head), np.float32)] * (2 * e.n_layers)
         logits, present = e.decode(
             np.full((n, 1), e.special.bos, np.int64),
             np.zeros((n, 1), np.int64),
-            e.cache_mask(n, 0),
-            e.empty_cache(n, 1),
+            np.zeros((n, 0), np.int64),
+            past,
             cross,
             mask,
         )

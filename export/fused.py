@@ -234,37 +234,6 @@ def group_query_attention(q, k_new, v_new, past_k, past_v, bias, n_heads: int, s
     return out, k, v
 
 
-def inplace_group_query_attention(q, k_new, v_new, cache_k, cache_v, lengths, n_heads: int, scale: float):
-    """``inplace_attention`` as one GroupQueryAttention node: row b's length (seqlens_k, the kernel's "total length
-    - 1") is lengths[b] + T - 1, so the kernel writes the new keys and values after the row's own past and reads
-    nothing beyond it, and no bias is needed. Bound to one buffer as both past and present (engine/inplace_cache.py),
-    the kernel appends in place: a step copies no cache."""
-    import numpy as np
-    from onnxscript import ir
-    from onnxscript import opset18 as op
-
-    t = op.Cast(op.Shape(q, start=1, end=2), to=ir.DataType.INT32)  # (1,) T
-    seqlens = op.Sub(op.Add(lengths, t), op.Constant(value=ir.tensor(np.asarray([1], np.int32))))  # (B,)
-    total = op.Add(
-        op.ReduceMax(lengths, keepdims=0),
-        op.Reshape(t, op.Constant(value=ir.tensor(np.asarray([], np.int64)))),
-    )
-    out, k, v = GROUP_QUERY_ATTENTION(
-        q,
-        k_new,
-        v_new,
-        cache_k,
-        cache_v,
-        seqlens,
-        total,
-        num_heads=n_heads,
-        kv_num_heads=n_heads,
-        **_scale_of(q, n_heads, scale),
-        _num_outputs=3,
-    )
-    return out, k, v
-
-
 def translation_table(fused: bool = True, gqa: bool = False) -> dict:
     """fused: com.microsoft.MultiHeadAttention (bundle format 3); else the standard ONNX nodes (format 2). gqa: the
     decoder's self-attention and its cache as com.microsoft.GroupQueryAttention (format 3)."""
@@ -276,5 +245,4 @@ def translation_table(fused: bool = True, gqa: bool = False) -> dict:
     return {
         torch.ops.s2s.attention.default: attend,
         torch.ops.s2s.cached_attention.default: group_query_attention if gqa else _appended(attend),
-        torch.ops.s2s.inplace_attention.default: inplace_group_query_attention,
     }

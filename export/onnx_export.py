@@ -21,7 +21,7 @@ from export.fused import translation_table
 from export.quantize import graph_data_files
 from export.quantize import resolve as resolve_quantization
 from export.validate import validate_bundle
-from export.wrappers import DecoderGraph, EncoderGraph, InplaceDecoderGraph
+from export.wrappers import DecoderGraph, EncoderGraph
 from training import checkpoint
 
 log = logging.getLogger("s2s.export")
@@ -44,8 +44,8 @@ class ExportOptions:
     # Attention as ONNX Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py; format 3 bundles)
     # rather than standard ONNX nodes (format 2, any ONNX runtime).
     fused: bool = False
-    # The decoder's self-attention and its cache as ONNX Runtime's GroupQueryAttention, the cache written in place
-    # (export/fused.py, engine/inplace_cache.py; format 9): faster on CPUs; CUDA's kernel is float16-only.
+    # The decoder's self-attention and its cache as ONNX Runtime's GroupQueryAttention (export/fused.py; format 3):
+    # faster on CPUs at OPUS-MT's size (docs/BENCHMARKS.md#marian-ct2-notes); CUDA's kernel is float16-only.
     gqa: bool = False
     # The length penalty rule a request gets when it names none (task.length_penalty_type; format 4 unless gnmt).
     length_penalty_type: str | None = None
@@ -66,21 +66,10 @@ def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
     return (src, src_mask), (tgt, positions, past_mask, *past, *cross, src_mask)
 
 
-def _inplace_decoder_inputs(model, b: int = 3, s: int = 5, capacity: int = 6, t: int = 2):
-    """The in-place decoder's example: each row's own length, a cache of room for more."""
-    c = model.config
-    cache = [torch.randn(b, c.n_heads, capacity, c.d_head) for _ in range(2 * c.n_decoder_layers)]
-    cross = [torch.randn(b, c.n_heads, s, c.d_head) for _ in range(2 * c.n_decoder_layers)]
-    lengths = torch.tensor([0, 3, 4], dtype=torch.int32)[:b]
-    positions = lengths[:, None].long() + torch.arange(t)
-    tgt = torch.randint(4, c.tgt_vocab_size, (b, t))
-    return (tgt, positions, lengths, *cache, *cross, torch.ones(b, s, dtype=torch.long))
-
-
 def _dims(io: names.GraphIO) -> dict[str, dict[int, Dim]]:
     axis = {
         a: Dim(a, min=0 if a == "past_len" else 1, max=4096)
-        for a in ("batch", "src_len", "past_len", "tgt_len", "capacity")
+        for a in ("batch", "src_len", "past_len", "tgt_len")
     }
     return {name: {k: axis[v] for k, v in axes.items()} for name, axes in io.inputs.items()}
 
@@ -177,11 +166,6 @@ def export(opts: ExportOptions) -> Path:
     model, task = ckpt.model.eval(), ckpt.task
     del ckpt  # the model alone holds the weights: freed before quantizing
     c = model.config
-    if (
-        opts.gqa and c.positions == "relative"
-    ):  # T5's bias on the self-attention scores: not in the in-place decoder
-        log.info("relative position bias: the self-attention stays standard ONNX nodes")
-        opts = dataclasses.replace(opts, gqa=False)
     if opts.gqa and c.d_head % 8:  # ONNX Runtime's GroupQueryAttention takes heads of a multiple of 8 only
         log.info("heads of %d: the self-attention stays standard ONNX nodes", c.d_head)
         opts = dataclasses.replace(opts, gqa=False)
@@ -201,9 +185,9 @@ def export(opts: ExportOptions) -> Path:
                 opts.gqa,
             )
             _export(
-                InplaceDecoderGraph(model) if opts.gqa else DecoderGraph(model),
-                _inplace_decoder_inputs(model) if opts.gqa else dec_args,
-                names.decoder_io(c.n_decoder_layers, inplace=opts.gqa),
+                DecoderGraph(model),
+                dec_args,
+                names.decoder_io(c.n_decoder_layers),
                 out / bundle.DECODER_FILE,
                 3,
                 opts.fused,
@@ -246,7 +230,7 @@ def export(opts: ExportOptions) -> Path:
             origin=opts.origin,
             languages=opts.languages,
             format_version=bundle.format_for(
-                c, task, opts.fused or opts.gqa, target_tokenizer, opts.languages is not None, opts.gqa
+                c, task, opts.fused or opts.gqa, target_tokenizer, opts.languages is not None
             ),
         )
         cfg.write(out)

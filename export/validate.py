@@ -19,54 +19,6 @@ from training.decoding import greedy
 from training.model import Transformer
 
 
-def _inplace_cases(model, engine, g, cross_o, src_mask) -> dict:
-    """The in-place decoder (format 9) against ``decode_step_inplace``: rows of ragged own lengths in a cache with
-    room to spare and one new token each, as the engine feeds it; then the empty cache and two new tokens. Compared:
-    the logits, and each row's cache up to the positions it holds now (the rest is the caller's)."""
-    c = model.config
-    b = src_mask.shape[0]
-    cases = {}
-    for name, capacity, t in (("ragged_past", 8, 1), ("empty_past", 2, 2)):
-        cache = [
-            torch.randn(b, c.n_heads, capacity, c.d_head, generator=g) for _ in range(2 * c.n_decoder_layers)
-        ]
-        lengths = (
-            torch.randint(0, capacity - t + 1, (b,), generator=g)
-            if capacity > t
-            else torch.zeros(b, dtype=torch.long)
-        ).int()
-        tgt = torch.randint(4, c.tgt_vocab_size, (b, t), generator=g)
-        positions = lengths[:, None].long() + torch.arange(t)
-        cross = [torch.from_numpy(x) for x in cross_o]
-        logits_t, present_t = model.decode_step_inplace(
-            tgt,
-            positions,
-            list(zip(cache[::2], cache[1::2])),
-            lengths,
-            list(zip(cross[::2], cross[1::2])),
-            src_mask,
-        )
-        logits_o, present_o = engine.decode(
-            tgt.numpy(),
-            positions.numpy(),
-            lengths.numpy(),
-            [x.numpy().copy() for x in cache],
-            cross_o,
-            src_mask.numpy(),
-        )
-        held = (
-            torch.arange(capacity)[None, None, :, None] < (lengths + t)[:, None, None, None]
-        )  # (B, 1, C, 1)
-        cases[name] = {
-            "logits_max_abs_diff": _max_diff([logits_t], [logits_o]),
-            "present_max_abs_diff": max(
-                float((x - torch.from_numpy(o)).abs().masked_fill(~held, 0).max())
-                for x, o in zip([x for kv in present_t for x in kv], present_o)
-            ),
-        }
-    return cases
-
-
 def _max_diff(torch_out: list[torch.Tensor], ort_out: list[np.ndarray]) -> float:
     return max(float(np.abs(t.numpy() - o).max()) if o.size else 0.0 for t, o in zip(torch_out, ort_out))
 
@@ -106,13 +58,13 @@ def validate_bundle(
     )
 
     # Decoder: ragged cache with holes, two new tokens; then the empty first-step cache.
-    cases = _inplace_cases(model, engine, g, cross_o, src_mask) if engine.inplace else {}
+    cases = {}
     shapes = (
         (("ragged_past", 6, 1), ("empty_past", 0, 2))
         if one_token_over_past
         else (("ragged_past", 6, 2), ("empty_past", 0, 1))
     )
-    for name, p, t in () if engine.inplace else shapes:
+    for name, p, t in shapes:
         past = [torch.randn(b, c.n_heads, p, c.d_head, generator=g) for _ in range(2 * c.n_decoder_layers)]
         past_mask = (torch.rand(b, p, generator=g) > 0.3).long()
         tgt = torch.randint(4, c.tgt_vocab_size, (b, t), generator=g)

@@ -41,19 +41,3 @@ class DecoderGraph(nn.Module):
         src_mask = rest[4 * n]
         logits, present = self.model.decode_step(tgt_ids, positions, past, past_mask, cross, src_mask)
         return (logits, *[t for kv in present for t in kv])
-
-
-class InplaceDecoderGraph(DecoderGraph):
-    """(tgt_ids, positions, past_lengths, past K/V..., cross K/V..., src_mask) -> (logits, present K/V...): the
-    decoder whose cache (B, H, C, Dh) per layer is written in place (``Transformer.decode_step_inplace``)."""
-
-    def forward(
-        self, tgt_ids: Tensor, positions: Tensor, past_lengths: Tensor, *rest: Tensor
-    ) -> tuple[Tensor, ...]:
-        n = self.n
-        cache = [(rest[2 * i], rest[2 * i + 1]) for i in range(n)]
-        cross = [(rest[2 * n + 2 * i], rest[2 * n + 2 * i + 1]) for i in range(n)]
-        logits, present = self.model.decode_step_inplace(
-            tgt_ids, positions, cache, past_lengths, cross, rest[4 * n]
-        )
-        return (logits, *[t for kv in present for t in kv])

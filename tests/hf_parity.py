@@ -95,13 +95,13 @@ def worst_step_logits(runner, model, tok, family: str, rows) -> tuple[float, int
         want = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits.numpy()
     cross = runner.encode(ids.numpy(), mask.numpy())
     b = len(rows)
-    past = runner.empty_cache(b, tgt.shape[1])
+    past = [np.zeros((b, runner.n_heads, 0, runner.d_head), np.float32)] * (2 * runner.n_layers)
     worst = 0.0
     for t in range(tgt.shape[1]):
         logits, past = runner.decode(
             tgt[:, t : t + 1].numpy(),
             np.full((b, 1), t, np.int64),
-            runner.cache_mask(b, t),
+            np.ones((b, t), np.int64),
             past,
             cross,
             mask.numpy(),

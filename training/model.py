@@ -25,16 +25,75 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contract.config import ModelConfig
-from training.attention_ops import (  # noqa: F401
-    MASKED,
-    attention,
-    cached_attention,
-    inplace_attention,
-    mask_bias,
-)
 from training.positions import PositionalEncoding, RelativePositionBias
 
+# Added to attention scores of masked positions. A large finite value rather than -inf keeps a
+# fully masked row (a padding row of a batch) finite instead of NaN; exp(-1e9) is exactly 0 in
+# float32, so real rows are unaffected.
+MASKED = -1e9
+
 KV = tuple[Tensor, Tensor]  # (key, value), each (B, H, L, Dh)
+
+
+@torch.library.custom_op("s2s::attention", mutates_args=())
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int, scale: float) -> Tensor:
+    """§3.2.1 for all heads at once: softmax(Q K^T * scale + bias) V with the heads merged again, scale 1/sqrt(d_k).
+
+    q: (B, T, H Dh) projected queries; k, v: (B, H, L, Dh); bias: additive, broadcastable to (B, H, T, L), 0 where a
+    position is seen and MASKED where not (plus T5's position bias per head). One operator so that the export can map it to ONNX
+    Runtime's fused com.microsoft.MultiHeadAttention (export/fused.py) instead of ~10 nodes per
+    attention; this eager body is the reference the exported graphs are validated against.
+    """
+    b, t, d = q.shape
+    d_k = d // n_heads
+    qh = q.view(b, t, n_heads, d_k).transpose(1, 2)  # (B, H, T, Dh)
+    attn = ((qh @ k.transpose(-2, -1)) * scale + bias).softmax(dim=-1)  # (B, H, T, L)
+    return (attn @ v).transpose(1, 2).reshape(b, t, d)  # (B, T, H Dh)
+
+
+@attention.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int, scale: float) -> Tensor:
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op("s2s::cached_attention", mutates_args=())
+def cached_attention(
+    q: Tensor,
+    k_new: Tensor,
+    v_new: Tensor,
+    past_k: Tensor,
+    past_v: Tensor,
+    bias: Tensor,
+    n_heads: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Decoder self-attention over the cache: the new tokens' keys and values appended to it, then §3.2.1.
+
+    q, k_new, v_new: (B, T, H Dh) projections of the T new tokens; past_k, past_v: (B, H, P, Dh); bias as
+    ``attention``'s, (B, 1, T, P+T). Returns the attention (B, T, d_model) and the cache with the new tokens,
+    (B, H, P+T, Dh) each. One operator so that the export can map the append and the attention together to ONNX
+    Runtime's GroupQueryAttention, which appends inside its kernel (export/fused.py); this eager body (a Concat,
+    then ``attention``) is what the exported graphs are validated against."""
+    b, t, d = k_new.shape
+    k = torch.cat([past_k, k_new.view(b, t, n_heads, d // n_heads).transpose(1, 2)], dim=2)  # (B, H, P+T, Dh)
+    v = torch.cat([past_v, v_new.view(b, t, n_heads, d // n_heads).transpose(1, 2)], dim=2)
+    return attention(q, k, v, bias, n_heads, scale), k, v
+
+
+@cached_attention.register_fake
+def _(
+    q: Tensor,
+    k_new: Tensor,
+    v_new: Tensor,
+    past_k: Tensor,
+    past_v: Tensor,
+    bias: Tensor,
+    n_heads: int,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    b, h, p, d_k = past_k.shape
+    present = past_k.new_empty(b, h, p + k_new.shape[1], d_k)
+    return torch.empty_like(q), present, torch.empty_like(present)
 
 
 class MultiHeadAttention(nn.Module):
@@ -85,12 +144,11 @@ class MultiHeadAttention(nn.Module):
         k, v = torch.cat([past[0], k_new], dim=2), torch.cat([past[1], v_new], dim=2)  # (B, H, P+T, Dh)
         return self.attend(x, k, v, bias), (k, v)
 
-    def attend_inplace(self, x: Tensor, cache: KV, lengths: Tensor) -> tuple[Tensor, KV]:
-        """``attend_cached`` over a cache written in place (``inplace_attention``): (B, T, d_model), cache (B, H, C, Dh)."""
-        out, k, v = inplace_attention(
-            self.w_q(x), self.w_k(x), self.w_v(x), cache[0], cache[1], lengths, self.h, self.scale
-        )
-        return self.w_o(out), (k, v)
+
+def mask_bias(keep: Tensor) -> Tensor:
+    """A boolean mask as the additive bias attention takes: 0 where seen, MASKED where not. Additive, not
+    boolean, so that a fully masked row (a padding row of a batch) stays finite; built once per pass."""
+    return torch.where(keep, 0.0, MASKED)  # one Where node in the exported graphs
 
 
 # swish(x) = x * sigmoid(x); gelu_tanh: GELU's tanh approximation (T5's gelu_new)
@@ -170,20 +228,10 @@ class DecoderLayer(nn.Module):
         self.pre = c.norm == "pre"
 
     def forward(
-        self,
-        y: Tensor,
-        past: KV,
-        self_bias: Tensor | None,
-        cross: KV,
-        cross_bias: Tensor,
-        lengths: Tensor | None = None,
+        self, y: Tensor, past: KV, self_bias: Tensor, cross: KV, cross_bias: Tensor
     ) -> tuple[Tensor, KV]:
-        """lengths: each row's cached positions when ``past`` is written in place (``inplace_attention``)."""
         h = sublayer_input(self.norm1, y, self.pre)
-        if lengths is None:
-            a, (k, v) = self.self_attn.attend_cached(h, past, self_bias)  # cache (B, H, P+T, Dh)
-        else:
-            a, (k, v) = self.self_attn.attend_inplace(h, past, lengths)  # cache (B, H, C, Dh)
+        a, (k, v) = self.self_attn.attend_cached(h, past, self_bias)  # cache (B, H, P+T, Dh)
         y = add_norm(self.norm1, y, self.dropout(a), self.pre)
         h = sublayer_input(self.norm2, y, self.pre)
         y = add_norm(
@@ -305,27 +353,11 @@ class Transformer(nn.Module):
             # distances are its own, whenever it joined the batch
             keys = torch.cat([past_mask.cumsum(1) - 1, positions], dim=1)  # (B, P+T)
             self_bias = self_bias + self.decoder_position_bias(positions, keys)  # (B, H, T, P+T)
-        return self._decoder_stack(tgt, positions, past, self_bias, cross, src_mask)
-
-    def decode_step_inplace(
-        self,
-        tgt: Tensor,  # (B, T) target ids fed now
-        positions: Tensor,  # (B, T) their absolute positions
-        cache: list[KV],  # per layer (B, H, C, Dh): row b's past in its first lengths[b] positions
-        lengths: Tensor,  # (B,) int32
-        cross: list[KV],
-        src_mask: Tensor,
-    ) -> tuple[Tensor, list[KV]]:
-        """``decode_step`` over a cache written in place: each row's past starts at position 0 and is as long as
-        its own (no holes); the new tokens' K/V are written after it -> logits, the cache (B, H, C, Dh)."""
-        return self._decoder_stack(tgt, positions, cache, None, cross, src_mask, lengths)
-
-    def _decoder_stack(self, tgt, positions, past, self_bias, cross, src_mask, lengths=None):
         cross_bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
         y = self.embed("decoder", tgt, positions)
         present: list[KV] = []
         for layer, layer_past, layer_cross in zip(self.decoder, past, cross):
-            y, kv = layer(y, layer_past, self_bias, layer_cross, cross_bias, lengths)
+            y, kv = layer(y, layer_past, self_bias, layer_cross, cross_bias)
             present.append(kv)
         if self.config.final_norm:
             y = self.decoder_norm(y)

@@ -33,9 +33,6 @@ from bench.harness.inputs import (
 from bench.harness.results import Report, provenance
 
 SYSTEMS = ["engine", "engine no cache", "torch", "ct2", "engine gnmt", "engine screen off"]
-# Asked for by --systems only: the engine on an export of the same checkpoint whose decoder writes its cache in place
-# (s2s export --attention gqa, format 9), beside the served bundle's.
-INPLACE = "engine in-place"
 QUICK = dict(batch_sizes=[1, 4], new_tokens=[8, 16], min_sentences=4, real_inputs=8, precisions=["float32"],
              verify_sentences=16, accuracy_sentences=16)  # fmt: skip
 
@@ -55,12 +52,7 @@ def add_arguments(p) -> None:
     a("--precisions", type=words, default=["float32", "int8"])
     a("--batch-sizes", type=ints, default=[1, 16, 64])
     a("--new-tokens", type=ints, default=[32, 64], help="forced: new tokens per input")
-    a(
-        "--systems",
-        type=words,
-        default=SYSTEMS,
-        help=f"which systems run (ct2: every ratio's baseline; '{INPLACE}': also the in-place decoder's export)",
-    )
+    a("--systems", type=words, default=SYSTEMS, help="which systems run (ct2: every ratio's baseline)")
     a("--repeats", type=int, default=0, help="timed passes per cell (default: 5 forced, 3 real)")
     a("--min-sentences", type=int, default=32, help="forced: inputs per pass, at least the batch size")
     a("--real-inputs", type=int, default=640, help="real: inputs per pass (the held-out set cycled)")
@@ -86,7 +78,6 @@ class Setup:
     budget: int
     verification: dict
     about: str
-    inplace: object | None = None  # engine.Translator on the in-place export (INPLACE)
 
 
 def setup(args) -> Setup:
@@ -118,11 +109,6 @@ def setup(args) -> Setup:
             str(converted), device="cpu", compute_type="int8", inter_threads=1, intra_threads=1
         )
         about += f"; int8: `{rel(int8)}`, `s2s export --quantize {args.int8_variant}`"
-    inplace = None
-    if INPLACE in args.systems:
-        folder = cached_bundle(ckpt, ckpt.name, gqa=True)
-        inplace = engine.load(folder, threads=1, device="cpu")
-        about += f"; {INPLACE}: `{rel(folder)}`, `s2s export --attention gqa`"
     budget = min(ck.task.max_new_tokens, ck.config.max_len - 1)
     v = verify(
         ck.model,
@@ -133,8 +119,7 @@ def setup(args) -> Setup:
     )
     v["budget"] = budget
     log(f"CTranslate2 vs PyTorch greedy: {v['identical']}/{v['n']} identical")
-    about += f"; held-out inputs `{rel(data(args))}`)"
-    return Setup(ck, engines, ct2, vocab, rows, budget, v, about, inplace)
+    return Setup(ck, engines, ct2, vocab, rows, budget, v, about + f"; held-out inputs `{rel(data(args))}`)")
 
 
 def run(args) -> list[Report]:
@@ -167,14 +152,6 @@ def grid(args, s: Setup, kind: str, started: float) -> Report:
             if forced
             else [sy.engine_real(f32, s.budget, "float32", "gnmt")]
         )
-        if s.inplace is not None:
-            sides.append(
-                sy.engine_forced(s.inplace, n, "float32", INPLACE)
-                if forced
-                else sy.engine_real(
-                    s.inplace, s.budget, "float32", alpha=args.ct2_length_penalty, system=INPLACE
-                )
-            )
         sides = [x for x in sides if x.system in args.systems]
         for beam in [1] if forced else args.beams:
             for b in args.batch_sizes:

@@ -89,9 +89,7 @@ def engine_forced(engine, n: int, precision: str = "float32", system: str = "eng
     return Side(system, precision, go)
 
 
-def engine_real(
-    engine, budget: int, precision: str, rule: str = "ctranslate2", alpha: float = 0.6, system: str = "engine"
-) -> Side:
+def engine_real(engine, budget: int, precision: str, rule: str = "ctranslate2", alpha: float = 0.6) -> Side:
     """The engine stopped at EOS; beams rank and stop by ``rule``: CTranslate2's (with its length_penalty
     ``alpha``, the same search as its side) or GNMT's, the engine's default (beams only)."""
 
@@ -104,7 +102,9 @@ def engine_real(
         )
         return [list(r.tokens) for r in res]
 
-    return Side("engine gnmt" if rule == "gnmt" else system, precision, go, "beam" if rule == "gnmt" else "")
+    return Side(
+        "engine gnmt" if rule == "gnmt" else "engine", precision, go, "beam" if rule == "gnmt" else ""
+    )
 
 
 def engine_no_cache(engine, n: int) -> Side:

@@ -21,7 +21,7 @@ def grid_table(report: Report, cells: list, forced: bool) -> None:
         base, ref, same = by.get(_key(c, "ct2")), by.get(_key(c, "engine", "float32")), None
         if forced and ref is not None and c.system != "ct2" and c is not ref:
             same = f"{sum(a == b for a, b in zip(c.ids, ref.ids))} of {len(c.ids)}"
-        elif not forced and base is not None and c.system in ("engine", "engine in-place"):
+        elif not forced and base is not None and c.system == "engine":
             cut = [r[: n + 50] for r, n in zip(base.ids, c.sources)]
             same = f"{sum(c.ids[i] == cut[i] for i in c.keep)} of {len(c.keep)}"
         rate = (c.tok_s / base.tok_s if forced else c.seq_s / base.seq_s) if base else None
@@ -33,7 +33,7 @@ def acceptance(cells: list, forced: bool) -> list[tuple]:
     """The engine's targets against this run's cells (a row only where its cells ran)."""
     by, out = {_key(c, c.system): c for c in cells}, []
     for c in cells:
-        if c.system not in ("engine", "engine in-place") or (forced and c.precision != "float32"):
+        if c.system != "engine" or (forced and c.precision != "float32"):
             continue
         if forced:
             checks = [
@@ -48,7 +48,5 @@ def acceptance(cells: list, forced: bool) -> list[tuple]:
             if wanted and (other := by.get(_key(c, system))):
                 r = c.tok_s / other.tok_s if forced else c.seq_s / other.seq_s
                 search = "greedy" if c.beam == 1 else f"beam {c.beam}"
-                out.append(
-                    bound(f"{c.system} / {what}, {c.inputs}, {search}, batch {c.batch}", r, ">=", target)
-                )
+                out.append(bound(f"engine / {what}, {c.inputs}, {search}, batch {c.batch}", r, ">=", target))
     return out

@@ -95,27 +95,16 @@ def servable(engine, path: Path, limit: int = 0) -> list[str]:
     return texts[:limit] if limit else texts
 
 
-def cached_bundle(
-    checkpoint_dir: Path, name: str, quantize: str = "none", fused: bool = False, gqa: bool = False
-) -> Path:
+def cached_bundle(checkpoint_dir: Path, name: str, quantize: str = "none", fused: bool = False) -> Path:
     """A bundle of the checkpoint under .cache/bench/models/, exported once per weights and variant (again when
-    the export code changed since): ``quantize`` as `s2s export --quantize`, ``fused`` as --fused-attention,
-    ``gqa`` as --attention gqa (the decoder writing its cache in place, format 9)."""
+    the export code changed since): ``quantize`` as `s2s export --quantize`, ``fused`` as --fused-attention."""
     from contract import bundle
     from export.quantize import resolve
     from training import checkpoint as ckpt_io
 
     quantize, repo = resolve(quantize), CACHE / "models"
-    bname = "-".join(
-        [name]
-        + ([quantize] if quantize != "none" else [])
-        + (["fused"] if fused else [])
-        + (["inplace"] if gqa else [])
-    )
-    want = (
-        bundle.FORMAT_INPLACE_CACHE if gqa else bundle.FORMAT_CONTRIB_OPS if fused else bundle.FORMAT_VERSION
-    )
-    folder = repo / bname / "1"
+    bname = "-".join([name] + ([quantize] if quantize != "none" else []) + (["fused"] if fused else []))
+    folder, want = repo / bname / "1", bundle.FORMAT_CONTRIB_OPS if fused else bundle.FORMAT_VERSION
     recipe = max(p.stat().st_mtime for p in (ROOT / "export").glob("*.py"))
     if (folder / "config.json").is_file() and (folder / "config.json").stat().st_mtime > recipe:
         try:
@@ -132,13 +121,7 @@ def cached_bundle(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.onnx's dynamic-axis naming notes
         options = ExportOptions(
-            checkpoint=checkpoint_dir,
-            repo=repo,
-            name=bname,
-            version=1,
-            quantize=quantize,
-            fused=fused,
-            gqa=gqa,
+            checkpoint=checkpoint_dir, repo=repo, name=bname, version=1, quantize=quantize, fused=fused
         )
         return export(options)
 

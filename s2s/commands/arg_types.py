@@ -22,11 +22,3 @@ def language(code: str) -> str:
         return check_language(code)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-# s2s export's and s2s import's --attention
-ATTENTION_HELP = (
-    "the decoder's self-attention: gqa = ONNX Runtime's GroupQueryAttention over a cache written in place, each "
-    "row as long as its own (bundle format 9; faster on CPUs); standard = ONNX nodes appending to the cache, for "
-    "CUDA, whose GroupQueryAttention takes float16 only"
-)

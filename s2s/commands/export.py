@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from s2s.commands.arg_types import ATTENTION_HELP, language, positive
+from s2s.commands.arg_types import language, positive
 
 
 def add_parser(sub) -> None:
@@ -31,7 +31,6 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--atol", type=float, default=1e-4, help="largest |ORT - PyTorch| accepted on logits and K/V"
     )
-    p.add_argument("--attention", choices=("gqa", "standard"), default="gqa", help=ATTENTION_HELP)
     p.add_argument(
         "--fused-attention",
         action="store_true",
@@ -92,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
             target_language=args.target_lang,
             beam_size=args.beam_size,
             fused=args.fused_attention,
-            gqa=args.attention == "gqa",
             length_penalty_type=args.length_penalty_type,
         )
     )

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from s2s.commands.arg_types import ATTENTION_HELP, language
+from s2s.commands.arg_types import language
 
 
 def add_parser(sub) -> None:
@@ -36,7 +36,9 @@ def add_parser(sub) -> None:
         "--attention",
         choices=("gqa", "standard"),
         default="gqa",
-        help=ATTENTION_HELP,
+        help="the decoder's self-attention: gqa = ONNX Runtime's GroupQueryAttention, its cache appended inside "
+        "the kernel (faster on CPUs, docs/BENCHMARKS.md#marian-ct2-notes); standard = ONNX nodes, for CUDA, "
+        "whose GroupQueryAttention takes float16 only",
     )
     p.add_argument(
         "--source-lang",
