@@ -200,6 +200,12 @@ def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConf
 
 def import_model(opts: ImportOptions) -> Path:
     os.environ["HF_HUB_OFFLINE"] = "1"  # read as it is; before transformers is imported anywhere below
+    from export.publish import PublishRefused, destination
+
+    try:
+        destination(opts.repo, opts.name, opts.version)  # a name that is a path: refused before any work
+    except PublishRefused as e:
+        raise ImportRefused(str(e)) from None
     folder = Path(opts.source)
     if not folder.is_dir():
         raise ImportRefused(f"{folder}: not a folder; give the folder of a Hugging Face checkpoint")
