@@ -227,6 +227,19 @@ def verified(
     return read_bundle(folder, True, hashed, stamps), stamps
 
 
+def incomplete(folder: Path) -> str:
+    """Why the version folder ``folder`` is not a whole bundle ("" when it is): its config.json unreadable, a file
+    it lists missing, or one whose sha256 is not the one it records (an export killed while copying, a copy cut
+    short). The definition the server's start uses to pass over such a version to the newest whole one."""
+    try:
+        read_bundle(folder, verify_hashes=True)
+    except BundleError as e:
+        return str(e)
+    except OSError as e:  # unreadable: permissions, a file vanishing while read
+        return f"{folder}: {type(e).__name__}: {e}"
+    return ""
+
+
 def read_bundle(
     folder: Path,
     verify_hashes: bool = True,
