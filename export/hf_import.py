@@ -24,8 +24,10 @@ from typing import Any
 
 from contract import bundle
 from contract.config import ModelConfig, TaskConfig
-from export import hf_bart, hf_m2m100, hf_marian, hf_mbart, hf_pegasus, hf_t5
+from contract.decoding import MAX_BEAM_SIZE, MAX_LENGTH_PENALTY
+from export import hf_bart, hf_fields, hf_m2m100, hf_marian, hf_mbart, hf_pegasus, hf_t5
 from export.hf_checkpoint import ImportRefused, Loaded, read_json, token_of
+from export.hf_fields import FieldError
 
 __all__ = ["FAMILIES", "ImportOptions", "ImportRefused", "Loaded", "import_model", "read_json", "token_of"]
 
@@ -79,6 +81,16 @@ def read_weights(path: Path) -> dict:
         import torch
 
         return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated or corrupt: safetensors' and torch's own errors
+        raise ImportRefused(
+            f"{path}: cannot be read as weights ({type(e).__name__}: {str(e)[:200]})"
+        ) from None
+
+
+def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape without reading the tensors (``hf_fields.tensor_shapes``)."""
+    try:
+        return hf_fields.tensor_shapes(path)
     except Exception as e:  # truncated or corrupt: safetensors' and torch's own errors
         raise ImportRefused(
             f"{path}: cannot be read as weights ({type(e).__name__}: {str(e)[:200]})"
@@ -164,34 +176,57 @@ def not_applied(gen: dict[str, Any]) -> dict[str, Any]:
 
 
 def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConfig:
-    """generation_config.json's decoding -> the bundle's defaults."""
-    c = loaded.config
-    bad = gen.get("bad_words_ids") or []
-    if any(not isinstance(w, list) or len(w) != 1 for w in bad):
-        raise ImportRefused(
-            f"{gen_file}: field 'bad_words_ids' holds sequences of several tokens; only single tokens "
-            "(such as Marian's [[<pad>]]) are supported"
+    """generation_config.json's decoding -> the bundle's defaults; ImportRefused naming a field that is not what
+    generate() takes (the file named is generation_config.json, or config.json for the fields older checkpoints
+    keep there)."""
+    try:
+        return _task_config(gen, loaded, gen_file)
+    except FieldError as e:
+        raise ImportRefused(f"{gen_file} (or config.json): {e}") from None
+
+
+def _token_ids(gen: dict[str, Any], field: str, vocab_size: int, nested: bool) -> list[int]:
+    """A list of token ids (``nested``: of one-token lists, as bad_words_ids) below ``vocab_size``."""
+    value = gen.get(field) or []
+    if not isinstance(value, list):
+        raise FieldError(f"field {field!r} is {value!r}; a list of token ids was expected")
+    if nested and any(not isinstance(w, list) or len(w) != 1 for w in value):
+        raise FieldError(
+            f"field {field!r} holds sequences of several tokens; only single tokens (such as Marian's [[<pad>]]) "
+            "are supported"
         )
-    suppressed = sorted({int(w[0]) for w in bad} | {int(t) for t in gen.get("suppress_tokens") or []})
+    return [hf_fields.token_id({field: w[0] if nested else w}, field, vocab_size) for w in value]
+
+
+def _task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConfig:
+    c = loaded.config
+    v = c.tgt_vocab_size
+    bad = _token_ids(gen, "bad_words_ids", v, nested=True)
+    suppressed = sorted(set(bad) | set(_token_ids(gen, "suppress_tokens", v, nested=False)))
     for name, value in not_applied(gen).items():
         log.warning("%s: %s=%r is not applied: %s", gen_file, name, value, NOT_APPLIED[name].format(value))
-    max_length = int(gen.get("max_length") or c.max_len)
-    alpha = float(gen.get("length_penalty", 1.0))
-    # A multilingual model's forced first token is the target language a request names, not this constant.
-    forced = None if loaded.languages is not None else gen.get("forced_bos_token_id")
-    if forced is not None and not (isinstance(forced, int) and 0 <= forced < c.tgt_vocab_size):
-        raise ImportRefused(
-            f"{gen_file} (or config.json): field 'forced_bos_token_id' is {forced!r}; an id below vocab_size "
-            f"({c.tgt_vocab_size}) was expected"
+    beam = hf_fields.whole(gen, "num_beams", 1, MAX_BEAM_SIZE, 1)
+    max_length = hf_fields.whole(gen, "max_length", 1, 1 << 62, c.max_len)
+    if max_length > c.max_len:  # as generate() does where max_length runs past the positions the model has
+        log.info(
+            "%s: max_length=%d is past the model's %d positions (config.json max_position_embeddings): outputs "
+            "end at %d tokens",
+            gen_file,
+            max_length,
+            c.max_len,
+            c.max_len - 1,
         )
+    alpha = hf_fields.number(gen, "length_penalty", 0.0, MAX_LENGTH_PENALTY, 1.0)
+    # A multilingual model's forced first token is the target language a request names, not this constant.
+    forced = None if loaded.languages is not None else hf_fields.token_id(gen, "forced_bos_token_id", v, None)
     return TaskConfig(
         "translation",
         unknown="unk",
         max_new_tokens=max(1, min(max_length - 1, c.max_len - 1)),
-        beam_size=int(gen.get("num_beams") or 1),
+        beam_size=beam,
         length_penalty_type="transformers",
         length_penalty=None if alpha == 1.0 else alpha,
-        no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size") or 0),
+        no_repeat_ngram_size=hf_fields.whole(gen, "no_repeat_ngram_size", 0, c.max_len - 1, 0),
         suppressed_ids=tuple(suppressed),
         source_start_id=loaded.source_start_id,
         forced_bos_id=forced,
@@ -228,8 +263,13 @@ def import_model(opts: ImportOptions) -> Path:
         if (folder / "tokenizer_config.json").is_file()
         else {}
     )
-    loaded = family(model_type).load(folder, cfg, tok_cfg)
     weights = weights_file(folder)
+    try:  # before the family builds anything by config.json's sizes (a vocabulary table, its layers)
+        hf_fields.held_sizes(cfg, weight_shapes(weights), weights.name)
+    except FieldError as e:
+        raise ImportRefused(f"{config_file}: {e}") from None
+    loaded = family(model_type).load(folder, cfg, tok_cfg)
+    task = task_config(gen, loaded, gen_file)  # before the weights are read: a refusal comes at once
     origin = {
         "model_type": model_type,
         "transformers_version": cfg.get("transformers_version"),
@@ -241,7 +281,7 @@ def import_model(opts: ImportOptions) -> Path:
         origin["generation_not_applied"] = skipped
     with tempfile.TemporaryDirectory(prefix="s2s-import-") as tmp:
         ckpt = Path(tmp)
-        _write_checkpoint(ckpt, loaded, gen, gen_file, weights, config_file, model_type, origin)
+        _write_checkpoint(ckpt, loaded, task, weights, config_file, model_type, origin)
         return _export(opts, loaded, ckpt, origin, tok_cfg)
 
 
@@ -292,8 +332,7 @@ def _transformers_version() -> str | None:
 def _write_checkpoint(
     ckpt: Path,
     loaded: Loaded,
-    gen: dict,
-    gen_file: Path,
+    task: TaskConfig,
     weights: Path,
     config_file: Path,
     model_type: str,
@@ -305,7 +344,6 @@ def _write_checkpoint(
 
     c = loaded.config
     state = map_weights(c, read_weights(weights), weights, config_file, model_type)
-    task = task_config(gen, loaded, gen_file)
     model = checkpoint.model_holding(c, state)
     del state
     checkpoint.save(ckpt, model, task, loaded.source_tokenizer, metrics={}, train={"imported": origin})
