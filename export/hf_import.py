@@ -44,8 +44,17 @@ FAMILIES = {
 }
 SUPPORTED = tuple(FAMILIES)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# Decoding fields that config.json held before generation_config.json did (older checkpoints)
-GENERATION_FIELDS = ("num_beams", "max_length", "bad_words_ids", "length_penalty", "forced_bos_token_id")
+# Decoding fields that config.json held before generation_config.json did (older checkpoints, read only without one)
+GENERATION_FIELDS = (
+    "num_beams",
+    "max_length",
+    "min_length",
+    "bad_words_ids",
+    "length_penalty",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "early_stopping",
+)
 
 
 @dataclass
@@ -151,19 +160,13 @@ def map_weights(
 
 # generation_config.json's fields the bundle does not apply, and what a user gets instead of generate()'s tokens
 NOT_APPLIED = {
-    "min_length": "generate() holds the end token back until a row has {0} tokens (the start token counted); "
-    "here a shorter answer ends where the model ends it (a request can ask for min_new_tokens)",
-    "forced_eos_token_id": "generate() makes token {0} the last of a row that reaches max_length; here such a "
-    "row ends at the budget without it",
     "repetition_penalty": "generate() scales the logits of tokens already in a row by {0}; here none are "
     "(a request can ask for repetition_penalty, the same rule)",
-    "early_stopping": "generate()'s beam search stops by its early_stopping={0} rule; here a beam stops by the "
-    "engine's (rows that reach max_length can differ)",
 }
 
 
-# each field's values that change nothing (forced_eos_token_id 0 is a token: Marian's end token)
-NO_OP = {"min_length": (None, 0, 1), "forced_eos_token_id": (None,), "repetition_penalty": (None, 1.0)}
+# each field's values that change nothing
+NO_OP = {"repetition_penalty": (None, 1.0)}
 
 
 def not_applied(gen: dict[str, Any]) -> dict[str, Any]:
@@ -177,12 +180,11 @@ def not_applied(gen: dict[str, Any]) -> dict[str, Any]:
 
 def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConfig:
     """generation_config.json's decoding -> the bundle's defaults; ImportRefused naming a field that is not what
-    generate() takes (the file named is generation_config.json, or config.json for the fields older checkpoints
-    keep there)."""
+    generate() takes (``gen_file``: generation_config.json, or config.json where an older checkpoint keeps them)."""
     try:
         return _task_config(gen, loaded, gen_file)
     except FieldError as e:
-        raise ImportRefused(f"{gen_file} (or config.json): {e}") from None
+        raise ImportRefused(f"{gen_file}: {e}") from None
 
 
 def _token_ids(gen: dict[str, Any], field: str, vocab_size: int, nested: bool) -> list[int]:
@@ -219,6 +221,9 @@ def _task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskCon
     alpha = hf_fields.number(gen, "length_penalty", 0.0, MAX_LENGTH_PENALTY, 1.0)
     # A multilingual model's forced first token is the target language a request names, not this constant.
     forced = None if loaded.languages is not None else hf_fields.token_id(gen, "forced_bos_token_id", v, None)
+    early = gen.get("early_stopping", False)
+    if early not in (False, True, "never"):
+        raise FieldError(f"field 'early_stopping' is {early!r}; true, false or \"never\" was expected")
     return TaskConfig(
         "translation",
         unknown="unk",
@@ -230,7 +235,20 @@ def _task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskCon
         suppressed_ids=tuple(suppressed),
         source_start_id=loaded.source_start_id,
         forced_bos_id=forced,
+        forced_eos_id=_forced_eos(gen, v),
+        min_length=hf_fields.whole(gen, "min_length", 0, c.max_len, 0),
+        early_stopping=early,
     )
+
+
+def _forced_eos(gen: dict[str, Any], vocab_size: int) -> int | None:
+    """forced_eos_token_id: one token id (transformers also takes a list; of one token here)."""
+    value = gen.get("forced_eos_token_id")
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise FieldError(f"field 'forced_eos_token_id' is {value!r}; one token is supported")
+        value = value[0]
+    return hf_fields.token_id({"forced_eos_token_id": value}, "forced_eos_token_id", vocab_size, None)
 
 
 def import_model(opts: ImportOptions) -> Path:
@@ -254,10 +272,11 @@ def import_model(opts: ImportOptions) -> Path:
             f"{config_file}: field 'model_type' is {model_type!r}; supported: {', '.join(SUPPORTED)}"
         )
     gen_file = folder / "generation_config.json"
-    gen = {
-        **{k: cfg[k] for k in GENERATION_FIELDS if k in cfg},
-        **(read_json(gen_file, "") if gen_file.is_file() else {}),
-    }
+    # generate() reads generation_config.json alone where there is one (config.json's forced_eos_token_id 0, which
+    # every MarianConfig writes, does not apply then); a checkpoint older than that file keeps them in config.json.
+    gen = (
+        read_json(gen_file, "") if gen_file.is_file() else {k: cfg[k] for k in GENERATION_FIELDS if k in cfg}
+    )
     tok_cfg = (
         read_json(folder / "tokenizer_config.json", "")
         if (folder / "tokenizer_config.json").is_file()
@@ -269,7 +288,8 @@ def import_model(opts: ImportOptions) -> Path:
     except FieldError as e:
         raise ImportRefused(f"{config_file}: {e}") from None
     loaded = family(model_type).load(folder, cfg, tok_cfg)
-    task = task_config(gen, loaded, gen_file)  # before the weights are read: a refusal comes at once
+    # before the weights are read: a refusal comes at once
+    task = task_config(gen, loaded, gen_file if gen_file.is_file() else config_file)
     origin = {
         "model_type": model_type,
         "transformers_version": cfg.get("transformers_version"),
