@@ -373,6 +373,7 @@ def _write_checkpoint(
 
 def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_cfg: dict) -> Path:
     from export.onnx_export import ExportOptions, export
+    from export.publish import PublishRefused
 
     langs = _languages(opts, loaded, tok_cfg)  # LibreTranslate routes by them
     try:
@@ -390,5 +391,7 @@ def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_c
                 languages=loaded.languages,
             )
         )
+    except PublishRefused as e:  # the version's number taken meanwhile
+        raise ImportRefused(str(e)) from None
     except ValueError as e:  # validation: ONNX Runtime disagreed with PyTorch; nothing was published
         raise ImportRefused(f"{opts.source}: the exported graphs failed validation ({e})") from None

@@ -237,6 +237,6 @@ def export(opts: ExportOptions) -> Path:
         )
         cfg = BundleConfig(**{**cfg.__dict__, "validation": report})
         cfg.write(out)
-        publish(out, final)
+        publish(out, final, replace=opts.version is not None)
     log.info("exported %s -> %s (%s)", opts.checkpoint, final, report)
     return final

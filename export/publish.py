@@ -17,7 +17,7 @@ from pathlib import Path
 from contract.repository import NAME_RULE, is_version, name_problem, staging_name, version_problem
 
 
-class PublishRefused(ValueError):
+class PublishRefused(Exception):
     """A destination outside the repository or not a model name / version; the message names the option."""
 
 
@@ -49,9 +49,10 @@ def next_version(model_dir: Path) -> int:
     return max((int(n) for n in names if is_version(n)), default=0) + 1
 
 
-def publish(built: Path, final: Path) -> None:
+def publish(built: Path, final: Path, replace: bool) -> None:
     """``built``'s files as the folder ``final``, which appears whole: copied to a staging sibling, then renamed.
-    An existing ``final`` (``--version`` given again) is replaced: renamed aside first, removed after."""
+    ``replace`` (``--version`` named): an existing ``final`` is renamed aside first and removed after; otherwise a
+    ``final`` that appeared meanwhile (another export took the number) is left alone and the export refused."""
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.parent / staging_name(int(final.name), secrets.token_hex(4))
     try:
@@ -59,12 +60,17 @@ def publish(built: Path, final: Path) -> None:
         staging.chmod(0o755)  # mkdtemp made it 0700; the server may run as another user (container)
         _sync(staging)
         old = None
-        if os.path.lexists(final):
+        if replace and os.path.lexists(final):
             old = final.parent / staging_name(int(final.name), "replaced-" + secrets.token_hex(4))
             final.rename(old)
-        staging.rename(final)  # atomic on one file system: the version appears whole
-        if old is not None:  # a link is removed, never what it points to
-            old.unlink() if old.is_symlink() else shutil.rmtree(old)
+        try:
+            staging.rename(final)  # atomic on one file system: the version appears whole
+        except OSError as e:  # a version folder of that number with files in it: not ours to replace
+            raise PublishRefused(
+                f"{final}: appeared while this export ran ({e.strerror}); export again"
+            ) from None
+        if old is not None:  # a link (or a file) is removed, never what a link points to
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
