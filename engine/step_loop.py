@@ -300,8 +300,9 @@ class StepLoop:
             top_lp, top_tok = self.engine.top_logprobs(beam_logits, n)
             # regular steps by width (0: prefix steps), each group ranked together when large
             at, groups = (0, {})
+            rules = self.rules.forced_eos_id is not None or self.rules.min_end  # an imported model's
             for s in beams:
-                if s.search.shapes:  # generate()'s end rules, after the log-softmax
+                if rules and s.search.shapes:  # generate()'s end rules, after the log-softmax
                     r = slice(at, at + s.n_rows)
                     top_lp[r], top_tok[r] = s.search.shaped(top_lp[r], top_tok[r])
                 groups.setdefault(s.n_rows if s.search.regular else 0, []).append((s, at))
