@@ -85,47 +85,62 @@ def tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}
 
 
-_LAYER = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.")
-_TABLES = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+# the embedding tables of transformers' layouts (BART's under model., T5's at the top), the shared one first
+_TABLES = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+BART_LAYERS = "model.{stack}.layers.{i}."
+STACKS = ("encoder", "decoder")
 
 
-def held_sizes(cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]], where: str) -> None:
+def held_sizes(
+    cfg: dict[str, Any],
+    shapes: dict[str, tuple[int, ...]],
+    where: str,
+    layer_prefix: str = BART_LAYERS,
+    layer_fields: dict[str, str] | None = None,
+) -> None:
     """The sizes config.json gives that the import allocates by are no larger than the weights hold: its vocabulary
-    (the embedding table's rows), its layers (those stored), its positions (a stored table's rows, else
-    ``MAX_POSITIONS``). FieldError naming the field and the tensor (``where``: the weights file). A size smaller than
-    the weights' is left to the shape checks that follow, which name the tensor that disagrees."""
-    table = next((shapes[t] for t in _TABLES if t in shapes and len(shapes[t]) == 2), None)
-    if table is None:
-        raise FieldError(f"{where}: no embedding table (one of {', '.join(_TABLES)})")
-    for field in ("vocab_size", "decoder_vocab_size"):
-        rows = (
-            shapes.get("model.decoder.embed_tokens.weight", table)[0] if field.startswith("dec") else table[0]
-        )
-        if field in cfg and cfg[field] is not None and whole(cfg, field, 1, 1 << 40) > rows:
+    (the embedding table's rows), its layers (those stored under ``layer_prefix``, counted by ``layer_fields``), its
+    positions (a stored table's rows, else ``MAX_POSITIONS``). FieldError naming the field and the tensor (``where``:
+    the weights file). A size smaller than the weights' is left to the shape checks that follow, which name the
+    tensor that disagrees."""
+    tables = {t: shapes[p + t] for t in _TABLES for p in ("model.", "") if len(shapes.get(p + t, ())) == 2}
+    if not tables:
+        raise FieldError(f"{where}: no embedding table (one of {', '.join(_TABLES)}, under model. or not)")
+    rows = next(iter(tables.values()))[0]
+    for field, held in (("vocab_size", rows), ("decoder_vocab_size", tables.get(_TABLES[2], (rows,))[0])):
+        if cfg.get(field) is not None and whole(cfg, field, 1, 1 << 40) > held:
             raise FieldError(
-                f"field {field!r} is {cfg[field]!r}, but the embedding table in {where} has {rows} rows"
+                f"field {field!r} is {cfg[field]!r}, but the embedding table in {where} has {held} rows"
             )
-    for stack in ("encoder", "decoder"):
-        field = f"{stack}_layers"
-        held = 1 + max(
-            (int(m.group(2)) for k in shapes if (m := _LAYER.match(k)) and m.group(1) == stack), default=-1
-        )
-        if whole(cfg, field, 1, 1 << 40) > held:
+    layer = re.compile(
+        re.escape(layer_prefix).replace(r"\{stack\}", "(encoder|decoder)").replace(r"\{i\}", r"(\d+)")
+    )
+    stored = [m.groups() for k in shapes if (m := layer.match(k))]
+    for stack, field in (layer_fields or {s: f"{s}_layers" for s in STACKS}).items():
+        held = 1 + max((int(i) for s, i in stored if s == stack), default=-1)
+        if cfg.get(field) is not None and whole(cfg, field, 1, 1 << 40) > held:
             raise FieldError(
                 f"field {field!r} is {cfg[field]!r}, but {where} holds {held} {stack} layers (no tensor under "
-                f"'model.{stack}.layers.{held}.')"
+                f"{layer_prefix.format(stack=stack, i=held)!r})"
             )
+    _held_positions(cfg, shapes, where)
+
+
+def _held_positions(cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]], where: str) -> None:
+    field = next((f for f in ("max_position_embeddings", "n_positions") if cfg.get(f) is not None), None)
+    if field is None:
+        return
+    positions = whole(cfg, field, 1, 1 << 40)
     stored = {k: v[0] for k, v in shapes.items() if k.endswith("embed_positions.weight") and len(v) == 2}
-    positions = whole(cfg, "max_position_embeddings", 1, 1 << 40)
     for name, rows in stored.items():  # rows = positions + the family's offset (BART's 2): more is refused
         if positions > rows:
             raise FieldError(
-                f"field 'max_position_embeddings' is {positions}, but the tensor {name!r} in {where} has {rows} rows"
+                f"field {field!r} is {positions}, but the tensor {name!r} in {where} has {rows} rows"
             )
     if not stored and positions > MAX_POSITIONS:
         raise FieldError(
-            f"field 'max_position_embeddings' is {positions}; at most {MAX_POSITIONS} are taken (the exported graphs "
-            "read at most 4096 tokens)"
+            f"field {field!r} is {positions}; at most {MAX_POSITIONS} are taken (the exported graphs read at most "
+            "4096 tokens)"
         )
 
 

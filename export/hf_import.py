@@ -106,6 +106,12 @@ def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         ) from None
 
 
+def layer_layout(fam) -> tuple[str, dict[str, str]]:
+    """Where a family keeps its layers, and the config.json fields that count them (T5's encoder.block.{i}.)."""
+    prefix = getattr(fam, "LAYER_PREFIX", hf_fields.BART_LAYERS)
+    return prefix, getattr(fam, "LAYER_FIELDS", {s: f"{s}_layers" for s in hf_fields.STACKS})
+
+
 def family(model_type: str):
     """The module that knows a family's knobs, tokenizer files and weight names."""
     return FAMILIES[model_type]
@@ -120,9 +126,7 @@ def map_weights(
     from training.model import Transformer
 
     fam = family(model_type)  # its field_of names the config field of a tensor
-    # where a family keeps its layers, and the config.json fields that count them (T5's encoder.block.{i}.)
-    prefix = getattr(fam, "LAYER_PREFIX", "model.{stack}.layers.{i}.")
-    counts = getattr(fam, "LAYER_FIELDS", {s: f"{s}_layers" for s in ("encoder", "decoder")})
+    prefix, counts = layer_layout(fam)
     layer_name = re.compile(
         re.escape(prefix).replace(r"\{stack\}", "(encoder|decoder)").replace(r"\{i\}", r"\d+")
     )
@@ -284,7 +288,7 @@ def import_model(opts: ImportOptions) -> Path:
     )
     weights = weights_file(folder)
     try:  # before the family builds anything by config.json's sizes (a vocabulary table, its layers)
-        hf_fields.held_sizes(cfg, weight_shapes(weights), weights.name)
+        hf_fields.held_sizes(cfg, weight_shapes(weights), weights.name, *layer_layout(family(model_type)))
     except FieldError as e:
         raise ImportRefused(f"{config_file}: {e}") from None
     loaded = family(model_type).load(folder, cfg, tok_cfg)
