@@ -45,8 +45,9 @@ class TokenizerError(ValueError):
     """A tokenizer file that cannot be converted; the message names the file and the field."""
 
 
-def read_spm(path: Path):
-    """The SentencePiece model's protobuf (transformers' copy of its schema: sentencepiece's own needs protobuf 7)."""
+def read_spm(path: Path, types: tuple[int, ...] = (UNIGRAM,)):
+    """The SentencePiece model's protobuf (transformers' copy of its schema: sentencepiece's own needs protobuf 7);
+    ``types``: the model types the caller converts (``convert`` takes unigram and BPE, T5's converter unigram)."""
     from transformers.utils import sentencepiece_model_pb2_new as pb
 
     proto = pb.ModelProto()
@@ -57,10 +58,10 @@ def read_spm(path: Path):
     if not proto.pieces:
         raise TokenizerError(f"{path}: a SentencePiece model with no pieces")
     kind = proto.trainer_spec.model_type
-    if kind not in (UNIGRAM, BPE):
+    if kind not in types:
+        took = " and ".join(f"{MODEL_TYPES[t]} ({t})" for t in types)
         raise TokenizerError(
-            f"{path}: trainer_spec.model_type {kind} ({MODEL_TYPES.get(kind, 'unknown')}); unigram (1) and bpe (2) "
-            "models are supported"
+            f"{path}: trainer_spec.model_type {kind} ({MODEL_TYPES.get(kind, 'unknown')}); {took} models are supported"
         )
     if proto.trainer_spec.byte_fallback:
         raise TokenizerError(f"{path}: trainer_spec.byte_fallback is on; byte fallback is not supported")
@@ -70,7 +71,7 @@ def read_spm(path: Path):
 def convert(spm_path: Path, vocab: dict[str, int], specials: dict[str, int], decodes: bool) -> Tokenizer:
     """One side's tokenizer: ``vocab`` maps pieces to the model's ids; ``specials`` the special tokens' ids;
     ``decodes``: this side's ids are decoded to text (the target side), so foreign ids keep their strings."""
-    proto = read_spm(spm_path)
+    proto = read_spm(spm_path, (UNIGRAM, BPE))
     if proto.trainer_spec.model_type == BPE:
         tok = Tokenizer(_bpe(proto, vocab, specials, decodes))
     else:
@@ -150,4 +151,8 @@ def _is_language_code(piece: str) -> bool:
 
 def missing_pieces(spm_path: Path, vocab: dict[str, int]) -> list[str]:
     """This side's pieces that the vocabulary lacks (MarianTokenizer reads them as <unk>; this conversion cannot)."""
-    return [p.piece for p in read_spm(spm_path).pieces if p.type == NORMAL and p.piece not in vocab]
+    return [
+        p.piece
+        for p in read_spm(spm_path, (UNIGRAM, BPE)).pieces
+        if p.type == NORMAL and p.piece not in vocab
+    ]
