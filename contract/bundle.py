@@ -59,8 +59,11 @@ FORMAT_START_TOKENS = 7
 # A bundle whose model moves a knob readers of 1-7 do not know (T5's relative position bias, RMSNorm, gated
 # feed-forward, unscaled attention, projections without bias, rescaled output, heads of d_kv) is format 8.
 FORMAT_T5_KNOBS = 8
+# A bundle whose task records generate()'s rules on where an output ends (task.forced_eos_id, min_length,
+# early_stopping) is format 9: readers of 1-8 would end those outputs elsewhere.
+FORMAT_END_RULES = 9
 # Formats this code reads: 1 lacks task.beam_size (its bundles decode greedy by default); 1-3 decode with gnmt.
-READABLE_FORMATS = (1, 2, 3, 4, 5, 6, 7, 8)
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 CONFIG_FILE, TOKENIZER_FILE, ENCODER_FILE, DECODER_FILE = (
     "config.json",
     "tokenizer.json",
@@ -167,6 +170,8 @@ def format_for(
     model: ModelConfig, task: TaskConfig, fused: bool, target_tokenizer: bool, languages: bool = False
 ) -> int:
     """The oldest format whose readers read such a bundle right (see the FORMAT_ constants)."""
+    if task.forced_eos_id is not None or task.min_length or task.early_stopping:
+        return FORMAT_END_RULES
     if model.moves_later_knobs:
         return FORMAT_T5_KNOBS
     if model.embedding_norm or task.source_start_id is not None or task.forced_bos_id is not None:
@@ -225,6 +230,19 @@ def verified(
     bundle later (an engine core) given them as ``hashed`` reads again only a file changed since."""
     stamps: dict[str, Stamp] = {}
     return read_bundle(folder, True, hashed, stamps), stamps
+
+
+def incomplete(folder: Path) -> str:
+    """Why the version folder ``folder`` is not a whole bundle ("" when it is): its config.json unreadable, a file
+    it lists missing, or one whose sha256 is not the one it records (an export killed while copying, a copy cut
+    short). The definition the server's start uses to pass over such a version to the newest whole one."""
+    try:
+        read_bundle(folder, verify_hashes=True)
+    except BundleError as e:
+        return str(e)
+    except OSError as e:  # unreadable: permissions, a file vanishing while read
+        return f"{folder}: {type(e).__name__}: {e}"
+    return ""
 
 
 def read_bundle(

@@ -177,6 +177,17 @@ class TaskConfig:
     # a multilingual model's target language takes the forced token's place (contract/languages.py).
     source_start_id: int | None = None
     forced_bos_id: int | None = None
+    # generate()'s rules on where an output ends, as an imported model's generation_config.json sets them (the
+    # engine's search follows them, engine/search.py): the token made the last of an output that reaches its budget
+    # (forced_eos_token_id), no end token before min_length tokens with the start token counted, and the beam search's
+    # stopping rule under the transformers penalty (early_stopping: False, True or "never").
+    forced_eos_id: int | None = None
+    min_length: int = 0
+    early_stopping: bool | str = False
+
+    def __post_init__(self) -> None:
+        if self.early_stopping not in (False, True, "never"):
+            raise ValueError(f"early_stopping={self.early_stopping!r} is not one of false, true, 'never'")
 
     def to_dict(self) -> dict[str, Any]:
         """Fields at their defaults since the first bundles are not written, so those bundles read as they did."""
@@ -201,6 +212,9 @@ _TASK_OMITTED = {
     "suppressed_ids": (),
     "source_start_id": None,
     "forced_bos_id": None,
+    "forced_eos_id": None,
+    "min_length": 0,
+    "early_stopping": False,
 }
 
 

@@ -38,6 +38,7 @@ DEFAULT_LENGTH_PENALTY = {
 # Model-independent bounds (inclusive unless said). Model-dependent ones (beam width, token budgets, the
 # vocabulary for top-k) come from the model and server config: ``ranges``.
 MAX_LENGTH_PENALTY = 10.0
+MAX_BEAM_SIZE = 1024  # the widest beam a server may allow (--max-beam-size) or a bundle name as its default
 MAX_REPETITION_PENALTY = 10.0  # > 0 (CTranslate2's own bound); 1 = off
 MAX_TEMPERATURE = 10.0
 MAX_SEED = 2**63 - 1

@@ -65,19 +65,48 @@ class TextHypothesis:
         return len(self.tokens)
 
 
-class Greedy:
-    """One row: greedy, sampled or forced tokens, pushed by the step loop; ``logp`` given when scores are asked for."""
+@dataclass(frozen=True)
+class EndRules:
+    """generate()'s rules on where an output ends, as an imported model's bundle records them (``TaskConfig``):
+    ``forced_eos_id`` the last token of an output that reaches its budget, no end token before ``min_length`` tokens
+    (the start token counted, as generate() counts), and the beam's ``early_stopping`` under the transformers rule.
+    A bundle without them (every one before format 8) gets none: today's search."""
 
-    def __init__(self, eos: int, budget: int, kind: str = "gnmt", alpha: float = 0.6):
+    forced_eos_id: int | None = None
+    min_length: int = 0
+    early_stopping: bool | str = False
+
+    @classmethod
+    def of(cls, task) -> EndRules:
+        return cls(task.forced_eos_id, task.min_length, task.early_stopping)
+
+    @property
+    def min_end(self) -> int:
+        """Tokens generated (a target prefix counted) before the end token may come: min_length less the start."""
+        return max(0, self.min_length - 1)
+
+
+class Greedy:
+    """One row: greedy, sampled or forced tokens, pushed by the step loop; ``logp`` given when scores are asked for.
+    ``forced_last``: the token an output that reaches its budget ends with (generate()'s forced_eos_token_id)."""
+
+    def __init__(
+        self, eos: int, budget: int, kind: str = "gnmt", alpha: float = 0.6, forced_last: int | None = None
+    ):
         self.eos, self.budget, self.kind, self.alpha = eos, budget, kind, alpha
+        self.forced_last = forced_last
         self.tokens: list[int] = []
         self.logp = 0.0
         self.done = False
 
-    def push(self, tok: int, logp: float = 0.0) -> None:
+    def push(self, tok: int, logp: float = 0.0) -> int:
+        """Take the step's token (the forced last one instead, at the budget's last step); returns the one taken."""
+        if self.forced_last is not None and len(self.tokens) + 1 >= self.budget:
+            tok, logp = self.forced_last, 0.0  # forced: it adds nothing to the score, as a prefix token
         self.tokens.append(tok)
         self.logp += logp
         self.done = tok == self.eos or len(self.tokens) >= self.budget
+        return tok
 
     def result(self) -> list[int]:
         return self.tokens[:-1] if self.tokens and self.tokens[-1] == self.eos else self.tokens
@@ -94,7 +123,11 @@ class Beam:
     ``gnmt``: ranked by log P / ((5 + |Y|) / 6)^alpha; stops once the n-th best ended hypothesis beats what any
     live one could still reach. ``ctranslate2``: ranked by log P / |Y|^alpha; CTranslate2's rule: stop after
     ``width`` ended hypotheses (with alpha 0: once the best beam has ended and n_best have), and at the last
-    step every live beam counts as a hypothesis too."""
+    step every live beam counts as a hypothesis too. ``transformers``: generate()'s, by its ``early_stopping``.
+
+    generate()'s rules on where an output ends (an imported model's, ``contract.config.TaskConfig``) act on the
+    candidates of a step after their log-softmax, as its logits processors do (``shaped``): ``forced_last`` is the
+    only candidate of the budget's last step, at log-probability 0; no end token before ``min_end`` tokens."""
 
     def __init__(
         self,
@@ -105,9 +138,13 @@ class Beam:
         kind: str = "gnmt",
         n_best: int = 1,
         prefix: list[int] | tuple = (),
+        early_stopping: bool | str = False,
+        forced_last: int | None = None,
+        min_end: int = 0,
     ):
         self.eos, self.budget, self.width, self.alpha, self.kind = eos, budget, width, alpha, kind
         self.n_best, self.prefix = n_best, list(prefix)
+        self.early_stopping, self.forced_last, self.min_end = early_stopping, forced_last, min_end
         self.scores = np.full(width, -np.inf)
         self.scores[0] = 0.0  # all rows start identical: expand from one of them only
         self.hyps: list[list[int]] = [[] for _ in range(width)]
@@ -121,6 +158,25 @@ class Beam:
 
     def _end(self, raw: float, tokens: list[int], length: int) -> None:
         self.finished.append((raw / self.lp(length), tokens))
+
+    @property
+    def shapes(self) -> bool:
+        """An end rule acts on this step's candidates (``shaped``); a forced prefix token takes none."""
+        if self.step < len(self.prefix):
+            return False
+        return (self.forced_last is not None and self.step + 1 >= self.budget) or self.step < self.min_end
+
+    def shaped(self, logp: np.ndarray, toks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This step's candidates, best first, (width, n), under the end rules (when ``shapes``): at the budget's last
+        step the forced token alone, at 0 (generate()'s ForcedEOSTokenLogitsProcessor, after the log-softmax); before
+        ``min_end``, the end token's taken out (its MinLengthLogitsProcessor), the rest keeping their order."""
+        if self.forced_last is not None and self.step + 1 >= self.budget:
+            lp = np.full(logp.shape, -np.inf)
+            lp[:, 0] = 0.0
+            return lp, np.full(toks.shape, self.forced_last, toks.dtype)
+        lp = np.where(toks == self.eos, -np.inf, logp)
+        order = np.argsort(-lp, axis=-1, kind="stable")
+        return np.take_along_axis(lp, order, axis=-1), np.take_along_axis(toks, order, axis=-1)
 
     @property
     def regular(self) -> bool:
@@ -227,11 +283,13 @@ class Beam:
             for s, h in ranked:
                 self._end(s, h, len(h))
         if self.kind == "transformers":
-            # transformers' rule (early_stopping=False): once k hypotheses ended, stop when the best live beam,
-            # normalized at its present length, no longer beats the k-th best of them.
+            # generate()'s rule: once k hypotheses ended, early_stopping=True stops; False stops when the best live
+            # beam, normalized at its present length, no longer beats the k-th best of them; "never" normalizes it
+            # at the budget (with a positive alpha, the best it could reach).
             if len(self.finished) >= k:
                 kth = sorted((s for s, _ in self.finished), reverse=True)[k - 1]
-                self.done = best_live / self.lp(self.step) <= kth
+                reach = self.budget if self.early_stopping == "never" and self.alpha > 0 else self.step
+                self.done = self.early_stopping is True or best_live / self.lp(reach) <= kth
             self.done = self.done or last or not math.isfinite(best_live)
         elif self.kind == "ctranslate2":
             # nothing normalizes length: once the best beam has ended, nothing can beat it

@@ -19,7 +19,7 @@ from engine.cache import DecodeBatch, free_run, pad_batch, stack_rows  # noqa: F
 from engine.greedy_rows import argmax_rows, screen_bans
 from engine.logits import RowOptions
 from engine.runner import Runner
-from engine.search import VECTOR_MIN_BEAMS, Beam, Greedy, Hypothesis, advance_beams
+from engine.search import VECTOR_MIN_BEAMS, Beam, EndRules, Greedy, Hypothesis, advance_beams
 
 _ids = itertools.count()
 
@@ -83,8 +83,10 @@ class StepOutput:
 
 
 class StepLoop:
-    def __init__(self, engine: Runner):
+    def __init__(self, engine: Runner, rules: EndRules | None = None):
+        """``rules``: the bundle's (its task's) unless given (export validation compares graphs with none)."""
         self.engine = engine
+        self.rules = EndRules.of(engine.config.task) if rules is None else rules
         self.batch = DecodeBatch(engine.n_layers, engine.n_heads, engine.d_head)
         self.seqs: list[Sequence] = []  # each owns rows seq.row .. seq.row + seq.n_rows - 1
         self.n_pass = 0  # sequences whose rows go through the logits pass; 0: plain argmax, as ever
@@ -128,12 +130,15 @@ class StepLoop:
         if not seqs:
             return
         self.encode(seqs)
-        sp, b = self.engine.special, self.batch
+        sp, b, rules = self.engine.special, self.batch, self.rules
         for s in seqs:
             if s.search is None:
                 o = s.options
+                if s.beam == 1 and rules.min_end > len(s.prefix) + o.min_new_tokens:
+                    # generate() bans the end token from the logits before its argmax: min_new_tokens' mask
+                    s.options = o = o.replace(min_new_tokens=rules.min_end - len(s.prefix))
                 s.search = (
-                    Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha)
+                    Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha, rules.forced_eos_id)
                     if s.beam == 1
                     else Beam(
                         sp.eos,
@@ -143,6 +148,9 @@ class StepLoop:
                         o.length_penalty_type,
                         o.num_hypotheses,
                         s.prefix,
+                        rules.early_stopping,
+                        rules.forced_eos_id,
+                        rules.min_end,
                     )
                 )
         # Only into an idle batch, where this call takes the place of the batch's first step: into a running one it
@@ -230,13 +238,16 @@ class StepLoop:
             cross,
             mask,
         )
-        top_lp, top_tok = e.top_logprobs(logits[:, -1], 2 * max(s.n_rows for s in seqs))
+        top_lp, top_tok = e.top_logprobs(
+            logits[:, -1], 2 * max(s.n_rows for s in seqs) + bool(self.rules.min_end)
+        )
         out = {}
         for i, s in enumerate(seqs):
             k = s.n_rows  # the step's candidates as the k-row step would rank them: rows 1.. are at -inf
-            tokens, _ = s.search.advance_top(
-                np.repeat(top_lp[i : i + 1], k, 0), np.repeat(top_tok[i : i + 1], k, 0)
-            )
+            lp, tok = np.repeat(top_lp[i : i + 1], k, 0), np.repeat(top_tok[i : i + 1], k, 0)
+            if s.search.shapes:
+                lp, tok = s.search.shaped(lp, tok)
+            tokens, _ = s.search.advance_top(lp, tok)
             out[id(s)] = (tokens, [np.asarray(p[i]) for p in present])
         return out
 
@@ -272,8 +283,7 @@ class StepLoop:
         beams: list[Sequence] = []
         for s in self.seqs:
             if isinstance(s.search, Greedy):
-                tok = int(next_tokens[s.row])
-                s.search.push(tok, 0.0 if logp is None else float(logp[s.row]))
+                tok = s.search.push(int(next_tokens[s.row]), 0.0 if logp is None else float(logp[s.row]))
                 if s.stream:
                     streamed.append((s, tok))
             else:
@@ -285,10 +295,16 @@ class StepLoop:
             beam_logits = (
                 logits if len(rows) == len(logits) and (rows == np.arange(len(rows))).all() else logits[rows]
             )
-            top_lp, top_tok = self.engine.top_logprobs(beam_logits, 2 * max(s.n_rows for s in beams))
+            # one more candidate a row where the end token may be taken out (engine.search.Beam.shaped)
+            n = 2 * max(s.n_rows for s in beams) + bool(self.rules.min_end)
+            top_lp, top_tok = self.engine.top_logprobs(beam_logits, n)
             # regular steps by width (0: prefix steps), each group ranked together when large
             at, groups = (0, {})
+            rules = self.rules.forced_eos_id is not None or self.rules.min_end  # an imported model's
             for s in beams:
+                if rules and s.search.shapes:  # generate()'s end rules, after the log-softmax
+                    r = slice(at, at + s.n_rows)
+                    top_lp[r], top_tok[r] = s.search.shaped(top_lp[r], top_tok[r])
                 groups.setdefault(s.n_rows if s.search.regular else 0, []).append((s, at))
                 at += s.n_rows
             for k, group in groups.items():

@@ -40,5 +40,11 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 
 def token_of(tok_cfg: dict, field: str, default: str) -> str:
     """tokenizer_config.json's name of a special token (a string, or an AddedToken's dict)."""
-    v = tok_cfg.get(field, default)
-    return v["content"] if isinstance(v, dict) else str(v)
+    v = tok_cfg.get(field)
+    v = default if v is None else v.get("content") if isinstance(v, dict) else v
+    if not isinstance(v, str) or not v:
+        raise ImportRefused(
+            f"tokenizer_config.json: field {field!r} is {tok_cfg.get(field)!r}; a token (a string, or an "
+            "object with its 'content') was expected"
+        )
+    return v

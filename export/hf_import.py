@@ -24,8 +24,10 @@ from typing import Any
 
 from contract import bundle
 from contract.config import ModelConfig, TaskConfig
-from export import hf_bart, hf_m2m100, hf_marian, hf_mbart, hf_pegasus, hf_t5
+from contract.decoding import MAX_BEAM_SIZE, MAX_LENGTH_PENALTY
+from export import hf_bart, hf_fields, hf_m2m100, hf_marian, hf_mbart, hf_pegasus, hf_t5
 from export.hf_checkpoint import ImportRefused, Loaded, read_json, token_of
+from export.hf_fields import FieldError
 
 __all__ = ["FAMILIES", "ImportOptions", "ImportRefused", "Loaded", "import_model", "read_json", "token_of"]
 
@@ -42,8 +44,17 @@ FAMILIES = {
 }
 SUPPORTED = tuple(FAMILIES)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# Decoding fields that config.json held before generation_config.json did (older checkpoints)
-GENERATION_FIELDS = ("num_beams", "max_length", "bad_words_ids", "length_penalty", "forced_bos_token_id")
+# Decoding fields that config.json held before generation_config.json did (older checkpoints, read only without one)
+GENERATION_FIELDS = (
+    "num_beams",
+    "max_length",
+    "min_length",
+    "bad_words_ids",
+    "length_penalty",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "early_stopping",
+)
 
 
 @dataclass
@@ -85,6 +96,22 @@ def read_weights(path: Path) -> dict:
         ) from None
 
 
+def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape without reading the tensors (``hf_fields.tensor_shapes``)."""
+    try:
+        return hf_fields.tensor_shapes(path)
+    except Exception as e:  # truncated or corrupt: safetensors' and torch's own errors
+        raise ImportRefused(
+            f"{path}: cannot be read as weights ({type(e).__name__}: {str(e)[:200]})"
+        ) from None
+
+
+def layer_layout(fam) -> tuple[str, dict[str, str]]:
+    """Where a family keeps its layers, and the config.json fields that count them (T5's encoder.block.{i}.)."""
+    prefix = getattr(fam, "LAYER_PREFIX", hf_fields.BART_LAYERS)
+    return prefix, getattr(fam, "LAYER_FIELDS", {s: f"{s}_layers" for s in hf_fields.STACKS})
+
+
 def family(model_type: str):
     """The module that knows a family's knobs, tokenizer files and weight names."""
     return FAMILIES[model_type]
@@ -99,9 +126,7 @@ def map_weights(
     from training.model import Transformer
 
     fam = family(model_type)  # its field_of names the config field of a tensor
-    # where a family keeps its layers, and the config.json fields that count them (T5's encoder.block.{i}.)
-    prefix = getattr(fam, "LAYER_PREFIX", "model.{stack}.layers.{i}.")
-    counts = getattr(fam, "LAYER_FIELDS", {s: f"{s}_layers" for s in ("encoder", "decoder")})
+    prefix, counts = layer_layout(fam)
     layer_name = re.compile(
         re.escape(prefix).replace(r"\{stack\}", "(encoder|decoder)").replace(r"\{i\}", r"\d+")
     )
@@ -139,19 +164,13 @@ def map_weights(
 
 # generation_config.json's fields the bundle does not apply, and what a user gets instead of generate()'s tokens
 NOT_APPLIED = {
-    "min_length": "generate() holds the end token back until a row has {0} tokens (the start token counted); "
-    "here a shorter answer ends where the model ends it (a request can ask for min_new_tokens)",
-    "forced_eos_token_id": "generate() makes token {0} the last of a row that reaches max_length; here such a "
-    "row ends at the budget without it",
     "repetition_penalty": "generate() scales the logits of tokens already in a row by {0}; here none are "
     "(a request can ask for repetition_penalty, the same rule)",
-    "early_stopping": "generate()'s beam search stops by its early_stopping={0} rule; here a beam stops by the "
-    "engine's (rows that reach max_length can differ)",
 }
 
 
-# each field's values that change nothing (forced_eos_token_id 0 is a token: Marian's end token)
-NO_OP = {"min_length": (None, 0, 1), "forced_eos_token_id": (None,), "repetition_penalty": (None, 1.0)}
+# each field's values that change nothing
+NO_OP = {"repetition_penalty": (None, 1.0)}
 
 
 def not_applied(gen: dict[str, Any]) -> dict[str, Any]:
@@ -164,42 +183,86 @@ def not_applied(gen: dict[str, Any]) -> dict[str, Any]:
 
 
 def task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConfig:
-    """generation_config.json's decoding -> the bundle's defaults."""
-    c = loaded.config
-    bad = gen.get("bad_words_ids") or []
-    if any(not isinstance(w, list) or len(w) != 1 for w in bad):
-        raise ImportRefused(
-            f"{gen_file}: field 'bad_words_ids' holds sequences of several tokens; only single tokens "
-            "(such as Marian's [[<pad>]]) are supported"
+    """generation_config.json's decoding -> the bundle's defaults; ImportRefused naming a field that is not what
+    generate() takes (``gen_file``: generation_config.json, or config.json where an older checkpoint keeps them)."""
+    try:
+        return _task_config(gen, loaded, gen_file)
+    except FieldError as e:
+        raise ImportRefused(f"{gen_file}: {e}") from None
+
+
+def _token_ids(gen: dict[str, Any], field: str, vocab_size: int, nested: bool) -> list[int]:
+    """A list of token ids (``nested``: of one-token lists, as bad_words_ids) below ``vocab_size``."""
+    value = gen.get(field) or []
+    if not isinstance(value, list):
+        raise FieldError(f"field {field!r} is {value!r}; a list of token ids was expected")
+    if nested and any(not isinstance(w, list) or len(w) != 1 for w in value):
+        raise FieldError(
+            f"field {field!r} holds sequences of several tokens; only single tokens (such as Marian's [[<pad>]]) "
+            "are supported"
         )
-    suppressed = sorted({int(w[0]) for w in bad} | {int(t) for t in gen.get("suppress_tokens") or []})
+    return [hf_fields.token_id({field: w[0] if nested else w}, field, vocab_size) for w in value]
+
+
+def _task_config(gen: dict[str, Any], loaded: Loaded, gen_file: Path) -> TaskConfig:
+    c = loaded.config
+    v = c.tgt_vocab_size
+    bad = _token_ids(gen, "bad_words_ids", v, nested=True)
+    suppressed = sorted(set(bad) | set(_token_ids(gen, "suppress_tokens", v, nested=False)))
     for name, value in not_applied(gen).items():
         log.warning("%s: %s=%r is not applied: %s", gen_file, name, value, NOT_APPLIED[name].format(value))
-    max_length = int(gen.get("max_length") or c.max_len)
-    alpha = float(gen.get("length_penalty", 1.0))
-    # A multilingual model's forced first token is the target language a request names, not this constant.
-    forced = None if loaded.languages is not None else gen.get("forced_bos_token_id")
-    if forced is not None and not (isinstance(forced, int) and 0 <= forced < c.tgt_vocab_size):
-        raise ImportRefused(
-            f"{gen_file} (or config.json): field 'forced_bos_token_id' is {forced!r}; an id below vocab_size "
-            f"({c.tgt_vocab_size}) was expected"
+    beam = hf_fields.whole(gen, "num_beams", 1, MAX_BEAM_SIZE, 1)
+    max_length = hf_fields.whole(gen, "max_length", 1, 1 << 62, c.max_len)
+    if max_length > c.max_len:  # as generate() does where max_length runs past the positions the model has
+        log.info(
+            "%s: max_length=%d is past the model's %d positions (config.json max_position_embeddings): outputs "
+            "end at %d tokens",
+            gen_file,
+            max_length,
+            c.max_len,
+            c.max_len - 1,
         )
+    alpha = hf_fields.number(gen, "length_penalty", 0.0, MAX_LENGTH_PENALTY, 1.0)
+    # A multilingual model's forced first token is the target language a request names, not this constant.
+    forced = None if loaded.languages is not None else hf_fields.token_id(gen, "forced_bos_token_id", v, None)
+    early = gen.get("early_stopping", False)
+    if early not in (False, True, "never"):
+        raise FieldError(f"field 'early_stopping' is {early!r}; true, false or \"never\" was expected")
     return TaskConfig(
         "translation",
         unknown="unk",
         max_new_tokens=max(1, min(max_length - 1, c.max_len - 1)),
-        beam_size=int(gen.get("num_beams") or 1),
+        beam_size=beam,
         length_penalty_type="transformers",
         length_penalty=None if alpha == 1.0 else alpha,
-        no_repeat_ngram_size=int(gen.get("no_repeat_ngram_size") or 0),
+        no_repeat_ngram_size=hf_fields.whole(gen, "no_repeat_ngram_size", 0, c.max_len - 1, 0),
         suppressed_ids=tuple(suppressed),
         source_start_id=loaded.source_start_id,
         forced_bos_id=forced,
+        forced_eos_id=_forced_eos(gen, v),
+        min_length=hf_fields.whole(gen, "min_length", 0, c.max_len, 0),
+        early_stopping=early,
     )
+
+
+def _forced_eos(gen: dict[str, Any], vocab_size: int) -> int | None:
+    """forced_eos_token_id: one token id (transformers also takes a list; of one token here)."""
+    value = gen.get("forced_eos_token_id")
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise FieldError(f"field 'forced_eos_token_id' is {value!r}; one token is supported")
+        value = value[0]
+    return hf_fields.token_id({"forced_eos_token_id": value}, "forced_eos_token_id", vocab_size, None)
 
 
 def import_model(opts: ImportOptions) -> Path:
     os.environ["HF_HUB_OFFLINE"] = "1"  # read as it is; before transformers is imported anywhere below
+    from export.publish import PublishRefused, destination
+
+    try:
+        destination(opts.repo, opts.name, opts.version)  # a name that is a path: refused before any work
+    except PublishRefused as e:
+        raise ImportRefused(str(e)) from None
     folder = Path(opts.source)
     if not folder.is_dir():
         raise ImportRefused(f"{folder}: not a folder; give the folder of a Hugging Face checkpoint")
@@ -213,17 +276,24 @@ def import_model(opts: ImportOptions) -> Path:
             f"{config_file}: field 'model_type' is {model_type!r}; supported: {', '.join(SUPPORTED)}"
         )
     gen_file = folder / "generation_config.json"
-    gen = {
-        **{k: cfg[k] for k in GENERATION_FIELDS if k in cfg},
-        **(read_json(gen_file, "") if gen_file.is_file() else {}),
-    }
+    # generate() reads generation_config.json alone where there is one (config.json's forced_eos_token_id 0, which
+    # every MarianConfig writes, does not apply then); a checkpoint older than that file keeps them in config.json.
+    gen = (
+        read_json(gen_file, "") if gen_file.is_file() else {k: cfg[k] for k in GENERATION_FIELDS if k in cfg}
+    )
     tok_cfg = (
         read_json(folder / "tokenizer_config.json", "")
         if (folder / "tokenizer_config.json").is_file()
         else {}
     )
-    loaded = family(model_type).load(folder, cfg, tok_cfg)
     weights = weights_file(folder)
+    try:  # before the family builds anything by config.json's sizes (a vocabulary table, its layers)
+        hf_fields.held_sizes(cfg, weight_shapes(weights), weights.name, *layer_layout(family(model_type)))
+    except FieldError as e:
+        raise ImportRefused(f"{config_file}: {e}") from None
+    loaded = family(model_type).load(folder, cfg, tok_cfg)
+    # before the weights are read: a refusal comes at once
+    task = task_config(gen, loaded, gen_file if gen_file.is_file() else config_file)
     origin = {
         "model_type": model_type,
         "transformers_version": cfg.get("transformers_version"),
@@ -235,7 +305,7 @@ def import_model(opts: ImportOptions) -> Path:
         origin["generation_not_applied"] = skipped
     with tempfile.TemporaryDirectory(prefix="s2s-import-") as tmp:
         ckpt = Path(tmp)
-        _write_checkpoint(ckpt, loaded, gen, gen_file, weights, config_file, model_type, origin)
+        _write_checkpoint(ckpt, loaded, task, weights, config_file, model_type, origin)
         return _export(opts, loaded, ckpt, origin, tok_cfg)
 
 
@@ -286,8 +356,7 @@ def _transformers_version() -> str | None:
 def _write_checkpoint(
     ckpt: Path,
     loaded: Loaded,
-    gen: dict,
-    gen_file: Path,
+    task: TaskConfig,
     weights: Path,
     config_file: Path,
     model_type: str,
@@ -299,7 +368,6 @@ def _write_checkpoint(
 
     c = loaded.config
     state = map_weights(c, read_weights(weights), weights, config_file, model_type)
-    task = task_config(gen, loaded, gen_file)
     model = checkpoint.model_holding(c, state)
     del state
     checkpoint.save(ckpt, model, task, loaded.source_tokenizer, metrics={}, train={"imported": origin})
@@ -309,6 +377,7 @@ def _write_checkpoint(
 
 def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_cfg: dict) -> Path:
     from export.onnx_export import ExportOptions, export
+    from export.publish import PublishRefused
 
     langs = _languages(opts, loaded, tok_cfg)  # LibreTranslate routes by them
     try:
@@ -326,5 +395,7 @@ def _export(opts: ImportOptions, loaded: Loaded, ckpt: Path, origin: dict, tok_c
                 languages=loaded.languages,
             )
         )
+    except PublishRefused as e:  # the version's number taken meanwhile
+        raise ImportRefused(str(e)) from None
     except ValueError as e:  # validation: ONNX Runtime disagreed with PyTorch; nothing was published
         raise ImportRefused(f"{opts.source}: the exported graphs failed validation ({e})") from None

@@ -9,7 +9,6 @@ The layers are named as Marian's (both are transformers' BART layout), so their 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,8 @@ from tokenizers import Tokenizer
 
 from contract.config import ModelConfig
 from contract.languages import Languages
-from export import hf_marian, hf_tokenizer
-from export.hf_checkpoint import ImportRefused, Loaded, token_of
+from export import hf_fields, hf_marian, hf_tokenizer
+from export.hf_checkpoint import ImportRefused, Loaded, read_json, token_of
 
 MODEL_TYPE = "m2m_100"
 ConfigError = hf_marian.ConfigError
@@ -27,7 +26,7 @@ ConfigError = hf_marian.ConfigError
 
 def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
     """config.json (an M2M100Config) -> ModelConfig; ConfigError naming the field it cannot take."""
-    if cfg.get("d_model", 0) % 2 or cfg.get("d_model", 0) < 4:
+    if hf_fields.whole(cfg, "d_model", 1, hf_marian.BIG) % 2 or cfg["d_model"] < 4:
         raise ConfigError(
             f"field 'd_model' is {cfg.get('d_model')!r}; fairseq's sinusoids need an even size of 4 or more"
         )
@@ -66,7 +65,7 @@ def tokenizer(folder: Path, tok_cfg: dict[str, Any], cfg: dict[str, Any]) -> tup
     vocab.json with the language tokens transformers appends after it (tokenizer_config.json's language_codes)."""
     from export.spm_tokenizer import TokenizerError, convert
 
-    vocab_size = int(cfg["vocab_size"])
+    vocab_size = hf_fields.whole(cfg, "vocab_size", 1, hf_marian.BIG)  # model_config read it already
     if (folder / hf_tokenizer.FILE).is_file():
         if tok_cfg.get("legacy_behaviour"):
             raise ImportRefused(
@@ -84,14 +83,15 @@ def tokenizer(folder: Path, tok_cfg: dict[str, Any], cfg: dict[str, Any]) -> tup
                     f"{folder / f}: missing; an M2M100 tokenizer needs vocab.json and {SPM_FILE} (or NLLB's "
                     "tokenizer.json)"
                 )
-        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        vocab = read_json(folder / "vocab.json", "")
+        hf_marian.check_ids(folder / "vocab.json", vocab, vocab_size, "vocab_size")
         where = folder / "tokenizer_config.json"
         # M2M100Tokenizer appends the language tokens of its named list right after vocab.json (then made-up words
         # that no text produces); the list is transformers' own copy of fairseq's.
         from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
         listed = tok_cfg.get("language_codes", "m2m100")
-        if listed not in FAIRSEQ_LANGUAGE_CODES:
+        if not isinstance(listed, str) or listed not in FAIRSEQ_LANGUAGE_CODES:
             raise ImportRefused(
                 f"{where}: field 'language_codes' is {listed!r}; known: {', '.join(FAIRSEQ_LANGUAGE_CODES)}"
             )

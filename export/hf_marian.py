@@ -9,6 +9,7 @@ nothing else in the import is Marian's.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from contract.config import ModelConfig
 from contract.languages import Languages
 from contract.tokens import SpecialIds
 from export.hf_checkpoint import ImportRefused, Loaded, read_json, token_of
+from export.hf_fields import FieldError, flag, token_id, vocabulary_ids, whole
 
 MODEL_TYPE = "marian"
 TARGET_CODE = re.compile(r">>[A-Za-z]{2,3}(_[A-Za-z]{2,4})?<<")  # >>fra<<, >>pt_BR<<, >>zho_Hans<<
@@ -30,18 +32,13 @@ ACTIVATIONS = {
 }  # transformers' name -> ours
 
 
-class ConfigError(ValueError):
-    """A field of config.json that this model cannot take; the message names it."""
+# A field of config.json that this model cannot take; the message names it.
+ConfigError = FieldError
+BIG = 1 << 40  # sizes are held to what the weights hold (hf_fields.held_sizes); this only keeps them integers
 
 
 def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
     """config.json (a MarianConfig) -> ModelConfig; ConfigError naming the field it cannot take."""
-
-    def need(name: str) -> Any:
-        if name not in cfg:
-            raise ConfigError(f"field {name!r} is missing")
-        return cfg[name]
-
     act = cfg.get("activation_function", "gelu")
     if act not in ACTIVATIONS:
         raise ConfigError(f"field 'activation_function' is {act!r}; supported: {', '.join(ACTIVATIONS)}")
@@ -49,38 +46,41 @@ def model_config(cfg: dict[str, Any], unk: int) -> ModelConfig:
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
     ):
-        if need(a) != need(b):
+        if whole(cfg, a, 1, BIG) != whole(cfg, b, 1, BIG):
             raise ConfigError(
                 f"fields {a!r} ({cfg[a]}) and {b!r} ({cfg[b]}) differ; one value for both stacks is supported"
             )
-    shared = cfg.get("share_encoder_decoder_embeddings", True)
-    vocab = int(need("vocab_size"))
-    tgt_vocab = vocab if shared else int(cfg.get("decoder_vocab_size") or vocab)
-    pad = int(need("pad_token_id"))
+    shared = flag(cfg, "share_encoder_decoder_embeddings", True)
+    vocab = whole(cfg, "vocab_size", 1, BIG)
+    tgt_vocab = vocab if shared else whole(cfg, "decoder_vocab_size", 1, BIG, vocab)
+    pad = token_id(cfg, "pad_token_id", BIG)  # below the vocabulary's size: checked with vocab.json (load)
+    d_model = whole(cfg, "d_model", 1, BIG)
     try:
         return ModelConfig(
             src_vocab_size=vocab,
             tgt_vocab_size=tgt_vocab,
-            d_model=int(need("d_model")),
-            n_heads=int(cfg["encoder_attention_heads"]),
-            n_encoder_layers=int(need("encoder_layers")),
-            n_decoder_layers=int(need("decoder_layers")),
-            d_ff=int(cfg["encoder_ffn_dim"]),
+            d_model=d_model,
+            n_heads=whole(cfg, "encoder_attention_heads", 1, d_model),
+            n_encoder_layers=whole(cfg, "encoder_layers", 1, BIG),
+            n_decoder_layers=whole(cfg, "decoder_layers", 1, BIG),
+            d_ff=whole(cfg, "encoder_ffn_dim", 1, BIG),
             dropout=0.0,
-            max_len=int(need("max_position_embeddings")),
-            share_embeddings=bool(shared),
-            tie_output=bool(cfg.get("tie_word_embeddings", True)),
+            max_len=whole(cfg, "max_position_embeddings", 1, BIG),
+            share_embeddings=shared,
+            tie_output=flag(cfg, "tie_word_embeddings", True),
             special=SpecialIds(
                 pad=pad,
-                bos=int(cfg.get("decoder_start_token_id", pad)),
-                eos=int(need("eos_token_id")),
+                bos=token_id(cfg, "decoder_start_token_id", BIG, pad),
+                eos=token_id(cfg, "eos_token_id", BIG),
                 unk=unk,
             ),
             activation=ACTIVATIONS[act],
-            scale_embedding=bool(cfg.get("scale_embedding", False)),
+            scale_embedding=flag(cfg, "scale_embedding", False),
             positions="sinusoid_half",
             output_bias=True,
         )
+    except FieldError:
+        raise
     except (
         TypeError,
         ValueError,
@@ -159,14 +159,29 @@ def load(folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, Any]) -> Loaded:
     }
     vocab_file = folder / "vocab.json"
     vocab = read_json(vocab_file, "a Marian tokenizer needs source.spm, target.spm and vocab.json")
+    try:
+        c = model_config(cfg, 0)  # unk: vocab.json's, once its ids are known to be ids
+    except ConfigError as e:
+        raise ImportRefused(f"{config_file}: {e}") from None
+    check_ids(vocab_file, vocab, c.src_vocab_size, "vocab_size")
     unk = vocab.get(specials["unk"])
     if unk is None:
         raise ImportRefused(f"{vocab_file}: no {specials['unk']!r} entry (the tokenizer's unk_token)")
+    ids = c.special
+    for field, i, size in (
+        ("pad_token_id", ids.pad, max(c.src_vocab_size, c.tgt_vocab_size)),
+        ("eos_token_id", ids.eos, c.tgt_vocab_size),
+        ("decoder_start_token_id", ids.bos, c.tgt_vocab_size),
+    ):
+        if i >= size:
+            raise ImportRefused(
+                f"{config_file}: field {field!r} is {i}; ids are below {size} (the vocabulary's size)"
+            )
+    c = dataclasses.replace(c, special=dataclasses.replace(ids, unk=unk))
     try:
-        c = model_config(cfg, int(unk))
-    except ConfigError as e:
-        raise ImportRefused(f"{config_file}: {e}") from None
-    separate = bool(tok_cfg.get("separate_vocabs", False))
+        separate = flag(tok_cfg, "separate_vocabs", False)
+    except FieldError as e:
+        raise ImportRefused(f"{folder / 'tokenizer_config.json'}: {e}") from None
     if separate == c.share_embeddings:
         raise ImportRefused(
             f"{folder / 'tokenizer_config.json'}: field 'separate_vocabs' is {separate}, but "
@@ -175,9 +190,19 @@ def load(folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, Any]) -> Loaded:
     src, tgt = _tokenizers(folder, separate, specials, c)
     # A multi-target model's >>xx<< tokens: a request's target language becomes its token before the source, as
     # MarianTokenizer reads a text that starts with it; one naming none is read as sent (its text may carry it).
-    codes = {t: int(i) for t, i in vocab.items() if TARGET_CODE.fullmatch(t)}
+    codes = {t: i for t, i in vocab.items() if TARGET_CODE.fullmatch(t)}
     languages = Languages.of_tokens(codes, target="source_prefix", source="none") if codes else None
     return Loaded(c, src, tgt, languages=languages)
+
+
+def check_ids(path: Path, vocab: dict, size: int, field: str) -> None:
+    """A vocabulary file's ids are ids below config.json's ``field`` (``size``); ImportRefused naming the entry."""
+    if not vocab:
+        raise ImportRefused(f"{path}: no entries")
+    try:
+        vocabulary_ids(vocab, size, field)
+    except FieldError as e:
+        raise ImportRefused(f"{path}: {e}") from None
 
 
 def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: ModelConfig):
@@ -201,9 +226,7 @@ def _tokenizers(folder: Path, separate: bool, specials: dict[str, str], c: Model
         ),
     )
     for path, vocab, size, field, spm in sides:
-        ids = {int(i) for i in vocab.values()}
-        if max(ids) >= size:
-            raise ImportRefused(f"{path}: ids up to {max(ids)}, but config.json field {field!r} is {size}")
+        check_ids(path, vocab, size, field)
         for token in specials.values():
             if token not in vocab:
                 raise ImportRefused(f"{path}: no {token!r} entry (the tokenizer's special token)")

@@ -15,6 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from export.hf_checkpoint import ImportRefused, token_of
+from export.hf_fields import FieldError, whole
 
 FILE = "tokenizer.json"
 
@@ -56,7 +57,11 @@ def check(tok: Tokenizer, folder: Path, cfg: dict[str, Any], tok_cfg: dict[str, 
                 f"{token_of(tok_cfg, field, default)!r} at {i}"
             )
     top = tok.get_vocab_size(with_added_tokens=True) - 1
-    if top >= int(cfg.get("vocab_size", 0)):
+    try:
+        size = whole(cfg, "vocab_size", 1, 1 << 40)
+    except FieldError as e:
+        raise ImportRefused(f"{folder / 'config.json'}: {e}") from None
+    if top >= size:
         raise ImportRefused(
             f"{folder / FILE}: ids up to {top}, but {folder / 'config.json'} field 'vocab_size' is "
             f"{cfg.get('vocab_size')!r}"

@@ -18,6 +18,7 @@ from torch.export import Dim
 from contract import bundle, names
 from contract.bundle import BundleConfig
 from export.fused import translation_table
+from export.publish import destination, next_version, publish
 from export.quantize import graph_data_files
 from export.quantize import resolve as resolve_quantization
 from export.validate import validate_bundle
@@ -153,14 +154,10 @@ def fold_output_bias(path: Path) -> bool:
     return True
 
 
-def next_version(model_dir: Path) -> int:
-    versions = [int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()]
-    return max(versions, default=0) + 1
-
-
 def export(opts: ExportOptions) -> Path:
     bundle.check_language(opts.source_language, "--source-lang")  # before minutes of export, not after
     bundle.check_language(opts.target_language, "--target-lang")
+    model_dir = destination(opts.repo, opts.name, opts.version)  # PublishRefused: a name that is a path
     quantization = resolve_quantization(opts.quantize)  # "int8" -> the measured variant, recorded as such
     ckpt = checkpoint.load(opts.checkpoint)
     model, task = ckpt.model.eval(), ckpt.task
@@ -169,8 +166,8 @@ def export(opts: ExportOptions) -> Path:
     if opts.gqa and c.d_head % 8:  # ONNX Runtime's GroupQueryAttention takes heads of a multiple of 8 only
         log.info("heads of %d: the self-attention stays standard ONNX nodes", c.d_head)
         opts = dataclasses.replace(opts, gqa=False)
-    version = opts.version or next_version(opts.repo / opts.name)
-    final = opts.repo / opts.name / str(version)
+    version = next_version(model_dir) if opts.version is None else opts.version
+    final = model_dir / str(version)
     with tempfile.TemporaryDirectory(prefix="s2s-export-") as tmp:
         out = Path(tmp)
         enc_args, dec_args = _example_inputs(model)
@@ -240,10 +237,6 @@ def export(opts: ExportOptions) -> Path:
         )
         cfg = BundleConfig(**{**cfg.__dict__, "validation": report})
         cfg.write(out)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            shutil.rmtree(final)
-        shutil.copytree(out, final)
-        final.chmod(0o755)  # mkdtemp made it 0700; the server may run as another user (container)
+        publish(out, final, replace=opts.version is not None)
     log.info("exported %s -> %s (%s)", opts.checkpoint, final, report)
     return final

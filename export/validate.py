@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from engine import EngineOptions, Runner, Sequence, StepLoop
+from engine.search import EndRules
 from training.decoding import greedy
 from training.model import Transformer
 
@@ -110,7 +111,7 @@ def validate_bundle(
         ids[i, : len(r)] = torch.tensor(r)
     mask = (ids != c.special.pad).long()
     want = greedy(model, ids, mask, budget, suppressed=engine.config.task.suppressed_ids)
-    gen = StepLoop(engine)
+    gen = StepLoop(engine, EndRules())  # the graphs against PyTorch's plain greedy: no generate() end rules
     seqs = [Sequence(r, budget) for r in srcs]
     gen.add(seqs)
     while len(gen):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
+from contract.decoding import MAX_BEAM_SIZE
 from server.models.languages import PairPick, parse_pairs
 from server.models.names import name_problem
 
@@ -276,7 +277,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "max_queue_size": (1, 100_000_000, True),
     "max_queue_delay_ms": (0, 1e6, True),
     "max_inputs_per_request": (1, 1_000_000, True),
-    "max_beam_size": (1, 1024, True),
+    "max_beam_size": (1, MAX_BEAM_SIZE, True),
 }
 _MEANING = {
     "port": "0 picks a free port",

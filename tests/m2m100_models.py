@@ -51,8 +51,9 @@ def rows(n: int, seed: int) -> list[tuple[str, str, str]]:
     return [(("en", "fr")[i % 2], TARGETS[i % 3], s) for i, s in enumerate(src)]
 
 
-def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
-    """A trained tiny M2M100 checkpoint in ``folder``; returns (model, tokenizer, rows)."""
+def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400, spm_type: str = "unigram"):
+    """A trained tiny M2M100 checkpoint in ``folder``; returns (model, tokenizer, rows). ``spm_type``: its
+    SentencePiece model's (unigram, or bpe as the real M2M100's)."""
     import torch
     from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
 
@@ -63,7 +64,7 @@ def make(folder: Path, *, steps: int = 300, seed: int = 0, n_lines: int = 400):
     work = folder / "spm"
     work.mkdir(exist_ok=True)
     texts = [t for _, _, t in data] + [answer(t, lang) for _, lang, t in data]
-    mm.train_spm(texts, work / "sentencepiece.bpe.model", 150)
+    mm.train_spm(texts, work / "sentencepiece.bpe.model", 150, spm_type)
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(work / "sentencepiece.bpe.model"))

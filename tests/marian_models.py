@@ -47,7 +47,7 @@ def target_of(line: str) -> str:
     return " ".join(w[::-1] for w in line.split())
 
 
-def train_spm(texts: list[str], path: Path, vocab_size: int) -> None:
+def train_spm(texts: list[str], path: Path, vocab_size: int, model_type: str = "unigram") -> None:
     import sentencepiece as spm
 
     model = io.BytesIO()
@@ -55,7 +55,7 @@ def train_spm(texts: list[str], path: Path, vocab_size: int) -> None:
         sentence_iterator=iter(texts),
         model_writer=model,
         vocab_size=vocab_size,
-        model_type="unigram",
+        model_type=model_type,
         character_coverage=1.0,
         unk_id=1,
         eos_id=0,

@@ -470,7 +470,8 @@ def test_bundle_formats_read_and_refused(tmp_path: Path):
     cfg["format_version"] = 99
     (b / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(
-        BundleError, match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5, 6, 7: upgrade s2s"
+        BundleError,
+        match=r"format_version 99; this version of s2s reads 1, 2, 3, 4, 5, 6, 7, 8, 9: upgrade s2s",
     ):
         Translator(b)
 

@@ -209,20 +209,25 @@ def test_mbart_cc25_and_nllb_legacy_layouts_are_refused_by_name(capsys, family_c
 
 
 def test_generation_fields_not_applied_are_named_and_recorded(caplog, checkpoint, tmp_path):
-    """min_length and forced_eos_token_id change generate()'s tokens where the bundle does not follow them: the
-    import says which, what differs and what a request can ask instead, and config.json's origin keeps them."""
+    """repetition_penalty changes generate()'s tokens where the bundle does not follow it: the import says so, what
+    differs and what a request can ask instead, and config.json's origin keeps it; min_length and
+    forced_eos_token_id are the bundle's own (format 9), applied by the engine (tests/test_generate_end_rules.py)."""
     import logging
 
     from contract import bundle
 
     folder = edited(checkpoint, tmp_path)
-    edit_json(folder / "generation_config.json", min_length=5, forced_eos_token_id=0, repetition_penalty=1.0)
+    edit_json(folder / "generation_config.json", min_length=5, forced_eos_token_id=0, repetition_penalty=1.3)
     repo = tmp_path / "repo"
     with caplog.at_level(logging.WARNING, logger="s2s.import"):
         assert main(["import", str(folder), "--repo", str(repo), "--name", "m"]) == 0
     said = [r.getMessage() for r in caplog.records if r.name == "s2s.import"]
-    assert any("min_length=5 is not applied" in m and "min_new_tokens" in m for m in said), said
-    assert any("forced_eos_token_id=0 is not applied" in m and "max_length" in m for m in said), said
-    assert not any("repetition_penalty" in m for m in said), said  # 1.0: nothing to apply
+    assert any("repetition_penalty=1.3 is not applied" in m and "a request can ask" in m for m in said), said
+    assert not any("min_length" in m or "forced_eos" in m for m in said), said
     cfg = bundle.read_bundle(repo / "m" / "1")
-    assert cfg.origin["generation_not_applied"] == {"min_length": 5, "forced_eos_token_id": 0}
+    assert cfg.origin["generation_not_applied"] == {"repetition_penalty": 1.3}
+    assert (cfg.task.min_length, cfg.task.forced_eos_id, cfg.format_version) == (
+        5,
+        0,
+        bundle.FORMAT_END_RULES,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from s2s.commands.arg_types import language, positive
 
@@ -74,25 +75,32 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from export.publish import PublishRefused, destination
     from s2s.export_logging import configure
 
     configure()  # before torch is imported: our lines, the libraries' warnings less their noise
-    from export.onnx_export import ExportOptions, export
+    try:
+        # before torch is imported: a name that is a path is told at once
+        destination(Path(args.repo), args.name, args.version)
+        from export.onnx_export import ExportOptions, export
 
-    out = export(
-        ExportOptions(
-            Path(args.checkpoint),
-            Path(args.repo),
-            args.name,
-            args.version,
-            args.quantize,
-            args.atol,
-            source_language=args.source_lang,
-            target_language=args.target_lang,
-            beam_size=args.beam_size,
-            fused=args.fused_attention,
-            length_penalty_type=args.length_penalty_type,
+        out = export(
+            ExportOptions(
+                Path(args.checkpoint),
+                Path(args.repo),
+                args.name,
+                args.version,
+                args.quantize,
+                args.atol,
+                source_language=args.source_lang,
+                target_language=args.target_lang,
+                beam_size=args.beam_size,
+                fused=args.fused_attention,
+                length_penalty_type=args.length_penalty_type,
+            )
         )
-    )
+    except PublishRefused as e:
+        print(f"s2s export: {e}", file=sys.stderr)
+        return 2
     print(out)
     return 0

@@ -1,15 +1,25 @@
 """The model repository on disk: ``models/<name>/<version>/``, one bundle per version folder; or, with
 ``--model-name``, the repository folder as that one model, laid out as KServe's storage initializer leaves a
-``storageUri`` at /mnt/models: the model's folder (``<version>/config.json``) or one bundle (``config.json``)."""
+``storageUri`` at /mnt/models: the model's folder (``<version>/config.json``) or one bundle (``config.json``).
+
+At start each model serves its newest *whole* version (``contract.bundle.incomplete``: config.json and every file it
+lists, each with its recorded sha256): a version cut short (an export killed while copying, by a version of s2s
+that wrote in place) is logged and passed over, so it neither stops the start nor takes the other models down.
+An export's staging folder (``contract/repository.py``) is not a version and is passed over without a word.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from contract.bundle import CONFIG_FILE, BundleError
+from contract.bundle import CONFIG_FILE, BundleError, incomplete
 from contract.config import read_json
+from contract.repository import is_staging
 from server.errors import ModelNotFound, clip
 from server.models.names import check_name, inside, is_version, name_problem, warn_ignored, within
+
+log = logging.getLogger("s2s.repository")
 
 
 def versions_on_disk(model_dir: Path) -> list[int]:
@@ -22,7 +32,7 @@ def versions_on_disk(model_dir: Path) -> list[int]:
     for p in entries:
         if is_version(p.name) and p.is_dir():
             out.append(int(p.name))
-        elif p.is_dir():
+        elif p.is_dir() and not is_staging(p.name):
             warn_ignored(p, "not a version folder (a version is ASCII digits with no leading zero, e.g. 1)")
     return sorted(out)
 
@@ -112,8 +122,22 @@ class Repository:
         folder = self.model_dir(name) / version
         return folder if self.follow_any else within(self.root, folder, f"model {name!r} version {version}")
 
+    def newest_whole(self, name: str) -> int | None:
+        """The newest version of a model that is a whole bundle; each newer one is logged with what it lacks. None
+        when none is whole (logged too)."""
+        versions = self.versions(name)
+        for v in reversed(versions):
+            why = incomplete(self.version_dir(name, str(v)))
+            if not why:
+                return v
+            log.warning("model %s: version %d is not served, it is incomplete: %s", name, v, why)
+        if versions:
+            log.error("model %s: no version is whole; the model is not served", name)
+        return None
+
     def select(self, wanted: tuple[str, ...]) -> list[tuple[str, int, int | None]]:
-        """(name, version, cores) to serve: every model at its latest version, or NAME[:VERSION][@CORES] as asked."""
+        """(name, version, cores) to serve: every model at its newest whole version, or NAME[:VERSION][@CORES] as
+        asked (a pinned version as it is: its load names what is wrong with it)."""
         if not self.root.is_dir():
             raise BundleError(f"{self.root}: model repository not found (expected {self.expected})")
         if wanted:
@@ -131,9 +155,18 @@ class Repository:
                     raise BundleError(
                         f"{d / ver}: model {name!r} has no version {ver} (versions on disk: {have})"
                     )
-                out.append((name, int(ver) if ver else on_disk[-1], cores))
+                newest = int(ver) if ver else self.newest_whole(name)
+                if newest is None:
+                    why = incomplete(self.version_dir(name, str(on_disk[-1])))
+                    raise BundleError(f"{d}: model {name!r} has no whole version ({why})")
+                out.append((name, newest, cores))
             return out
-        out = [(name, self.versions(name)[-1], None) for name in self.names()]
+        found = self.names()
+        out = [(name, v, None) for name in found if (v := self.newest_whole(name)) is not None]
+        if not out and found:  # every model incomplete: the start fails, naming what the newest one lacks
+            name = found[0]
+            why = incomplete(self.version_dir(name, str(self.versions(name)[-1])))
+            raise BundleError(f"{self.root}: no model has a whole version; {why}")
         if not out:
             raise BundleError(f"{self.root}: no models (expected {self.expected})")
         return out

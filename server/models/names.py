@@ -1,11 +1,9 @@
 """What a model name and a version folder may be, and where a model's files may live.
 
-A model name is one folder name of the repository, nothing more: no path separator, not ``.`` or
-``..``, printable, at most ``MAX_NAME_BYTES`` in UTF-8 (a file name may have 255). Every door checks a
-name a client sent with ``check_name`` before anything builds a path from it, so ``../x``, ``/tmp/x``,
-``addition/`` and ``./addition`` are refused instead of loading whatever lies there, or loading the
-same folder again under a second name (a second set of engine cores). A version folder is ASCII digits
-in canonical form (``1``, not ``01`` or ``²``, for which ``str.isdigit()`` holds but ``int()`` fails).
+The rule itself is ``contract/repository.py``'s, shared with `s2s export`. Every door checks a name a client
+sent with ``check_name`` before anything builds a path from it, so ``../x``, ``/tmp/x``, ``addition/`` and
+``./addition`` are refused instead of loading whatever lies there, or loading the same folder again under a
+second name (a second set of engine cores).
 
 ``inside`` resolves a model's folder (symlinks followed) and refuses one that ends up outside the
 repository unless ``--model-repo-links any`` says links may point anywhere.
@@ -17,11 +15,11 @@ import functools
 import logging
 from pathlib import Path
 
+from contract.repository import NAME_RULE, is_version, name_problem  # noqa: F401  (is_version: re-exported)
 from server.errors import InvalidInput, ModelNotFound
 
 log = logging.getLogger("s2s.repository")
 
-MAX_NAME_BYTES = 128
 ECHO = 32  # characters of a refused name a message shows (escaped)
 
 
@@ -32,35 +30,12 @@ def shown(value: str) -> str:
     return f"{ascii(value[:ECHO])}... ({len(value)} characters)"
 
 
-def name_problem(name: str) -> str:
-    """Why ``name`` is not a model name ("" if it is one)."""
-    if not name:
-        return "it is empty"
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        return f"it is longer than {MAX_NAME_BYTES} bytes"
-    if "/" in name or "\\" in name:
-        return "it holds a path separator"
-    if name in (".", ".."):
-        return "it is '.' or '..'"
-    if not name.isprintable():
-        return "it holds a character that is not printable"
-    return ""
-
-
 def check_name(name: str) -> str:
     """``name`` if it is a model name, else InvalidInput saying why (the name shown short and escaped)."""
     why = name_problem(name)
     if why:
-        raise InvalidInput(
-            f"model name {shown(name)} is not valid: {why} (a model name is a folder name of the "
-            f"repository: no '/', not '.' or '..', printable, at most {MAX_NAME_BYTES} bytes)"
-        )
+        raise InvalidInput(f"model name {shown(name)} is not valid: {why} ({NAME_RULE})")
     return name
-
-
-def is_version(folder_name: str) -> bool:
-    """A version folder: ASCII digits, no leading zero (``0`` itself is one)."""
-    return folder_name.isascii() and folder_name.isdigit() and str(int(folder_name)) == folder_name
 
 
 @functools.lru_cache(maxsize=1024)
