@@ -33,6 +33,7 @@ __all__ = ["KINDS", "Span", "Check", "check", "find_spans", "is_close_tag", "is_
 # A character every span has (or :// or www.): most UI strings have none, and this scan costs a fraction of the rules'.
 _MAYBE = re.compile(r"[%{}<&@$\[0-9]|://|www\.")
 _MAYBE_NO_NUMBER = re.compile(r"[%{}<&@$\[]|://|www\.")
+_TAG_NAME = re.compile(r"</?([A-Za-z][A-Za-z0-9:._\-]*+)")
 
 
 def find_spans(text: str, numbers: bool = True) -> list[Span]:
@@ -51,7 +52,7 @@ def is_close_tag(s: str) -> bool:
 
 
 def tag_name(s: str) -> str:
-    m = re.match(r"</?([A-Za-z][A-Za-z0-9:._\-]*)", s)
+    m = _TAG_NAME.match(s)
     return m.group(1).lower() if m else ""
 
 

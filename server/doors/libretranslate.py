@@ -229,7 +229,7 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
             nbest: list[list[str]] = []  # per input, best first
             if texts:  # html with no text in it is answered as it came
                 try:
-                    prepared = model.prepare(
+                    prepared = await model.prepare(
                         texts, options, text=req.text, source_language=source, target_language=req.target
                     )
                 except InvalidInput as e:

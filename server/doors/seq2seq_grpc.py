@@ -90,8 +90,8 @@ def _options_of(raw: bytes) -> DecodingOptions:
     )
 
 
-def _prepare(model, request: pb.GenerateRequest):
-    return model.prepare(
+async def _prepare(model, request: pb.GenerateRequest):
+    return await model.prepare(
         list(request.inputs),
         _options(request),
         list(request.target_prefixes) or None,
@@ -110,7 +110,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
     ) -> pb.GenerateResponse:
         async with self.tracker.track(request.model, "Generate"):
             model = self.repo.get(request.model, request.version)
-            g = await model.generate(_prepare(model, request), deadline_of(context))
+            g = await model.generate(await _prepare(model, request), deadline_of(context))
             t = g.timings
             return pb.GenerateResponse(
                 model=g.model,
@@ -128,7 +128,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
     ) -> AsyncIterator[pb.GenerateStreamResponse]:
         async with self.tracker.track(request.model, "GenerateStream"):
             model = self.repo.get(request.model, request.version)
-            prepared = _prepare(model, request)
+            prepared = await _prepare(model, request)
             async for ev in model.stream(prepared, deadline_of(context)):
                 yield pb.GenerateStreamResponse(
                     index=ev.index,

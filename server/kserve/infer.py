@@ -75,7 +75,6 @@ def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
 async def infer(served: ServedModels, request: InferRequest, deadline: float | None) -> InferAnswer:
     """Raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...) naming the problem."""
     p = parse(served, request, deadline)
-    g = await p.model.generate(
-        p.model.prepare(p.texts, p.options, p.prefixes, p.text, *p.languages), p.deadline
-    )
+    prepared = await p.model.prepare(p.texts, p.options, p.prefixes, p.text, *p.languages)
+    g = await p.model.generate(prepared, p.deadline)
     return answer(request.id, p, g)

@@ -36,8 +36,12 @@ from server.models.results import Generation, ModelInfo, Output, StreamEvent, Ti
 from server.models.text_plan import AS_SENT, TextOptions, without_made_up
 from server.telemetry import model_statistics as statistics
 from server.telemetry.model_telemetry import Telemetry
+from server.transport.offload import off_loop
 
 log = logging.getLogger("s2s.model")
+INLINE_CHARS = (
+    1024  # a request this long or shorter is prepared on the event loop (at most a millisecond or two)
+)
 
 
 class ServedVersion:
@@ -137,7 +141,7 @@ class ServedVersion:
         return self.telemetry.encoded_ahead
 
     # ---- requests --------------------------------------------------------------------------------
-    def prepare(
+    async def prepare(
         self,
         texts: list[str],
         options: DecodingOptions = DecodingOptions(),
@@ -148,14 +152,22 @@ class ServedVersion:
     ) -> Prepared:
         """Validate and tokenize; raises InvalidInput naming the limit. ``text``: protected spans and long inputs
         split, for translation models (other tasks read their inputs as sent). The languages (codes, None: the
-        bundle's default): ``server/models/languages.py``; a model without languages takes none."""
+        bundle's default): ``server/models/languages.py``; a model without languages takes none.
+
+        A request of more than INLINE_CHARS characters is prepared in the front end's parse lane: planning a
+        long text (its spans, its pieces, their tokens) takes milliseconds, which the event loop every door and
+        the health checks share does not wait for; a short one, the usual request, costs less than the hand-off."""
         statistics.noted(self.name, self.version)  # a call refused here is this version's failure
         t0 = time.perf_counter()
         text = text if self.bundle.task.name == "translation" else AS_SENT
         asked = languages.ask(self.name, self.bundle, source_language, target_language)
-        p = prepare(
-            self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text, asked
-        )
+        args = (self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text, asked)
+        if len(texts) > self.limits.max_inputs or (
+            sum(map(len, texts)) + sum(map(len, target_prefixes or ())) <= INLINE_CHARS
+        ):
+            p = prepare(*args)
+        else:
+            p = await off_loop(prepare, *args)
         statistics.prepared(self.name, self.version, len(texts), time.perf_counter() - t0)
         return p
 
