@@ -12,7 +12,7 @@ import pytest
 from conftest import ServerThread, server_config
 
 from server.doors import libretranslate
-from server.models import served_version
+from server.models import prepare, served_version
 from server.transport import http_body
 
 
@@ -89,7 +89,7 @@ def test_a_long_request_is_planned_in_a_worker_thread_and_a_short_one_on_the_loo
     """Planning a text (its spans, its pieces, their tokens) takes milliseconds per 4,096 characters: a request
     longer than INLINE_CHARS is prepared in the parse lane, the usual short one where the hand-off would cost more."""
     threads = _spy(monkeypatch, served_version, "prepare")
-    long_text = " ".join(["Save the file %s to {folder} now."] * 120)[: served_version.INLINE_CHARS + 1]
+    long_text = " ".join(["Save the file %s to {folder} now."] * 120)[: prepare.INLINE_CHARS + 1]
     status, answer = _post(srv, json.dumps({"q": long_text, "source": "en", "target": "ja"}))
     assert status == 200 and answer["translatedText"], answer
     assert threads and all(t is not srv.thread for t in threads), threads

@@ -15,6 +15,7 @@ from server.models.results import Output
 from server.models.text_plan import TextOptions
 from server.telemetry.request_tracker import RequestTracker
 from server.transport.grpc_interceptors import deadline_of
+from server.transport.offload import off_loop_if
 
 DEFAULT_OPTIONS = DecodingOptions()
 
@@ -91,14 +92,17 @@ def _options_of(raw: bytes) -> DecodingOptions:
 
 
 async def _prepare(model, request: pb.GenerateRequest):
-    return await model.prepare(
-        list(request.inputs),
+    texts, prefixes = list(request.inputs), list(request.target_prefixes) or None
+    prepare = functools.partial(
+        model.prepare,
+        texts,
         _options(request),
-        list(request.target_prefixes) or None,
+        prefixes,
         _text_options(request),
         request.source_language,
         request.target_language,
     )
+    return await off_loop_if(model.long(texts, prefixes), prepare)
 
 
 class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):

@@ -109,6 +109,20 @@ def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Li
     )
 
 
+# A request this long or shorter (the usual one: a sentence or a few) is prepared on the event loop, where the densest
+# markup of this length plans in a few milliseconds; a longer one in the parse lane.
+INLINE_CHARS = 256
+
+
+def is_long(texts: list[str], target_prefixes: list[str] | None, lim: Limits) -> bool:
+    """Whether preparing these texts may take long enough to keep it off the event loop: planning a long text
+    (its spans, its pieces, their tokens) takes milliseconds; a short one, the usual request, less than a hand-off
+    to the parse lane costs (and too many inputs are refused at once)."""
+    return len(texts) <= lim.max_inputs and (
+        sum(map(len, texts)) + sum(map(len, target_prefixes or ())) > INLINE_CHARS
+    )
+
+
 def check_options(options: DecodingOptions, lim: Limits) -> None:
     try:
         decoding.check(options, lim.max_beam, lim.max_new_tokens, lim.vocab_size)

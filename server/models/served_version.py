@@ -31,17 +31,13 @@ from server.core_wire.messages import CoreSpec
 from server.errors import DeadlineExceeded, ModelNotReady, ShuttingDown
 from server.models import distinct, languages
 from server.models.detokenize import StreamingText
-from server.models.prepare import Prepared, limits, prepare
+from server.models.prepare import Prepared, is_long, limits, prepare
 from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
 from server.models.text_plan import AS_SENT, TextOptions, without_made_up
 from server.telemetry import model_statistics as statistics
 from server.telemetry.model_telemetry import Telemetry
-from server.transport.offload import off_loop
 
 log = logging.getLogger("s2s.model")
-# A request this long or shorter (the usual one: a sentence or a few) is prepared on the event loop, where the densest
-# markup of this length plans in a few milliseconds; a longer one in the parse lane.
-INLINE_CHARS = 256
 
 
 class ServedVersion:
@@ -141,7 +137,7 @@ class ServedVersion:
         return self.telemetry.encoded_ahead
 
     # ---- requests --------------------------------------------------------------------------------
-    async def prepare(
+    def prepare(
         self,
         texts: list[str],
         options: DecodingOptions = DecodingOptions(),
@@ -152,24 +148,20 @@ class ServedVersion:
     ) -> Prepared:
         """Validate and tokenize; raises InvalidInput naming the limit. ``text``: protected spans and long inputs
         split, for translation models (other tasks read their inputs as sent). The languages (codes, None: the
-        bundle's default): ``server/models/languages.py``; a model without languages takes none.
-
-        A request of more than INLINE_CHARS characters is prepared in the front end's parse lane: planning a
-        long text (its spans, its pieces, their tokens) takes milliseconds, which the event loop every door and
-        the health checks share does not wait for; a short one, the usual request, costs less than the hand-off."""
+        bundle's default): ``server/models/languages.py``; a model without languages takes none."""
         statistics.noted(self.name, self.version)  # a call refused here is this version's failure
         t0 = time.perf_counter()
         text = text if self.bundle.task.name == "translation" else AS_SENT
         asked = languages.ask(self.name, self.bundle, source_language, target_language)
-        args = (self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text, asked)
-        if len(texts) > self.limits.max_inputs or (
-            sum(map(len, texts)) + sum(map(len, target_prefixes or ())) <= INLINE_CHARS
-        ):
-            p = prepare(*args)
-        else:
-            p = await off_loop(prepare, *args)
+        p = prepare(
+            self.name, self.bundle, self.codec, texts, options, self.limits, target_prefixes, text, asked
+        )
         statistics.prepared(self.name, self.version, len(texts), time.perf_counter() - t0)
         return p
+
+    def long(self, texts: list[str], target_prefixes: list[str] | None = None) -> bool:
+        """Whether the doors call ``prepare`` for these texts in the parse lane (``prepare.is_long``)."""
+        return is_long(texts, target_prefixes, self.limits)
 
     def _submit(
         self,
