@@ -63,20 +63,27 @@ class Masked:
 
 
 def _pairs(spans: list[Span]) -> dict[int, int]:
-    """open index -> close index for the tags that match by name, nesting as a stack does."""
+    """open index -> close index for the tags that match by name, nesting as a stack does: a close tag pairs with
+    the innermost open tag of its name and closes every tag opened after that one (each tag is pushed and popped
+    once, so a text of many unmatched tags costs no more than one of few)."""
     stack: list[int] = []
+    by_name: dict[str, list[int]] = {}  # tag name -> its open tags' places in the stack, innermost last
+    names: list[str] = []  # per stack entry
     out: dict[int, int] = {}
     for i, s in enumerate(spans):
         if s.kind != "tag":
             continue
         if is_open_tag(s.text):
+            name = tag_name(s.text)
+            by_name.setdefault(name, []).append(len(stack))
             stack.append(i)
-        elif is_close_tag(s.text):
-            for k in range(len(stack) - 1, -1, -1):
-                if tag_name(spans[stack[k]].text) == tag_name(s.text):
-                    out[stack[k]] = i
-                    del stack[k:]
-                    break
+            names.append(name)
+        elif is_close_tag(s.text) and (open_at := by_name.get(tag_name(s.text))):
+            k = open_at[-1]
+            out[stack[k]] = i
+            for name in names[k:]:
+                by_name[name].pop()
+            del stack[k:], names[k:]
     return out
 
 
@@ -95,14 +102,15 @@ def _marks(spans: list[Span], keep) -> tuple[str, ...]:
     return tuple(out)
 
 
-def mask(text: str, numbers: bool = True, keep=as_is) -> Masked:
+def mask(text: str, numbers: bool = True, keep=as_is, spans: list[Span] | None = None) -> Masked:
     """The text the model reads for ``text``: itself when it has no span. ``keep(span)``: whether the span stays
-    as it is (the benchmark compares policies; the server uses ``as_is``)."""
-    spans = find_spans(text, numbers)
+    as it is (the benchmark compares policies; the server uses ``as_is``). ``spans``: the text's own, where they
+    are known already (a piece of a longer text: the spans of that text inside the piece, offsets into the piece)."""
+    spans = find_spans(text, numbers) if spans is None else spans
     if not spans:
         return Masked(text, text, numbers=numbers)
     found = tuple(spans)
-    lo, hi = len(text) - len(text.lstrip()), len(text.rstrip())
+    lo, hi = _inside(text, 0, len(text))
     first, last = 0, len(spans)
     pairs = _pairs(spans)
     # A tag pair around everything: kept as it is around the translation.
@@ -112,8 +120,7 @@ def mask(text: str, numbers: bool = True, keep=as_is) -> Masked:
         and pairs.get(first) == last - 1
         and spans[last - 1].end == hi
     ):
-        lo, hi = spans[first].end, spans[last - 1].start
-        lo, hi = lo + len(text[lo:hi]) - len(text[lo:hi].lstrip()), lo + len(text[lo:hi].rstrip())
+        lo, hi = _inside(text, spans[first].end, spans[last - 1].start)
         first, last = first + 1, last - 1
     inner = spans[first:last]
     head, tail = text[:lo], text[hi:]
@@ -123,14 +130,29 @@ def mask(text: str, numbers: bool = True, keep=as_is) -> Masked:
         pieces += [text[pos : s.start], mark]
         pos = s.end
     pieces.append(text[pos:hi])
-    if not _WORD.search("".join(pieces[0::2])):
+    if not any(_WORD.search(p) for p in pieces[0::2]):
         return Masked(text, "", tuple(inner), marks, head, tail, numbers=numbers, found=found)
-    leading = tuple(not _WORD.search(text[lo : s.start]) for s in inner)
+    letter = _WORD.search(text, lo)  # the first letter (a span's own too): the spans before it lead the text
+    first_letter = letter.start() if letter is not None else hi
+    leading = tuple(s.start <= first_letter for s in inner)
     follows = tuple(i > 0 and not text[inner[i - 1].end : s.start].strip() for i, s in enumerate(inner))
     inner_pairs = tuple((o - first, c - first) for o, c in pairs.items() if first <= o and c < last)
     return Masked(
         text, "".join(pieces), tuple(inner), marks, head, tail, leading, follows, inner_pairs, numbers, found
     )
+
+
+def _inside(text: str, lo: int, hi: int) -> tuple[int, int]:
+    """text[lo:hi] less the whitespace at its ends, as (lo, hi); (hi, lo) when it is only whitespace (nothing
+    inside: the head then ends, and the tail starts, where the whitespace does)."""
+    start = lo
+    while start < hi and text[start].isspace():
+        start += 1
+    if start == hi:
+        return hi, lo
+    while text[hi - 1].isspace():
+        hi -= 1
+    return start, hi
 
 
 def _parts(m: Masked, output: str) -> list[str | int]:

@@ -12,6 +12,7 @@ import pytest
 from conftest import ServerThread, server_config
 
 from server.doors import libretranslate
+from server.models import prepare, served_version
 from server.transport import http_body
 
 
@@ -82,3 +83,17 @@ def test_html_over_the_limits_is_refused_before_any_parse(srv, monkeypatch):
     status, answer = _post(srv, huge)
     assert status == 400 and "at most 262144 are parsed" in answer["error"], answer
     assert threads == []
+
+
+def test_a_long_request_is_planned_in_a_worker_thread_and_a_short_one_on_the_loop(srv, monkeypatch):
+    """Planning a text (its spans, its pieces, their tokens) takes milliseconds per 4,096 characters: a request
+    longer than INLINE_CHARS is prepared in the parse lane, the usual short one where the hand-off would cost more."""
+    threads = _spy(monkeypatch, served_version, "prepare")
+    long_text = " ".join(["Save the file %s to {folder} now."] * 120)[: prepare.INLINE_CHARS + 1]
+    status, answer = _post(srv, json.dumps({"q": long_text, "source": "en", "target": "ja"}))
+    assert status == 200 and answer["translatedText"], answer
+    assert threads and all(t is not srv.thread for t in threads), threads
+    threads.clear()
+    status, answer = _post(srv, json.dumps({"q": "Save the file %s.", "source": "en", "target": "ja"}))
+    assert status == 200 and answer["translatedText"], answer
+    assert threads == [srv.thread]

@@ -40,6 +40,7 @@ an unknown pair (naming what is served); 401 no or wrong key; 429/503/504 as the
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,7 @@ from server.errors import InvalidInput, ModelNotReady, clip
 from server.models.text_plan import TextOptions
 from server.transport.http_body import deadline_of, json_response, parse_json_off_loop, read_body, read_json
 from server.transport.http_forms import multipart, urlencoded
-from server.transport.offload import off_loop
+from server.transport.offload import off_loop, off_loop_if
 
 _COUNT = re.compile(r"\s*[0-9]{1,9}\s*")
 FORMATS = ("text", "html")
@@ -229,9 +230,15 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
             nbest: list[list[str]] = []  # per input, best first
             if texts:  # html with no text in it is answered as it came
                 try:
-                    prepared = model.prepare(
-                        texts, options, text=req.text, source_language=source, target_language=req.target
+                    prepare = functools.partial(
+                        model.prepare,
+                        texts,
+                        options,
+                        text=req.text,
+                        source_language=source,
+                        target_language=req.target,
                     )
+                    prepared = await off_loop_if(model.long(texts), prepare)
                 except InvalidInput as e:
                     raise InvalidInput(
                         f"format=html, each text node is one input: {e}" if docs else str(e)

@@ -15,6 +15,7 @@ from server.models.results import Output
 from server.models.text_plan import TextOptions
 from server.telemetry.request_tracker import RequestTracker
 from server.transport.grpc_interceptors import deadline_of
+from server.transport.offload import off_loop_if
 
 DEFAULT_OPTIONS = DecodingOptions()
 
@@ -90,15 +91,18 @@ def _options_of(raw: bytes) -> DecodingOptions:
     )
 
 
-def _prepare(model, request: pb.GenerateRequest):
-    return model.prepare(
-        list(request.inputs),
+async def _prepare(model, request: pb.GenerateRequest):
+    texts, prefixes = list(request.inputs), list(request.target_prefixes) or None
+    prepare = functools.partial(
+        model.prepare,
+        texts,
         _options(request),
-        list(request.target_prefixes) or None,
+        prefixes,
         _text_options(request),
         request.source_language,
         request.target_language,
     )
+    return await off_loop_if(model.long(texts, prefixes), prepare)
 
 
 class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
@@ -110,7 +114,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
     ) -> pb.GenerateResponse:
         async with self.tracker.track(request.model, "Generate"):
             model = self.repo.get(request.model, request.version)
-            g = await model.generate(_prepare(model, request), deadline_of(context))
+            g = await model.generate(await _prepare(model, request), deadline_of(context))
             t = g.timings
             return pb.GenerateResponse(
                 model=g.model,
@@ -128,7 +132,7 @@ class Seq2SeqServicer(pb_grpc.Seq2SeqServicer):
     ) -> AsyncIterator[pb.GenerateStreamResponse]:
         async with self.tracker.track(request.model, "GenerateStream"):
             model = self.repo.get(request.model, request.version)
-            prepared = _prepare(model, request)
+            prepared = await _prepare(model, request)
             async for ev in model.stream(prepared, deadline_of(context)):
                 yield pb.GenerateStreamResponse(
                     index=ev.index,

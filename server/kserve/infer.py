@@ -5,6 +5,7 @@ up once, with no return into a file it has left."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from server.kserve.protocol import EXTRA_OUTPUTS, PER_INPUT_OUTPUTS, TEXT_OUTPUT
 from server.kserve.tensors import InferRequest
 from server.models.registry import ServedModels
 from server.models.results import Generation
+from server.transport.offload import off_loop_if
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def answer(request_id: str, p: Parsed, g: Generation) -> InferAnswer:
 async def infer(served: ServedModels, request: InferRequest, deadline: float | None) -> InferAnswer:
     """Raises ServingError (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...) naming the problem."""
     p = parse(served, request, deadline)
-    g = await p.model.generate(
-        p.model.prepare(p.texts, p.options, p.prefixes, p.text, *p.languages), p.deadline
-    )
+    prepare = functools.partial(p.model.prepare, p.texts, p.options, p.prefixes, p.text, *p.languages)
+    prepared = await off_loop_if(p.model.long(p.texts, p.prefixes), prepare)
+    g = await p.model.generate(prepared, p.deadline)
     return answer(request.id, p, g)

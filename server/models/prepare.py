@@ -17,7 +17,7 @@ from contract.text import TextCodec, UnknownCharactersError
 from server.config import SchedulerConfig
 from server.errors import InvalidInput
 from server.models import languages
-from server.models.text_plan import AS_SENT, MAX_TEXT_CHARS, Plan, TextOptions, plan
+from server.models.text_plan import AS_SENT, MAX_TEXT_CHARS, Plan, TextOptions, TooManyRows, plan
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,20 @@ def limits(config: BundleConfig, codec: TextCodec, sched: SchedulerConfig) -> Li
     )
 
 
+# A request this long or shorter (the usual one: a sentence or a few) is prepared on the event loop, where the densest
+# markup of this length plans in a few milliseconds; a longer one in the parse lane.
+INLINE_CHARS = 256
+
+
+def is_long(texts: list[str], target_prefixes: list[str] | None, lim: Limits) -> bool:
+    """Whether preparing these texts may take long enough to keep it off the event loop: planning a long text
+    (its spans, its pieces, their tokens) takes milliseconds; a short one, the usual request, less than a hand-off
+    to the parse lane costs (and too many inputs are refused at once)."""
+    return len(texts) <= lim.max_inputs and (
+        sum(map(len, texts)) + sum(map(len, target_prefixes or ())) > INLINE_CHARS
+    )
+
+
 def check_options(options: DecodingOptions, lim: Limits) -> None:
     try:
         decoding.check(options, lim.max_beam, lim.max_new_tokens, lim.vocab_size)
@@ -136,6 +150,7 @@ def prepare(
     check_options(options, lim)  # the request's own values, as the client sent them, in any message
     # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
     task = config.task
+    named = options.beam_size != 0 or options.sampling  # a beam the request chose: never narrowed
     resolved = options.resolved(
         lim.default_beam,
         task.max_new_tokens,
@@ -146,17 +161,19 @@ def prepare(
     if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
         check_options(resolved, lim)
     options = resolved
-    beam = options.beam_size
+    # The model's default beam is narrowed where a request's rows (its inputs, or their pieces) x that beam would
+    # pass max_rows: down to num_hypotheses, so that any input within the limits is served.
+    narrowest = options.beam_size if named else max(1, options.num_hypotheses)
     if target_prefixes and len(target_prefixes) != len(texts):
         raise InvalidInput(
             f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "
             "(empty for no prefix)"
         )
-    if len(texts) * beam > lim.max_rows:
+    if len(texts) * narrowest > lim.max_rows:
         raise InvalidInput(
-            f"model {name!r}: {len(texts)} inputs x beam_size {beam} = {len(texts) * beam} "
+            f"model {name!r}: {len(texts)} inputs x beam_size {narrowest} = {len(texts) * narrowest} "
             f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
-            "inputs per request or a narrower beam"
+            "inputs per request" + (" or a narrower beam" if named else "")
         )
     # Cheap checks on every input before any is tokenized: one oversized text costs nothing.
     split = text.split_long and lim.max_input_chars > lim.max_unsplit_chars
@@ -181,14 +198,8 @@ def prepare(
                 f"{lim.max_input_chars}"
             )
     max_tokens = lim.max_input_tokens - asked.lead  # a source language token is read first
-    planned = plan(name, codec, texts, target_prefixes, text, max_tokens) if text.any else None
+    planned = _plan(name, codec, texts, target_prefixes, text, max_tokens, lim.max_rows, narrowest, named)
     if planned is not None:
-        if planned.changed and planned.rows * beam > lim.max_rows:
-            raise InvalidInput(
-                f"model {name!r}: the inputs are read as {planned.rows} pieces x beam_size {beam} = "
-                f"{planned.rows * beam} rows; one request may have at most {lim.max_rows} "
-                "(max_rows_per_request): send fewer or shorter inputs, or a narrower beam"
-            )
         out, target_prefixes = planned.ids, planned.prefixes
     else:
         out = []
@@ -202,6 +213,8 @@ def prepare(
                     f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {max_tokens}"
                 )
             out.append(ids)
+    if len(out) * options.beam_size > lim.max_rows:
+        options = options.replace(beam_size=lim.max_rows // len(out))
     if asked.languages is not None:
         out = [asked.source_ids(ids) for ids in out]
     forced = len(asked.forced)  # the forced language token comes first
@@ -221,6 +234,33 @@ def prepare(
         text.protect_spans and not target_prefixes,
         asked.forced,
     )
+
+
+def _plan(
+    name: str,
+    codec: TextCodec,
+    texts: list[str],
+    prefixes: list[str] | None,
+    text: TextOptions,
+    max_tokens: int,
+    max_rows: int,
+    narrowest: int,
+    named: bool,
+) -> Plan | None:
+    """The request's plan, None where it has no text options; refused once its rows pass what max_rows leaves
+    at the narrowest beam it may have (planning stops there)."""
+    if not text.any:
+        return None
+    try:
+        return plan(name, codec, texts, prefixes, text, max_tokens, max_rows // narrowest)
+    except TooManyRows as e:
+        where = "its lines" if e.input is None else f"input {e.input}"
+        raise InvalidInput(
+            f"model {name!r}: the inputs are read as at least {e.rows} pieces ({where}; one per line, and more for "
+            f"a line longer than the model reads) x beam_size {narrowest} = {e.rows * narrowest} rows; one request "
+            f"may have at most {max_rows} (max_rows_per_request): send fewer or shorter inputs"
+            + (", or a narrower beam" if named and narrowest > 1 else "")
+        ) from None
 
 
 def _prefix_ids(name: str, codec: TextCodec, i: int, text: str, room: int, forced: int) -> list[int]:

@@ -31,7 +31,7 @@ from server.core_wire.messages import CoreSpec
 from server.errors import DeadlineExceeded, ModelNotReady, ShuttingDown
 from server.models import distinct, languages
 from server.models.detokenize import StreamingText
-from server.models.prepare import Prepared, limits, prepare
+from server.models.prepare import Prepared, is_long, limits, prepare
 from server.models.results import Generation, ModelInfo, Output, StreamEvent, Timings
 from server.models.text_plan import AS_SENT, TextOptions, without_made_up
 from server.telemetry import model_statistics as statistics
@@ -158,6 +158,10 @@ class ServedVersion:
         )
         statistics.prepared(self.name, self.version, len(texts), time.perf_counter() - t0)
         return p
+
+    def long(self, texts: list[str], target_prefixes: list[str] | None = None) -> bool:
+        """Whether the doors call ``prepare`` for these texts in the parse lane (``prepare.is_long``)."""
+        return is_long(texts, target_prefixes, self.limits)
 
     def _submit(
         self,
