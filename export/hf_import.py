@@ -1,15 +1,15 @@
 """`s2s import`: a Hugging Face checkpoint folder -> a bundle in the model repository, through `s2s export`.
 
 The folder is read as a user downloaded it (config.json, generation_config.json, model.safetensors or
-pytorch_model.bin, the tokenizer files); nothing is fetched (offline mode is set before transformers can
-be imported). One small module per family (``export/hf_marian.py``, ``hf_m2m100.py`` for M2M100 and NLLB,
-``hf_bart.py``, ``hf_mbart.py``, ``hf_t5.py`` for T5, mT5, Flan-T5 and MADLAD-400, ``hf_pegasus.py``, as CTranslate2's
-converter has one loader each) reads its config.json into this project's model (``training/model.py`` with the
-family's knobs) and its tokenizer files into ``tokenizers`` JSON
-(Marian's and M2M100's SentencePiece files converted by ``export/spm_tokenizer.py``; a tokenizer.json taken as it
-is, ``export/hf_tokenizer.py``), and names its weights; generation_config.json becomes the bundle's decoding
-defaults; then the checkpoint goes through the same export and validation as a trained one. Anything it cannot take
-is refused with ``ImportRefused`` naming the file and the field, before anything is written to the repository.
+pytorch_model.bin, the tokenizer files); nothing is fetched (offline mode is set before transformers can be imported).
+One small module per family (``export/hf_marian.py``, ``hf_m2m100.py`` for M2M100 and NLLB, ``hf_bart.py``,
+``hf_mbart.py``, ``hf_t5.py`` for T5, mT5, Flan-T5 and MADLAD-400, ``hf_pegasus.py``, as CTranslate2's converter has
+one loader each) reads its config.json into this project's model (``training/model.py`` with the family's knobs) and
+its tokenizer files into ``tokenizers`` JSON (Marian's and M2M100's SentencePiece files converted by
+``export/spm_tokenizer.py``; a tokenizer.json taken as it is, ``export/hf_tokenizer.py``), and names its weights;
+generation_config.json becomes the bundle's decoding defaults; then the checkpoint goes through the same export and
+validation as a trained one. Anything it cannot take is refused with ``ImportRefused`` naming the file and the field,
+before anything is written to the repository.
 """
 
 from __future__ import annotations
