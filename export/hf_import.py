@@ -67,8 +67,7 @@ class ImportOptions:
     # The decoder's self-attention as ONNX Runtime's GroupQueryAttention (export/fused.py): faster on CPUs at the
     # sizes of the models users bring; off for bundles meant for CUDA (its kernel is float16-only).
     gqa: bool = True
-    # The pair the LibreTranslate API offers it for (`s2s import --source-lang/--target-lang`); None: what
-    # tokenizer_config.json says (OPUS-MT's source_lang / target_lang), if anything.
+    # The LibreTranslate pair (`s2s import --source-lang/--target-lang`); None: tokenizer_config.json's, if any.
     source_language: str | None = None
     target_language: str | None = None
 
