@@ -12,7 +12,8 @@ text:
   a window no longer than that run;
 - an opener's closer (``}}``, ``%}``, ``-->``) is looked up once and kept until the scan passes it; once none is
   left, openers of that kind are no longer start positions;
-- a brace's matching ``}`` comes from the nesting depth of every brace of the text, computed once.
+- a brace's matching ``}`` is read on from it over a few braces at most, else looked up in the nesting depth of
+  every brace of the text, computed once.
 """
 
 from __future__ import annotations
@@ -39,12 +40,10 @@ _CLOSERS = {"{{": re.compile(r"\}\}"), "{%": re.compile(r"%\}"), "<!--": re.comp
 _BRACE = re.compile(r"[{}]")
 _MAX_BRACE_DEPTH = 16  # deeper than any ICU message; a longer run of '{' is prose, not a placeholder
 _BRACE_REACH = 4096  # a brace span ends within this many characters of its '{'
-_NEAR = (
-    32  # braces read on from a brace's head before its match is looked up in the nesting of the whole text
-)
-_NUMBER_START = (
-    r"[0-9](?<![A-Za-z0-9_.,][0-9])(?<![A-Za-z]-[0-9])"  # not inside an ASCII word ("3つ" has a 3)
-)
+# Braces read on from a brace's head before its match is looked up in the nesting of the whole text.
+_NEAR = 32
+# A digit not inside an ASCII word ("3つ" has a 3, "UTF-8" none).
+_NUMBER_START = r"[0-9](?<![A-Za-z0-9_.,][0-9])(?<![A-Za-z]-[0-9])"
 
 # Each kind at one position, in KINDS order, as one alternation searched from the scan's position: a kind whose
 # pattern cannot backtrack is matched whole here; for the others ("{{", "{%", "<!--" openers and a brace's head)
@@ -114,9 +113,7 @@ _AS_MATCHED = frozenset(("tag", "entity", "template", "marker", "printf", "numbe
 def scan(text: str, numbers: bool) -> list[Span]:
     """Every span of ``text``, in order, none overlapping."""
     n, out = len(text), []
-    openers: _Openers | None = (
-        None  # what the openers, comments and braces of the text need, once one is found
-    )
+    openers: _Openers | None = None  # what openers, comments and braces need, made once one is found
     rules = _ALTERNATIONS[numbers, _NO_DEAD]
     pos, hit = 0, rules.search(text)
     email = _next_email(text, 0) if "@" in text else None  # (start, its '@', end)
@@ -144,9 +141,8 @@ def scan(text: str, numbers: bool) -> list[Span]:
             openers = openers or _Openers(text)
             end, kind = openers.end(hit)
             if openers.dead and rules is not _ALTERNATIONS[numbers, openers.dead]:
-                rules = _ALTERNATIONS[
-                    numbers, openers.dead
-                ]  # a closer ran out: its openers start nothing now
+                # A closer ran out: its openers start nothing from now on.
+                rules = _ALTERNATIONS[numbers, openers.dead]
                 hit = rules.search(text, p + 1)
         if end > p:
             out.append(Span(p, end, kind, text[p:end]))
@@ -162,13 +158,11 @@ class _Openers:
     def __init__(self, text: str):
         self.text = text
         self.dead: frozenset[str] = _NO_DEAD  # openers with no closer left ahead
-        self.closers: dict[
-            str, tuple[int, int]
-        ] = {}  # opener -> (from, its first closer from there; -1: none)
-        self.depth: dict[
-            int, int
-        ] = {}  # brace position -> the nesting depth after it (once a brace head is found)
-        self.levels: dict[int, list[int]] = {}  # nesting depth -> the braces after which it is that, in order
+        # opener -> (from, its first closer from there; -1: none)
+        self.closers: dict[str, tuple[int, int]] = {}
+        # brace position -> the nesting depth after it; depth -> the braces after which it is that, in order
+        self.depth: dict[int, int] = {}
+        self.levels: dict[int, list[int]] = {}
 
     def end(self, hit: re.Match) -> tuple[int, str]:
         """The end and kind of the span whose start the alternation found (-1: none starts there after all)."""
