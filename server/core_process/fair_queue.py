@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from server.config import SchedulerConfig
 from server.core_process.jobs import Job, Request
@@ -24,7 +24,12 @@ from server.core_process.jobs import Job, Request
 BATCH_SHARES = 4
 
 
-def request_cap(config: SchedulerConfig, held: int) -> tuple[int, bool]:
+class Cap(NamedTuple):
+    rows: int  # in service, per request
+    beyond: bool  # what no request under its cap takes goes past it, in arrival order
+
+
+def request_cap(config: SchedulerConfig, held: int) -> Cap:
     """The rows one of the ``held`` requests of an engine core may have in service, and whether rows nobody else
     takes may go past that. Continuous batching: a lone request the whole batch; requests that compete a quarter of
     the batch over their number, strictly: a long request then fills a quarter of the batch at most, so that the
@@ -32,10 +37,10 @@ def request_cap(config: SchedulerConfig, held: int) -> tuple[int, bool]:
     job each at least: the usual load of one input a request fills it as before). The other modes decode a batch to
     its end: only the order is fair, a full share each first, then the rest."""
     if held <= 1:
-        return config.max_batch_size, False
+        return Cap(config.max_batch_size, False)
     if config.mode == "continuous":
-        return max(1, config.max_batch_size // (BATCH_SHARES * held)), False
-    return max(1, config.max_batch_size // held), True
+        return Cap(max(1, config.max_batch_size // (BATCH_SHARES * held)), False)
+    return Cap(max(1, config.max_batch_size // held), True)
 
 
 class FairQueue:
@@ -69,26 +74,25 @@ class FairQueue:
     def take(
         self,
         rows: int,
-        cap: int,
+        cap: Cap,
         served: Callable[[Request], int],
         drop: Callable[[Job], bool],
         overfill: Literal["none", "first", "any"] = "none",
-        beyond_cap: bool = False,
     ) -> tuple[list[Job], bool]:
-        """Jobs for up to ``rows`` rows, request by request in arrival order, each request up to ``cap`` rows in
+        """Jobs for up to ``rows`` rows, request by request in arrival order, each request up to ``cap.rows`` rows in
         service (``served``: the rows it has in service already, to which what it takes here adds), or one job,
-        however wide, where it has none; ``beyond_cap``: then what is left, again in arrival order, past the cap.
+        however wide, where it has none; ``cap.beyond``: then what is left, again in arrival order, past the cap.
         ``drop(job)`` True: the job is removed and not taken (expired or cancelled). A job wider than the rows left
         ends the taking (nothing overtakes it), unless ``overfill`` lets it go over: the first job taken, or any.
         Returns the jobs and whether such a job ended the taking."""
         taken: list[Job] = []
         extra: dict[int, int] = {}  # rows taken in this call, by request
-        for capped in (True, False) if beyond_cap else (True,):
+        for capped in (True, False) if cap.beyond else (True,):
             for rid, jobs in list(self._by_request.items()):
                 while jobs and rows > 0:
                     job = jobs[0]
                     has = served(job.request) + extra.get(rid, 0)
-                    if capped and has and has + job.rows > cap:
+                    if capped and has and has + job.rows > cap.rows:
                         break
                     if drop(job):
                         self._pop(rid, jobs)

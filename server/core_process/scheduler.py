@@ -12,11 +12,9 @@ the step loop no encoder time (the encoder is compute-bound, and a large share o
 under load with short outputs). When the step loop is idle it encodes newcomers
 itself, so a lone request never pays a thread hand-off.
 
-The batching policy (``server/core_process/admission.py``) says how many rows each step may admit, and the queues
-(``server/core_process/fair_queue.py``) which: fairly across requests, so that one request's many rows (a long input's
-pieces) never hold back the requests behind it. A request's first admission into the batch is reported
-(``Admitted``, riding in the next report): the front end tells the requests a core that died had started from
-those still queued in it.
+The batching policy (``server/core_process/admission.py``) says how many rows each step may admit, the queues
+(``fair_queue.py``) which: fairly across requests. A request's first admission into the batch is reported
+(``Admitted``, in the next report): the front end tells the requests a core that died had started from the rest.
 """
 
 from __future__ import annotations
@@ -189,8 +187,7 @@ class Scheduler:
         rows_free = admission.rows
         picked: list[Job] = []
         now = time.monotonic()
-        cap, beyond_cap = request_cap(self.config, len(self.requests))
-        running = len(self.gen)
+        cap, running = request_cap(self.config, len(self.requests)), len(self.gen)
         took_ready = False
         # With an encoder thread, a running batch takes only what it encoded ahead; without one, the step
         # loop encodes newcomers itself (in gen.add) between steps.
@@ -203,7 +200,6 @@ class Scheduler:
                 lambda job: self._drop_expired(job, now),
                 # a wide beam waits for room, nothing overtaking it, unless it is the first into an idle batch
                 "none" if picked or running else "first",
-                beyond_cap,
             )
             picked += got
             rows_free -= sum(j.rows for j in got)
@@ -215,19 +211,11 @@ class Scheduler:
         return picked
 
     def _take_ahead(self, room: int) -> list[Job]:
-        """Queued jobs for the encoder thread, in the order of admission: rows it encoded ahead count as in service
-        (under self.cv)."""
+        """Queued jobs for the encoder thread, as admission takes them (rows encoded ahead are in service)."""
         ahead, now = self.ready.rows_of(), time.monotonic()
-        cap, beyond_cap = request_cap(self.config, len(self.requests))
-        jobs, _ = self.pending.take(
-            room,
-            cap,
-            lambda req: req.rows_active + ahead.get(req.id, 0),
-            lambda job: self._drop_expired(job, now),
-            "any",
-            beyond_cap,
-        )
-        return jobs
+        cap = request_cap(self.config, len(self.requests))
+        served = lambda req: req.rows_active + ahead.get(req.id, 0)  # noqa: E731
+        return self.pending.take(room, cap, served, lambda job: self._drop_expired(job, now), "any")[0]
 
     def _encode_ahead(self) -> None:
         """Encoder thread: while the step loop decodes, encode queued jobs (up to a batch's rows) into ``ready``."""
