@@ -33,6 +33,7 @@ from server.telemetry.refusal_log import RefusalLog
 from server.telemetry.request_tracker import RequestTracker
 from server.transport.grpc_interceptors import GuardInterceptor
 from server.transport.http_app import HttpServer, start_http
+from server.transport.ports import PortError, check_ports
 
 log = logging.getLogger("s2s.server")
 
@@ -170,6 +171,7 @@ def _kill_cores(repo: ServedModels, loading_only: bool = False) -> None:
 async def start(config: ServerConfig, wait_loaded: bool = True) -> Running:
     """Open the ports, then load the models: each answers as soon as its own engine cores are up, the others
     "loading" meanwhile. ``wait_loaded``: return once every model has loaded (else ``Running.loaded`` says when)."""
+    check_ports(config)  # a port in use is one line, before a bundle is read
     metrics = Metrics()
     metrics.build_info.info({"version": __version__})
     health_servicer = health.aio.HealthServicer()
@@ -206,6 +208,8 @@ async def _start(
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
             ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+            # on by default: a second server would share the port, its clients reaching either at random
+            ("grpc.so_reuseport", 0),
         ],
     )
     seq2seq_pb2_grpc.add_Seq2SeqServicer_to_server(Seq2SeqServicer(repo, tracker), server)
@@ -228,11 +232,15 @@ async def _start(
             root_certificates=ca,
             require_client_auth=ca is not None,
         )
-        port = server.add_secure_port(address, creds)
-    else:
-        port = server.add_insecure_port(address)
+    try:  # grpc raises RuntimeError where it cannot bind (a port taken since check_ports)
+        if config.tls_cert:
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
     if not port:
-        raise OSError(f"cannot bind gRPC to {address}")
+        raise PortError(f"cannot bind the gRPC port {address} (in use?); choose another with --port")
     await server.start()
     try:
         web = await start_http(config, tracker, door.auth, http_routes(door)) if config.http_port else None

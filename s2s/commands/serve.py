@@ -44,12 +44,19 @@ def run_loop(main, kind: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from contract.bundle import BundleError
-    from server.app import serve
     from server.config import from_args
-    from server.errors import ServingError
+    from server.transport.ports import PortError, check_ports
 
     config = from_args(args)
+    try:  # before the server's imports (seconds): a port in use is refused at once
+        check_ports(config)
+    except PortError as e:
+        print(f"s2s serve: {e}", file=sys.stderr)
+        return 2
+    from contract.bundle import BundleError
+    from server.app import serve
+    from server.errors import ServingError
+
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine import Sequence
+from server.errors import Cancelled, DeadlineExceeded, ServingError
 
 
 @dataclass(eq=False)
@@ -15,6 +16,7 @@ class Request:
     left: int = 0  # jobs not finished yet
     over: bool = False  # failed, cancelled or done: nothing more is reported for it
     admitted: bool = False  # one of its jobs joined the running batch (``Admitted`` was reported)
+    rows_active: int = 0  # rows of its jobs in the running batch now (fair_queue.py's cap counts them)
 
 
 @dataclass(eq=False)
@@ -32,3 +34,13 @@ class Job:
     @property
     def rows(self) -> int:
         return self.seq.n_rows
+
+    def expired(self, now: float) -> ServingError | None:
+        """Why it may no longer start (cancelled, or its deadline passed while it waited), if so."""
+        if self.cancelled:
+            return Cancelled("cancelled before it started")
+        if self.request.deadline is not None and now > self.request.deadline:
+            return DeadlineExceeded(
+                f"deadline exceeded while queued ({now - self.request.arrival:.3f} s waiting)"
+            )
+        return None

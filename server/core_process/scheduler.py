@@ -12,15 +12,15 @@ the step loop no encoder time (the encoder is compute-bound, and a large share o
 under load with short outputs). When the step loop is idle it encodes newcomers
 itself, so a lone request never pays a thread hand-off.
 
-The batching policy (``server/core_process/admission.py``) says how many rows each step may admit. A request's
-first admission into the batch is reported (``Admitted``, riding in the next report): the front end tells
-the requests a core that died had started from those still queued in it.
+The batching policy (``server/core_process/admission.py``) says how many rows each step may admit, the queues
+(``fair_queue.py``) which: fairly across requests. A request's first admission into the batch is reported
+(``Admitted``, in the next report): the front end tells the requests a core that died had started from the rest.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable
@@ -28,9 +28,10 @@ from collections.abc import Callable
 from engine import Runner, Sequence, StepLoop
 from server.config import SchedulerConfig
 from server.core_process.admission import POLICIES, QueueView
+from server.core_process.fair_queue import FairQueue, request_cap
 from server.core_process.jobs import Job, Request
 from server.core_wire.events import Admitted, Failed, Finished, Stats, Token
-from server.errors import Cancelled, DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
+from server.errors import DeadlineExceeded, EngineFailure, QueueFull, ServingError, ShuttingDown
 
 log = logging.getLogger("s2s.scheduler")
 
@@ -44,8 +45,8 @@ class Scheduler:
         self.name, self.engine, self.config, self.sink = name, engine, config, sink
         self.policy = POLICIES[config.mode](config)
         self.gen = StepLoop(engine)
-        self.pending: collections.deque[Job] = collections.deque()  # queued, not encoded yet
-        self.ready: collections.deque[Job] = collections.deque()  # queued and encoded (by the encoder thread)
+        self.pending = FairQueue()  # queued, not encoded yet
+        self.ready = FairQueue()  # queued and encoded (by the encoder thread)
         self.encoding: list[Job] = []  # taken by the encoder thread, being encoded now
         self.decoding = False  # the step loop has a running batch (then queued requests are pre-encoded)
         self.active: dict[int, Job] = {}  # seq.id -> job
@@ -124,7 +125,7 @@ class Scheduler:
 
     def _view(self) -> QueueView:
         """What the batching policy sees (under self.cv)."""
-        waiting = [q[0].request.arrival for q in (self.ready, self.pending) if q]
+        waiting = [t for q in (self.ready, self.pending) if (t := q.oldest_arrival()) is not None]
         return QueueView(
             time.monotonic(),
             self.gen.n_rows,
@@ -135,7 +136,7 @@ class Scheduler:
         )
 
     def queued_rows(self) -> int:
-        return sum(j.rows for q in (self.pending, self.ready, self.encoding) for j in q)
+        return self.pending.rows + self.ready.rows + sum(j.rows for j in self.encoding)
 
     # ---- reporting -------------------------------------------------------------------------------
     def _fail(self, job: Job, err: ServingError) -> None:
@@ -166,18 +167,8 @@ class Scheduler:
             log.exception("model %s: reporting %d events failed", self.name, len(events))
 
     # ---- worker threads --------------------------------------------------------------------------
-    @staticmethod
-    def _expired(job: Job, now: float) -> ServingError | None:
-        if job.cancelled:
-            return Cancelled("cancelled before it started")
-        if job.request.deadline is not None and now > job.request.deadline:
-            return DeadlineExceeded(
-                f"deadline exceeded while queued ({now - job.request.arrival:.3f} s waiting)"
-            )
-        return None
-
     def _drop_expired(self, job: Job, now: float) -> bool:
-        if (err := self._expired(job, now)) is None:
+        if (err := job.expired(now)) is None:
             return False
         if not job.cancelled:
             self._fail(job, err)
@@ -196,48 +187,52 @@ class Scheduler:
         rows_free = admission.rows
         picked: list[Job] = []
         now = time.monotonic()
+        cap, running = request_cap(self.config, len(self.requests)), len(self.gen)
         took_ready = False
         # With an encoder thread, a running batch takes only what it encoded ahead; without one, the step
         # loop encodes newcomers itself (in gen.add) between steps.
-        ahead = self.encoder_thread is not None and len(self.gen)
+        ahead = self.encoder_thread is not None and running
         for queue in (self.ready,) if ahead else (self.ready, self.pending):
-            while queue and rows_free > 0:
-                job = queue[0]
-                if self._drop_expired(job, now):
-                    queue.popleft()
-                    continue
-                if job.rows > rows_free and (picked or len(self.gen)):
-                    rows_free = 0  # a wide beam waits for room; nothing overtakes it
-                    break
-                queue.popleft()
-                picked.append(job)
-                rows_free -= job.rows
-                took_ready |= queue is self.ready
+            got, blocked = queue.take(
+                rows_free,
+                cap,
+                operator.attrgetter("rows_active"),
+                lambda job: self._drop_expired(job, now),
+                # a wide beam waits for room, nothing overtaking it, unless it is the first into an idle batch
+                "none" if picked or running else "first",
+            )
+            picked += got
+            rows_free -= sum(j.rows for j in got)
+            took_ready |= bool(got) and queue is self.ready
+            if blocked or rows_free <= 0:
+                break
         if took_ready and self.pending:
             self.cv.notify_all()  # room in ``ready`` again for the encoder thread
         return picked
+
+    def _take_ahead(self, room: int) -> list[Job]:
+        """Queued jobs for the encoder thread, as admission takes them (rows encoded ahead are in service)."""
+        ahead, now = self.ready.rows_of(), time.monotonic()
+        cap = request_cap(self.config, len(self.requests))
+        served = lambda req: req.rows_active + ahead.get(req.id, 0)  # noqa: E731
+        return self.pending.take(room, cap, served, lambda job: self._drop_expired(job, now), "any")[0]
 
     def _encode_ahead(self) -> None:
         """Encoder thread: while the step loop decodes, encode queued jobs (up to a batch's rows) into ``ready``."""
         limit = self.config.max_batch_size
         while True:
             with self.cv:
-                while not (
-                    self.aborting
-                    or (self.stopping and not self.pending)
-                    or (self.pending and self.decoding and sum(j.rows for j in self.ready) < limit)
-                ):
-                    self.cv.wait()
-                if self.aborting or (self.stopping and not self.pending):
-                    return
-                room, now = limit - sum(j.rows for j in self.ready), time.monotonic()
-                while self.pending and room > 0:
-                    job = self.pending.popleft()
-                    if self._drop_expired(job, now):
-                        continue
-                    self.encoding.append(job)
-                    room -= job.rows
-                take = list(self.encoding)
+                take: list[Job] = []
+                while not take:
+                    if self.aborting or (self.stopping and not self.pending):
+                        return
+                    if self.pending and self.decoding and self.ready.rows < limit:
+                        take = self._take_ahead(limit - self.ready.rows)
+                    if not take:
+                        if self.outbox:  # jobs that expired while queued: the step loop reports them
+                            self.cv.notify_all()
+                        self.cv.wait()
+                self.encoding = list(take)
             failed = None
             try:
                 self.gen.encode([j.seq for j in take])
@@ -335,6 +330,7 @@ class Scheduler:
             return
         for job in jobs:
             self.active[job.seq.id] = job
+            job.request.rows_active += job.rows
             if not job.request.admitted:
                 job.request.admitted = True
                 self.admitted.append(Admitted(job.request.id))
@@ -352,6 +348,7 @@ class Scheduler:
         with self.cv:
             for job in gone:
                 del self.active[job.seq.id]
+                job.request.rows_active -= job.rows
                 if not job.cancelled:
                     self._fail(
                         job, DeadlineExceeded(f"deadline exceeded after {job.n_tokens} generated tokens")
@@ -375,6 +372,7 @@ class Scheduler:
                 self.outbox.append(Token(job.request.id, job.index, token))
         for seq in out.finished:
             job = self.active.pop(seq.id)
+            job.request.rows_active -= job.rows
             if job.first_token is None:  # not streamed (or a beam, which reports at the end)
                 job.first_token = now
                 self.stats.ttft_s.append(now - job.request.arrival)
@@ -397,3 +395,6 @@ class Scheduler:
                 req.over = True
                 with self.cv:
                     self.requests.pop(req.id, None)
+        if out.finished and self.pending and self.encoder_thread is not None:
+            with self.cv:  # rows under their requests' caps freed: the encoder thread may take more
+                self.cv.notify_all()
