@@ -5,29 +5,28 @@ line; the server splits it into pieces, all of them one submission) to `/transla
 small `/translate` requests (one held-out sentence each), one after another, measure their time to the answer.
 The same probes on the idle server first give the baseline; the figure is the ratio of the medians (loaded / idle),
 measured in the same run, so that the machine's speed cancels out. The long clients' characters answered per
-second show what fairness costs them. Each --tree (another checkout) and --serve (this tree with flags added) runs
-its own server in turn (the order rotated every round), for a before/after on one machine in one sitting:
+second show what fairness costs them. Each --tree (another commit's server) and --serve (this tree's, flags added)
+runs in turn (ABBA over --rounds), for a before/after on one machine in one sitting:
 
-    python -m bench.serving.fairness [--tree before=/path/to/checkout] [--serve 'batch 16=--max-batch-size 16']
-        [--rounds 2] [--probes 30]
+    python -m bench.serve.fairness [--tree main=main] [--serve 'batch 16=--max-batch-size 16'] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
+import contextlib
 import shlex
 import statistics
-import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
-from bench.common.abba import rotated
-from bench.common.local_serve import free_port, serve_cmd
 
 from bench import ROOT
+from bench.harness.load import abba
+from bench.harness.server import s2s_serve, source_tree
 
 JA = "translate-en-ja"
 
@@ -63,57 +62,43 @@ async def probes(session, url: str, small: list[str], n: int) -> list[float]:
     return out
 
 
-async def measure(tree: Path, flags: list[str], args) -> dict:
-    """One server from ``tree`` with ``flags``: the probes idle, then under the long clients' load."""
-    http = free_port()
-    proc = subprocess.Popen(
-        serve_cmd(ROOT / "models", free_port(), http, 0, "--models", JA, "--log-level", "WARNING", *flags),
-        cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},  # that tree's server, whatever this process runs from
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{http}"
+async def measure(root: Path, flags: list[str], args) -> dict:
+    """One server from the source tree ``root`` with ``flags``: the probes idle, then under the long clients' load."""
+    with s2s_serve(
+        ROOT / "models", "--models", JA, "--log-level", "WARNING", *flags, root=root, model=JA, http=True
+    ) as srv:
+        return await _measure(f"http://127.0.0.1:{srv.http_port}", args)
+
+
+async def _measure(url: str, args) -> dict:
     lines = sentences()
     small = [s for s in lines[:200] if 20 <= len(s) <= 60][:20]
-    try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            for _ in range(1200):
-                try:
-                    async with session.get(url + "/v2/health/ready") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-            await probes(session, url, small, 10)  # warm
-            idle = await probes(session, url, small, args.probes)
-            stop, answered = asyncio.Event(), [0]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await probes(session, url, small, 10)  # warm
+        idle = await probes(session, url, small, args.probes)
+        stop, answered = asyncio.Event(), [0]
 
-            async def client(k: int) -> None:
-                n = 0
-                while not stop.is_set():
-                    text = long_text(lines, 997 * k + 131 * n, args.chars)
-                    await translate(session, url, text)
-                    answered[0] += len(text)
-                    n += 1
+        async def client(k: int) -> None:
+            n = 0
+            while not stop.is_set():
+                text = long_text(lines, 997 * k + 131 * n, args.chars)
+                await translate(session, url, text)
+                answered[0] += len(text)
+                n += 1
 
-            loaders = [asyncio.ensure_future(client(k)) for k in range(args.clients)]
-            await asyncio.sleep(2)  # the load is on
-            chars0, t0 = answered[0], time.perf_counter()
-            loaded = await probes(session, url, small, args.probes)
-            chars_s = (answered[0] - chars0) / (time.perf_counter() - t0)
-            stop.set()
-            await asyncio.gather(*loaders)
-    finally:
-        proc.terminate()
-        proc.wait(60)
+        loaders = [asyncio.ensure_future(client(k)) for k in range(args.clients)]
+        await asyncio.sleep(2)  # the load is on
+        chars0, t0 = answered[0], time.perf_counter()
+        loaded = await probes(session, url, small, args.probes)
+        chars_s = (answered[0] - chars0) / (time.perf_counter() - t0)
+        stop.set()
+        await asyncio.gather(*loaders)
     return {"idle": idle, "loaded": loaded, "chars_s": chars_s}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(
-        prog="python -m bench.serving.fairness",
+        prog="python -m bench.serve.fairness",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -121,7 +106,7 @@ def main() -> None:
         "--tree",
         action="append",
         default=[],
-        help="LABEL=CHECKOUT: another server to measure beside this tree's (repeat)",
+        help="LABEL=REF: the server of git REF, measured beside this tree's (repeat)",
     )
     p.add_argument(
         "--serve",
@@ -132,23 +117,25 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=4, help="clients sending long inputs back to back")
     p.add_argument("--chars", type=int, default=4096, help="characters of each long input")
     p.add_argument("--probes", type=int, default=30, help="small requests per measurement, idle and loaded")
-    p.add_argument("--rounds", type=int, default=1, help="rounds; the servers take turns (rotated)")
+    p.add_argument("--rounds", type=int, default=1, help="rounds; the servers take turns (ABBA)")
     args = p.parse_args()
-    trees = (
-        {"this tree": (ROOT, [])}
-        | {label: (ROOT, shlex.split(flags)) for label, flags in (s.split("=", 1) for s in args.serve)}
-        | {label: (Path(path).resolve(), []) for label, path in (t.split("=", 1) for t in args.tree)}
-    )
-    got: dict[str, list[dict]] = {label: [] for label in trees}
-    for r in range(args.rounds):
-        for label in rotated(list(trees), r):
-            got[label].append(asyncio.run(measure(*trees[label], args)))
-            m = got[label][-1]
-            print(
-                f"round {r + 1} {label}: idle p50 {statistics.median(m['idle']) * 1000:.0f} ms, loaded p50 "
-                f"{statistics.median(m['loaded']) * 1000:.0f} ms, long inputs {m['chars_s']:.0f} chars/s",
-                flush=True,
-            )
+    with contextlib.ExitStack() as stack:
+        trees = {"this tree": (ROOT, [])} | {
+            label: (ROOT, shlex.split(flags)) for label, flags in (s.split("=", 1) for s in args.serve)
+        }
+        for label, ref in (t.split("=", 1) for t in args.tree):
+            into = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fairness-{label}-")))
+            trees[label] = (source_tree(ref, into), [])
+        got: dict[str, list[dict]] = {label: [] for label in trees}
+        for r in range(args.rounds):
+            for label in abba(list(trees), r):
+                got[label].append(asyncio.run(measure(*trees[label], args)))
+                m = got[label][-1]
+                print(
+                    f"round {r + 1} {label}: idle p50 {statistics.median(m['idle']) * 1000:.0f} ms, loaded p50 "
+                    f"{statistics.median(m['loaded']) * 1000:.0f} ms, long inputs {m['chars_s']:.0f} chars/s",
+                    flush=True,
+                )
     ms = lambda xs, q: statistics.quantiles(xs, n=100)[q - 1] * 1000 if q < 100 else max(xs) * 1000  # noqa: E731
     print(
         f"\n{args.clients} clients x {args.chars}-character /translate inputs back to back; {args.probes} small "
