@@ -74,6 +74,10 @@ def _model_ops(versioned: bool) -> dict[str, dict]:
                                                                         "`parameters` holds the limits as strings.",
                                                          "content": {"application/json": {"schema": {"type": "object"}}}},
                                                  **_errors(401, 404)}}},
+        base + "/stats": {"get": {"summary": f"Inference statistics ({which}), as Triton reports them",
+                                  "tags": ["KServe v2"], "parameters": params,
+                                  "responses": {"200": _json("ModelStatistics", "Counts and cumulative times."),
+                                                **_errors(401, 404)}}},
         base + "/infer": {"post": {
             "summary": f"Generate: one output text per input text ({which})", "tags": ["KServe v2"],
             "parameters": [*params, _TIMEOUT,
@@ -106,6 +110,10 @@ def document() -> dict[str, Any]:
                                      "responses": {"200": {"description": "Ready."}, "503": {"description": "Not ready."}}}},
         "/v2": {"get": {"summary": "Server metadata", "tags": ["KServe v2"],
                         "responses": {"200": _json("ServerMetadata", "Name, version, protocol extensions."), **_errors(401)}}},
+        "/v2/models/stats": {"get": {"summary": "Inference statistics of every model version, as Triton reports "
+                                                "them", "tags": ["KServe v2"],
+                                     "responses": {"200": _json("ModelStatistics", "Counts and cumulative times."),
+                                                   **_errors(401)}}},
         **_model_ops(False), **_model_ops(True),
         "/v2/repository/index": {"post": {
             "summary": "The models of the repository, with their state", "tags": ["KServe v2"],
@@ -182,6 +190,10 @@ def document() -> dict[str, Any]:
                     "name": {"type": "string"}, "versions": {"type": "array", "items": {"type": "string"}},
                     "platform": {"type": "string"}, "inputs": {"type": "array", "items": tensor},
                     "outputs": {"type": "array", "items": tensor}}},
+                "ModelStatistics": {"type": "object", "properties": {"model_stats": {"type": "array", "items": {
+                    "type": "object", "description": "Triton's ModelStatistics: name, version, inference_count, "
+                                                     "execution_count and inference_stats (success, fail, queue, "
+                                                     "compute_infer: count and ns)"}}}},
                 "InferRequest": {"type": "object", "required": ["inputs"], "properties": {
                     "id": {"type": "string", "maxLength": 256},
                     "parameters": {"type": "object", "properties": {
