@@ -51,8 +51,9 @@ format: install  ## rewrite the tree as the formatter wants it
 	$(VENV)/bin/ruff format --quiet .
 	$(VENV)/bin/ruff check --quiet --fix .
 
-test: install system-deps lint  ## set everything up, check the formatting and lint, run the test suite
-	$(PY) -m pytest -q
+test: install system-deps lint  ## set everything up, check the formatting and lint, run the test suite (two workers, then the serial tests)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 models: install  ## retrain and re-export the default model repository (5,200 steps: about 1 h 45 min on 2 cores with AVX-512 BF16, 6 h on AVX2 only)
 	@dpkg -s libjemalloc2 >/dev/null 2>&1 || \

@@ -68,6 +68,7 @@ def parse_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("parse")]
 
 
+@pytest.mark.serial
 def test_a_big_urlencoded_body_is_parsed_off_the_event_loop(srv):
     body = b"source=en&target=ja&q=" + b"%41" * (2 * 1024 * 1024)  # 6 MiB of percent-escapes
     with LoopLag(srv.loop) as lag:

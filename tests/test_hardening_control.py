@@ -50,6 +50,7 @@ def translate(srv, q: str, fmt: str = "text") -> tuple[int, str]:
     return post(srv, "/translate", body)
 
 
+@pytest.mark.serial
 def test_an_unload_whose_caller_gives_up_still_stops_its_processes(tmp_path, model_repo):
     srv = ServerThread(
         server_config(

@@ -109,8 +109,10 @@ def t5(folder: Path, d: int, layers: int, heads: int, ff: int, vocab: int) -> No
 FAMILIES = {"marian": marian, "t5": t5}  # family -> maker of a checkpoint folder of its shape
 
 
-def build(family: str, sizes: dict, variant: str) -> tuple[Path, dict[str, Path], Path]:
-    """(checkpoint, bundle by precision, CTranslate2 model), each made once."""
+def build(
+    family: str, sizes: dict, variant: str, precisions: list[str]
+) -> tuple[Path, dict[str, Path], Path]:
+    """(checkpoint, bundle by precision (those asked for), CTranslate2 model), each made once."""
     from export.hf_import import ImportOptions, import_model
 
     tag = f"d{sizes['d']}-l{sizes['layers']}-v{sizes['vocab']}"
@@ -123,6 +125,8 @@ def build(family: str, sizes: dict, variant: str) -> tuple[Path, dict[str, Path]
         FAMILIES[family](ckpt, **sizes)
     bundles = {}
     for precision, quantize in (("float32", "none"), ("int8", variant)):
+        if precision not in precisions:
+            continue
         name = family if quantize == "none" else f"{family}-{quantize}"
         if not (repo / name / "1" / "config.json").is_file():
             import_model(ImportOptions(ckpt, repo, name, 1, quantize))
@@ -143,7 +147,7 @@ def run(args, started: float) -> Report:
     from bench.engine.table import grid_table
 
     sizes = SIZES[args.model_family]["quick" if args.quick else "full"]
-    _, bundles, ct2_dir = build(args.model_family, sizes, args.int8_variant)
+    _, bundles, ct2_dir = build(args.model_family, sizes, args.int8_variant, args.precisions)
     n, repeats, sides, engines = args.new_tokens[0], args.repeats or 3, [], {}
     for p in args.precisions:
         engines[p] = eng = engine.load(bundles[p], threads=1, device="cpu")
