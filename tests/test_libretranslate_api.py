@@ -19,6 +19,7 @@ from s2s.seq2seq_client import Seq2SeqClient
 pytestmark = pytest.mark.skipif(
     not (MODEL_REPO / "translate-en-ja").is_dir(), reason="no translate-en-ja model"
 )
+
 SAMPLES = ["Save", "Open File", "Settings", "Cancel", "Delete"]  # from data/en-ja/ui-strings.tsv
 
 
