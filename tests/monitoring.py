@@ -1,5 +1,6 @@
 """What the server exports to Prometheus, and what the deployment's Prometheus rules and Grafana dashboard
-query: read by the deployment checks (tests/test_deploy.py) and the live-Prometheus tests (tests/test_prometheus.py).
+query: read by the deployment checks (tests/test_deploy_monitoring.py, tests/test_deploy_k8s.py) and the
+live-Prometheus tests (tests/test_prometheus.py).
 
 EXPORTED_METRICS is the set of metric families the server exports (docs/DEPLOYMENT.md, the server's
 metrics module). Every metric that the dashboard or the recording rules query must be one of them.

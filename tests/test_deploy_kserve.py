@@ -4,7 +4,7 @@ Each custom resource validates against its upstream CRD schema, pinned in tests/
 InferenceService and ClusterServingRuntime, KEDA v2.20.2's ScaledObject: each file's "$comment" names the upstream
 commit and path; scripts/cut_crd_schema.py cut them to the fields deploy/ uses and refuses any other, as
 `kubectl apply --validate=strict` would) with jsonschema; the built-in kinds with kubernetes-validate, as
-tests/test_deploy.py does. Then the runtime's contract with the server and the bundles. The runtime runs for real in
+tests/test_deploy_k8s.py does. Then the runtime's contract with the server and the bundles. The runtime runs for real in
 tests/test_kserve_runtime.py.
 """
 
@@ -50,7 +50,7 @@ FORMAT = "s2s-bundle"
 
 OPERATOR_KINDS = {
     "PodMonitor"
-}  # the Prometheus Operator's: checked by hand below, as tests/test_deploy.py does
+}  # the Prometheus Operator's: checked by hand below, as tests/test_deploy_k8s.py does
 
 
 def manifests() -> list[tuple[str, dict]]:

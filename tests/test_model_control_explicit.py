@@ -1,7 +1,9 @@
-"""Model control without a restart (server/models/control.py): Triton's repository API with the real tritonclient
-over gRPC and HTTP, new versions loaded under traffic, poll mode, broken bundles, and `s2s models`.
+"""Model control without a restart (server/models/control.py) in explicit mode, on one server for the
+module: Triton's repository API with the real tritonclient over gRPC and HTTP, new versions loaded under
+traffic, unloads and reloads that finish what they accepted, broken bundles, `s2s models`, and docs/KSERVE.md's
+example.
 
-Each server here serves a temporary repository: a copy of the committed ``addition`` bundle (version folders
+The server serves a temporary repository: a copy of the committed ``addition`` bundle (version folders
 are added and removed by the tests) and a link to ``translate-en-ja`` (the other model, which must not notice).
 """
 
@@ -19,45 +21,16 @@ import urllib.request
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 import tritonclient.grpc as triton
 import tritonclient.http as triton_http
-from conftest import MODEL_REPO, ROOT, ServerThread, make_repo, server_config, shell_examples, wait_for
+from conftest import ROOT, ServerThread, make_repo, server_config, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from model_control_repo import ADD, AUTH, JA, TOKEN, add, add_version, text_input
 from tritonclient.utils import InferenceServerException
 
 from protos.seq2seq.v1 import seq2seq_pb2 as s2s_pb
 from protos.seq2seq.v1 import seq2seq_pb2_grpc as s2s_grpc
-
-ADD, JA = "addition", "translate-en-ja"
-TOKEN = "control-token"
-AUTH = {"authorization": f"Bearer {TOKEN}"}
-
-
-def add_version(repo: Path, version: int, model: str = ADD) -> Path:
-    """A new version folder, published as `s2s export` or an operator should: written aside, renamed in."""
-    staging = repo / f".staging-{model}-{version}"
-    shutil.copytree(MODEL_REPO / ADD / "1", staging)
-    (repo / model).mkdir(exist_ok=True)
-    staging.rename(repo / model / str(version))
-    return repo / model / str(version)
-
-
-def text_input(texts: list[str], module=triton):
-    inp = module.InferInput("text_input", [len(texts)], "BYTES")
-    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))
-    return inp
-
-
-def add(client, a: int, b: int, module=triton) -> tuple[str, str]:
-    """(answer, version) of one addition."""
-    r = client.infer(
-        ADD, [text_input([f"{a}+{b}"], module)], headers=dict(AUTH)
-    )  # tritonclient.http adds to it
-    return r.as_numpy("text_output")[0].decode(), (
-        r.get_response().model_version if module is triton else r.get_response()["model_version"]
-    )
 
 
 def metrics_text(srv) -> str:
@@ -403,93 +376,6 @@ def test_s2s_models_cli(explicit):
     assert loaded.returncode == 0 and "loaded" in loaded.stdout
     missing = s2s("load", "no-such-model")
     assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr and "no-such-model" in missing.stderr
-
-
-def test_poll_mode_follows_the_repository(tmp_path):
-    """No call: a new version folder is served, a removed one falls back to the one before, a broken one is
-    logged and left while the serving version goes on, and a new model folder is loaded."""
-    repo = make_repo(tmp_path, other=False)
-    srv = ServerThread(
-        server_config(model_repo=repo, model_control_mode="poll", repository_poll_secs=0.2, instances=1)
-    )
-    c = triton.InferenceServerClient(srv.address)
-    try:
-        assert add(c, 1, 2) == ("3", "1")
-        add_version(repo, 2)
-        assert wait_for(lambda: add(c, 1, 2)[1] == "2", 60)
-        with pytest.raises(InferenceServerException) as e:
-            c.load_model(ADD)  # the disk decides in poll mode
-        assert "explicit" in str(e.value)
-        broken = add_version(repo, 3)
-        (broken / "encoder.onnx").write_bytes(b"not a model")
-        assert wait_for(lambda: "encoder.onnx" in srv.running.control.failure(ADD), 60)
-        assert add(c, 1, 2) == ("3", "2")
-        shutil.rmtree(broken)
-        shutil.rmtree(repo / ADD / "2")
-        assert wait_for(lambda: add(c, 1, 2)[1] == "1", 60)
-        add_version(repo, 1, "addition-copy")
-        assert wait_for(lambda: c.is_model_ready("addition-copy"), 60)
-        shutil.rmtree(repo / "addition-copy")
-        assert wait_for(lambda: not c.is_model_ready("addition-copy"), 60)
-    finally:
-        c.close()
-        srv.stop()
-
-
-def test_none_mode_refuses_load_and_unload(tmp_path):
-    repo = make_repo(tmp_path)
-    srv = ServerThread(server_config(model_repo=repo, models=(ADD,), instances=1))
-    c = triton_http.InferenceServerClient(f"127.0.0.1:{srv.running.web.port}")
-    try:
-        for call in (c.load_model, c.unload_model):
-            with pytest.raises(InferenceServerException) as e:
-                call(ADD)
-            assert "--model-control-mode explicit" in str(e.value) and e.value.status() == "400"
-        assert c.is_model_ready(ADD)
-        assert {m["name"]: m["state"] for m in c.get_model_repository_index()} == {
-            ADD: "READY",
-            JA: "UNAVAILABLE",
-        }
-    finally:
-        c.close()
-        srv.stop()
-
-
-def deployment_examples() -> list[tuple[str, str]]:
-    """The ```sh commands of docs/DEPLOYMENT.md's "New versions without a restart", each with the text its
-    `# -> ` line says its output holds."""
-    text = (ROOT / "docs" / "DEPLOYMENT.md").read_text(encoding="utf-8")
-    section = text.split("## New versions without a restart", 1)[1].split("\n## ", 1)[0]
-    return shell_examples(section, "docs/DEPLOYMENT.md")
-
-
-@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
-def test_deployment_examples(tmp_path):
-    examples = deployment_examples()
-    assert len(examples) >= 8
-    repo = make_repo(tmp_path, other=False)
-    srv = ServerThread(
-        server_config(model_repo=repo, model_control_mode="explicit", load_model=(ADD,), instances=1)
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    s2s = f"{sys.executable} -m s2s.cli models --server {srv.address}"
-    try:
-        for command, expected in examples:
-            command = command.replace("localhost:8000", f"127.0.0.1:{srv.running.web.port}").replace(
-                "s2s models", s2s
-            )
-            run = subprocess.run(
-                ["bash", "-c", "set -o pipefail; " + command],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                cwd=tmp_path,
-                env=env,
-            )
-            assert run.returncode == 0, f"{command}\n{run.stderr}"
-            assert expected in run.stdout, f"{command}\n-> {run.stdout}"
-    finally:
-        srv.stop()
 
 
 def test_kserve_doc_example(explicit):

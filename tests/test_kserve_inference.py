@@ -1,9 +1,9 @@
-"""The KServe v2 / Triton gRPC protocol (server/kserve/) with the real tritonclient against a real server.
+"""The KServe v2 / Triton gRPC protocol (server/kserve/) serving, with the real tritonclient against a real
+server: health, metadata and the repository index, inference in both tensor encodings and with options, the aio
+and streaming clients, one set of metrics with the Seq2Seq API, and the deployed configuration.
 
-tritonclient and our generated stubs both define the `inference` protobuf package; ours lives in a
-descriptor pool of its own (protos/inference/__init__.py), so the two load in any order in one process
-(test_either_import_order). test_generated_module_in_a_fresh_process covers the server exactly as
-deployed, without tritonclient.
+test_generated_module_in_a_fresh_process covers the server exactly as deployed, with our generated stubs and
+without tritonclient in the process.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import queue
-import struct
 import subprocess
 import sys
 import textwrap
@@ -23,28 +22,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 import tritonclient.grpc.aio as triton_aio
-from conftest import MODEL_REPO, ROOT, ServerThread, server_config
-from tritonclient.grpc import service_pb2 as triton_pb
+from conftest import MODEL_REPO, ROOT
+from kserve_grpc import MODELS, SAMPLES, TIMEOUT, contents_request, outputs_of, seq2seq, text_input
 from tritonclient.utils import InferenceServerException
 
-from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
-from s2s.seq2seq_client import Seq2SeqClient
-from server.kserve.tensors import join_bytes
-
-# Inputs each default model can tokenize; only models present in the repository are tested.
-SAMPLES = {
-    "addition": ["12+30", "7+5", "100+23", "0+0", "999+1"],
-    "translate-en-ja": [
-        "Save",
-        "Open File",
-        "Settings",
-        "Cancel",
-        "Delete",
-    ],  # from data/en-ja/ui-strings.tsv
-}
-MODELS = [m for m in SAMPLES if (MODEL_REPO / m).is_dir()]
-TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
@@ -59,93 +41,6 @@ def stub(server):
     channel = grpc.insecure_channel(server.address)
     yield pb_grpc.GRPCInferenceServiceStub(channel)
     channel.close()
-
-
-def text_input(texts: list[str], shape: list[int] | None = None) -> triton.InferInput:
-    inp = triton.InferInput("text_input", shape or [len(texts)], "BYTES")
-    inp.set_data_from_numpy(
-        np.array([t.encode() for t in texts], dtype=object).reshape(shape or [len(texts)])
-    )
-    return inp
-
-
-def outputs_of(result) -> list[str]:
-    return [b.decode() for b in result.as_numpy("text_output").reshape(-1)]
-
-
-def contents_request(model: str, texts: list[bytes], shape=None, **kw) -> pb.ModelInferRequest:
-    t = pb.ModelInferRequest.InferInputTensor(
-        name="text_input", datatype="BYTES", shape=shape or [len(texts)]
-    )
-    t.contents.bytes_contents.extend(texts)
-    return pb.ModelInferRequest(model_name=model, inputs=[t], **kw)
-
-
-def seq2seq(server, model: str, texts: list[str], **kw) -> list[str]:
-    with Seq2SeqClient(server.address) as c:
-        return c.generate(model, texts, **kw)
-
-
-# ---- the protocol itself --------------------------------------------------------------------------
-def test_proto_matches_the_triton_wire_format(tmp_path):
-    """Every field of protos/inference/grpc_service.proto has the public protocol's number, type and label."""
-    from google.protobuf import descriptor_pb2
-    from grpc_tools import protoc
-
-    out = tmp_path / "set.pb"
-    assert (
-        protoc.main(
-            ["protoc", f"-I{ROOT}", f"--descriptor_set_out={out}", "protos/inference/grpc_service.proto"]
-        )
-        == 0
-    )
-    (ours,) = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
-    assert ours.package == "inference"
-    pool = triton_pb.DESCRIPTOR.pool
-
-    def check(msg: descriptor_pb2.DescriptorProto, prefix: str) -> None:
-        theirs = pool.FindMessageTypeByName(f"{prefix}{msg.name}")
-        for f in msg.field:
-            t = theirs.fields_by_number.get(f.number)
-            assert t is not None, (
-                f"{prefix}{msg.name}.{f.name} = {f.number}: no such field number in Triton's"
-            )
-            repeated = f.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
-            assert (t.name, t.type, t.is_repeated) == (f.name, f.type, repeated), (
-                f"{prefix}{msg.name}.{f.name}"
-            )
-            if f.type_name:
-                ref = t.message_type or t.enum_type
-                assert f.type_name == f".{ref.full_name}", f"{prefix}{msg.name}.{f.name}"
-            if t.containing_oneof or f.HasField("oneof_index"):
-                assert t.containing_oneof.name == msg.oneof_decl[f.oneof_index].name
-        for nested in msg.nested_type:
-            check(nested, f"{prefix}{msg.name}.")
-
-    for msg in ours.message_type:
-        check(msg, "inference.")
-    for enum in ours.enum_type:
-        theirs = pool.FindEnumTypeByName(f"inference.{enum.name}")
-        assert {v.name: v.number for v in enum.value} == {v.name: v.number for v in theirs.values}
-    (service,) = ours.service
-    theirs = pool.FindServiceByName("inference.GRPCInferenceService")
-    for m in service.method:
-        t = theirs.methods_by_name[m.name]
-        assert (m.input_type, m.output_type) == (f".{t.input_type.full_name}", f".{t.output_type.full_name}")
-        assert (m.client_streaming, m.server_streaming) == (t.client_streaming, t.server_streaming)
-    assert {m.name for m in service.method} >= {
-        "ServerLive",
-        "ServerReady",
-        "ModelReady",
-        "ServerMetadata",
-        "ModelMetadata",
-        "ModelInfer",
-        "ModelStreamInfer",
-        "ModelConfig",
-        "RepositoryIndex",
-        "RepositoryModelLoad",
-        "RepositoryModelUnload",
-    }
 
 
 def test_health_and_metadata(client, server):
@@ -344,142 +239,6 @@ def test_streaming_clients(server):
     assert sorted(asyncio.run(main())) == sorted((str(i), [expected[i]]) for i in range(len(texts)))
 
 
-# ---- errors ------------------------------------------------------------------------------------
-def _bad_requests(model: str):
-    ok = [b"12+30"] if model == "addition" else [SAMPLES[model][0].encode()]
-    raw = lambda *items: pb.ModelInferRequest(  # noqa: E731
-        model_name=model,
-        raw_input_contents=list(items),
-        inputs=[pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=[1])],
-    )
-    yield (
-        "unknown model",
-        pb.ModelInferRequest(model_name="no-such-model", inputs=contents_request(model, ok).inputs),
-        grpc.StatusCode.NOT_FOUND,
-        "no-such-model",
-    )
-    yield (
-        "unknown version",
-        contents_request(model, ok, model_version="999"),
-        grpc.StatusCode.NOT_FOUND,
-        "'999'",
-    )
-    r = contents_request(model, ok)
-    r.inputs[0].datatype = "FP32"
-    yield "wrong datatype", r, grpc.StatusCode.INVALID_ARGUMENT, "datatype 'FP32'"
-    yield (
-        "wrong shape",
-        contents_request(model, ok * 4, shape=[2, 2]),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "shape [2, 2]",
-    )
-    yield (
-        "shape vs elements",
-        contents_request(model, ok, shape=[3]),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "needs 3",
-    )
-    r = contents_request(model, ok)
-    r.inputs[0].name = "text"
-    yield "unknown tensor", r, grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference input 'text'"
-    r = contents_request(model, ok)
-    r.inputs.add(name="temperature", datatype="FP32", shape=[1]).contents.fp32_contents.append(0.5)
-    yield "extra tensor", r, grpc.StatusCode.INVALID_ARGUMENT, "'temperature'"
-    yield (
-        "missing text_input",
-        pb.ModelInferRequest(model_name=model),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "missing input 'text_input'",
-    )
-    yield "invalid UTF-8", contents_request(model, [b"\xff\xfe12"]), grpc.StatusCode.INVALID_ARGUMENT, "UTF-8"
-    yield (
-        "raw: length beyond buffer",
-        raw(struct.pack("<I", 100) + b"12+30"),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "declares 100 bytes but only 5 remain",
-    )
-    yield (
-        "raw: truncated prefix",
-        raw(join_bytes(ok) + b"\x01\x00"),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "truncated length prefix",
-    )
-    yield (
-        "raw: count",
-        raw(join_bytes(ok), join_bytes(ok)),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "2 entries for 1 inputs",
-    )
-    r = contents_request(model, ok)
-    r.outputs.add(name="logits")
-    yield "unknown output", r, grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference output 'logits'"
-    r = contents_request(model, ok)
-    r.parameters["max_tokens"].string_param = "ten"
-    yield "parameter type", r, grpc.StatusCode.INVALID_ARGUMENT, "'max_tokens' must be an integer"
-    r = contents_request(model, ok)
-    r.parameters["beam_width"].int64_param = 1000
-    yield "beam_width range", r, grpc.StatusCode.INVALID_ARGUMENT, "beam_width=1000"
-    r = contents_request(model, ok)
-    r.inputs.add(name="max_tokens", datatype="INT64", shape=[2]).contents.int64_contents.extend([1, 2])
-    yield "option shape", r, grpc.StatusCode.INVALID_ARGUMENT, "'max_tokens' has shape [2]"
-    yield (
-        "empty text",
-        contents_request(model, [b"   "]),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "input 0 is empty",
-    )
-
-
-def test_bad_requests_are_refused_and_the_server_keeps_serving(client, stub, server):
-    model = MODELS[0]
-    cases = list(_bad_requests(model))
-    for name, request, code, needle in cases:
-        with pytest.raises(grpc.RpcError) as e:
-            stub.ModelInfer(request, timeout=TIMEOUT)
-        assert (e.value.code(), needle in e.value.details()) == (code, True), f"{name}: {e.value.details()}"
-
-    # Through tritonclient too (its own InferInput validation is bypassed by the datatype/shape it trusts).
-    bad = triton.InferInput("text_input", [1], "INT32")
-    bad.set_data_from_numpy(np.array([7], dtype=np.int32))
-    with pytest.raises(InferenceServerException) as e:
-        client.infer(model, [bad])
-    assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and "datatype 'INT32'" in e.value.message()
-
-    # The same requests in one stream: each answered with an error_message, the stream stays open.
-    def stream():
-        for i, (_, request, _, _) in enumerate(cases):
-            request.id = f"bad-{i}"
-            yield request
-        yield contents_request(model, [SAMPLES[model][0].encode()], id="good")
-
-    responses = {r.infer_response.id: r for r in stub.ModelStreamInfer(stream(), timeout=TIMEOUT)}
-    assert len(responses) == len(cases) + 1
-    for i, (name, _, _, needle) in enumerate(cases):
-        msg = responses[f"bad-{i}"].error_message
-        assert msg.startswith(f"[request id: bad-{i}] ") and needle in msg, f"{name}: {msg}"
-    assert not responses["good"].error_message
-
-    # And the server still serves.
-    texts = SAMPLES[model]
-    assert outputs_of(client.infer(model, [text_input(texts)])) == seq2seq(server, model, texts)
-
-
-def test_model_not_ready_is_unavailable(model_repo):
-    srv = ServerThread(server_config(models=(MODELS[0],)))
-    try:
-        c = triton.InferenceServerClient(srv.address)
-        assert c.is_model_ready(MODELS[0])
-        for mv in srv.running.repo.all():
-            mv.stop()  # what shutdown does first
-        assert not c.is_server_ready() and not c.is_model_ready(MODELS[0])
-        with pytest.raises(InferenceServerException) as e:
-            c.infer(MODELS[0], [text_input(SAMPLES[MODELS[0]][:1])])
-        assert e.value.status() == "StatusCode.UNAVAILABLE" and "not ready" in e.value.message()
-        c.close()
-    finally:
-        srv.stop()
-
-
 # ---- one service, one set of metrics -----------------------------------------------------------
 def _requests_total(server, model: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
@@ -554,21 +313,3 @@ def test_generated_module_in_a_fresh_process(client):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == outputs_of(
         client.infer(model, [text_input(texts)])
     )
-
-
-@pytest.mark.parametrize("first", ["ours", "tritonclient"])
-def test_either_import_order(first):
-    """Our generated `inference` module and tritonclient's load in either order, and speak the same wire format."""
-    ours = "from protos.inference import grpc_service_pb2 as pb"
-    theirs = "from tritonclient.grpc import service_pb2 as tpb"
-    script = "\n".join([ours, theirs] if first == "ours" else [theirs, ours]) + textwrap.dedent("""
-        r = pb.ModelInferRequest(model_name="m", id="x")
-        r.inputs.add(name="text_input", datatype="BYTES", shape=[1])
-        assert tpb.ModelInferRequest.FromString(r.SerializeToString()).inputs[0].name == "text_input"
-        import server.kserve.grpc_binding
-        print("ok")
-    """)
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
