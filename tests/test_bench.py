@@ -94,7 +94,17 @@ def test_engine_model_family_quick(tmp_path, family):
     ct2()
     pytest.importorskip("sentencepiece", reason="the import extra")
     # float32 only: the int8 import is the import's own tests' (tests/test_*_import.py); this checks the grid
-    bench("engine", "--quick", "--model-family", family, "--precisions", "float32", "--results", str(tmp_path), timeout=900)
+    bench(
+        "engine",
+        "--quick",
+        "--model-family",
+        family,
+        "--precisions",
+        "float32",
+        "--results",
+        str(tmp_path),
+        timeout=900,
+    )
     cells = rows(tmp_path, f"{family}-ct2", "grid")
     assert {(r["system"], r["search"]) for r in cells} >= {
         ("engine", "beam 4"),
