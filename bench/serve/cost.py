@@ -280,10 +280,14 @@ def options(args, inputs: list[str], flags) -> Report:
         f"One engine core, continuous batching (--max-batch-size {args.max_batch_size}), C={c} closed-loop seq2seq.v1 workers, every request of a window with the family's options (beam_size=1 unless they set it); {args.rounds} round(s), the order rotated each round, pooled. *x no option*: tokens/s over the no-option row of the same server."
         + (f" Baseline: the server of commit `{args.baseline}`, same flags." if args.baseline else "")
     )
-    t = report.table("options", "family", "options", ("answers/s", "{:.1f}"), ("tokens/s", "{:.0f}"), ("x no option", "{:.2f}"), ("server CPU ms / token", "{:.2f}"), ("p50 ms", "{:.1f}"), ("rows/step", "{:.1f}"), "errors")  # fmt: skip
+    t = report.table("options", "family", "options", ("answers/s", "{:.1f}"), ("tokens/s", "{:.0f}"), ("x no option", "{:.2f}"), ("server CPU ms / token", "{:.2f}"), ("front end", "{:.2f}"), ("engine core", "{:.2f}"), ("p50 ms", "{:.1f}"), ("rows/step", "{:.1f}"), "errors")  # fmt: skip
     pooled = {name: Window.pooled(ws) for name, ws in rounds.items()}
     base, opts = pooled["no option"], dict(FAMILIES)
-    ms_token = lambda w: 1000 * sum(w.cpu_s.values()) / w.tokens if w.tokens else float("nan")  # noqa: E731
+    ms_token = lambda w, *roles: (  # noqa: E731
+        1000 * sum(v for k, v in w.cpu_s.items() if not roles or k in roles) / w.tokens
+        if w.tokens
+        else float("nan")
+    )
     for name, w in pooled.items():
         steps = w.metrics.get("s2s_batch_size_count", 0)
         shown = ", ".join(f"{k}={v}" for k, v in opts.get(name, {}).items()) or "—"
@@ -295,6 +299,8 @@ def options(args, inputs: list[str], flags) -> Report:
             w.tps,
             w.tps / base.tps if base.tps else None,
             ms_token(w),
+            ms_token(w, "front"),
+            ms_token(w, "cores"),
             pct(w.latencies, 50) * 1e3,
             rows,
             str(sum(w.errors.values())),
