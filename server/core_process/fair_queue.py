@@ -47,6 +47,7 @@ class FairQueue:
     def __init__(self):
         self._by_request: dict[int, collections.deque[Job]] = {}  # in arrival order
         self.rows = 0  # rows of every job held
+        self.held_back = False  # the last ``take`` left a request's job for its cap: freed rows may let it in
 
     def __bool__(self) -> bool:
         return bool(self._by_request)
@@ -87,12 +88,14 @@ class FairQueue:
         Returns the jobs and whether such a job ended the taking."""
         taken: list[Job] = []
         extra: dict[int, int] = {}  # rows taken in this call, by request
+        self.held_back = False
         for capped in (True, False) if cap.beyond else (True,):
             for rid, jobs in list(self._by_request.items()):
                 while jobs and rows > 0:
                     job = jobs[0]
                     has = served(job.request) + extra.get(rid, 0)
                     if capped and has and has + job.rows > cap.rows:
+                        self.held_back = True
                         break
                     if drop(job):
                         self._pop(rid, jobs)

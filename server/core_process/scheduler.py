@@ -395,6 +395,9 @@ class Scheduler:
                 req.over = True
                 with self.cv:
                     self.requests.pop(req.id, None)
-        if out.finished and self.pending and self.encoder_thread is not None:
-            with self.cv:  # rows under their requests' caps freed: the encoder thread may take more
-                self.cv.notify_all()
+        # Rows freed under the caps that held a request's jobs back: the encoder thread may take them now. Only
+        # then: a wake-up at every finished row would have it encode fewer rows a call (the usual load is never capped).
+        if out.finished and self.encoder_thread is not None:
+            with self.cv:
+                if self.pending.held_back:
+                    self.cv.notify_all()

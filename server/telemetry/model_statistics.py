@@ -28,7 +28,7 @@ INFERENCE_METHODS = frozenset({"Generate", "GenerateStream", "ModelInfer", "Mode
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """What one tracked inference call learned on its way (times in ns)."""
 
@@ -65,7 +65,7 @@ def ran(queue_seconds: float, total_seconds: float) -> None:
         call.ran_at_ns = time.perf_counter_ns()
 
 
-@dataclass
+@dataclass(slots=True)
 class Duration:
     count: int = 0
     ns: int = 0
@@ -127,7 +127,7 @@ class ModelStatistics:
         if call.version is None:
             return
         end = time.perf_counter_ns()
-        s = self.versions.setdefault(call.version, VersionStatistics())
+        s = self.versions.get(call.version) or self.versions.setdefault(call.version, VersionStatistics())
         s.last_inference_ms = time.time_ns() // 1_000_000
         if not ok:
             s.fail.add(end - call.start_ns)
@@ -144,6 +144,8 @@ class ModelStatistics:
         }
         for phase, ns in spent.items():
             s.phases[phase].add(ns)
-        batch = s.batches.setdefault(call.inputs, {p: Duration() for p in PHASES if p != "queue"})
+        batch = s.batches.get(call.inputs) or s.batches.setdefault(
+            call.inputs, {p: Duration() for p in PHASES if p != "queue"}
+        )
         for phase, d in batch.items():
             d.add(spent[phase])
