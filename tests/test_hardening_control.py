@@ -108,9 +108,10 @@ def test_model_control_is_refused_during_the_drain_and_http_answers_503(tmp_path
                 kgrpc.GRPCInferenceServiceStub(ch).RepositoryModelLoad(
                     kpb.RepositoryModelLoadRequest(model_name=ADD), timeout=60
                 )
-            assert (
-                e.value.code() == grpc.StatusCode.UNAVAILABLE
-            )  # gRPC takes no new call once its drain began
+            # gRPC takes no new call once its drain began: grpc's core refuses it UNAVAILABLE, or CANCELLED where the
+            # call reached the server after its listener closed (a race inside grpc, seen on a loaded machine)
+            assert e.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+            assert ADD not in srv.running.repo.models
             status, error = post(srv, f"/v2/repository/models/{ADD}/load")
             assert status == 503 and "shutting down" in error
             status, error = translate(srv, "Save")  # the HTTP port is open while gRPC work drains

@@ -1,20 +1,18 @@
 """Per-engine-core scheduling: the queue, the batching policy, the step loop thread, and the stats it records.
 
-It runs inside an engine core (``server/core_process/process.py``, a process of its own) and knows neither asyncio
-nor gRPC nor Prometheus: requests come in through ``submit``/``cancel`` and everything that
-happens goes out through one ``sink(events, stats)`` call per loop iteration, as plain dataclasses
-(vLLM's schedule -> execute -> update: the StepLoop's ``step`` returns a ``StepOutput`` and this
-loop turns it into events).
+It runs inside an engine core (``server/core_process/process.py``, a process of its own) and knows neither asyncio nor
+gRPC nor Prometheus: requests come in through ``submit``/``cancel`` and everything that happens goes out through one
+``sink(events, stats)`` call per loop iteration, as plain dataclasses (vLLM's schedule -> execute -> update: the
+StepLoop's ``step`` returns a ``StepOutput`` and this loop turns it into events).
 
-A worker thread owns the ``StepLoop`` and loops ``admit -> step -> emit``. While it decodes, a
-second thread runs the encoder for queued requests (``ready``), so that admission under load costs
-the step loop no encoder time (the encoder is compute-bound, and a large share of the step loop's time
-under load with short outputs). When the step loop is idle it encodes newcomers
-itself, so a lone request never pays a thread hand-off.
+A worker thread owns the ``StepLoop`` and loops ``admit -> step -> emit``. While it decodes, a second thread runs the
+encoder for queued requests (``ready``), so that admission under load costs the step loop no encoder time (the encoder
+is compute-bound, and a large share of the step loop's time under load with short outputs). When the step loop is idle
+it encodes newcomers itself, so a lone request never pays a thread hand-off.
 
 The batching policy (``server/core_process/admission.py``) says how many rows each step may admit, the queues
-(``fair_queue.py``) which: fairly across requests. A request's first admission into the batch is reported
-(``Admitted``, in the next report): the front end tells the requests a core that died had started from the rest.
+(``fair_queue.py``) which: fairly across requests. A request's first admission into the batch is reported (``Admitted``,
+in the next report): the front end tells the requests a core that died had started from the rest.
 """
 
 from __future__ import annotations
@@ -126,13 +124,9 @@ class Scheduler:
     def _view(self) -> QueueView:
         """What the batching policy sees (under self.cv)."""
         waiting = [t for q in (self.ready, self.pending) if (t := q.oldest_arrival()) is not None]
+        oldest = min(waiting) if waiting else None
         return QueueView(
-            time.monotonic(),
-            self.gen.n_rows,
-            len(self.gen),
-            self.queued_rows(),
-            min(waiting) if waiting else None,
-            self.stopping,
+            time.monotonic(), self.gen.n_rows, len(self.gen), self.queued_rows(), oldest, self.stopping
         )
 
     def queued_rows(self) -> int:
@@ -395,9 +389,9 @@ class Scheduler:
                 req.over = True
                 with self.cv:
                     self.requests.pop(req.id, None)
-        # Rows freed under the caps that held a request's jobs back: the encoder thread may take them now. Only
-        # then: a wake-up at every finished row would have it encode fewer rows a call (the usual load is never capped).
         if out.finished and self.encoder_thread is not None:
-            with self.cv:
+            with (
+                self.cv
+            ):  # freed rows may let in jobs that caps held back (a wake-up per finish shrinks encodes)
                 if self.pending.held_back:
                     self.cv.notify_all()
