@@ -9,7 +9,8 @@ inputs and conversions, one results schema (docs/bench/<name>.json) and one rend
            (--model-family); int8's accuracy                      -> decode-grid, decode-real, marian-ct2
   serve    `s2s serve` under closed-loop load: batching modes x engine cores x concurrency against the engine
            cores' in-process ceiling and CTranslate2; CPU per request by process; what each decoding-option
-           family costs (and the no-option path against another commit's server)  -> serve, serve-cost, options
+           family costs (and the no-option path against another commit's server)  -> serve, serve-cost, options;
+           --only fairness: a small /translate's wait while clients send long inputs (printed only)
   peers    `s2s serve` beside the servers users would build instead (CTranslate2 behind grpc.aio per request
            or micro-batched, PyTriton + CTranslate2), same weights, inputs and client  -> serve-peers
   quality  protected spans and long inputs through the server; the addition model on all 10^6 pairs

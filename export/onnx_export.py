@@ -17,6 +17,7 @@ from torch.export import Dim
 
 from contract import bundle, names
 from contract.bundle import BundleConfig
+from contract.config import ModelConfig
 from export.fused import translation_table
 from export.publish import destination, next_version, publish
 from export.quantize import graph_data_files
@@ -170,26 +171,7 @@ def export(opts: ExportOptions) -> Path:
     final = model_dir / str(version)
     with tempfile.TemporaryDirectory(prefix="s2s-export-") as tmp:
         out = Path(tmp)
-        enc_args, dec_args = _example_inputs(model)
-        with torch.no_grad():
-            _export(
-                EncoderGraph(model),
-                enc_args,
-                names.encoder_io(c.n_decoder_layers),
-                out / bundle.ENCODER_FILE,
-                2,
-                opts.fused,
-                opts.gqa,
-            )
-            _export(
-                DecoderGraph(model),
-                dec_args,
-                names.decoder_io(c.n_decoder_layers),
-                out / bundle.DECODER_FILE,
-                3,
-                opts.fused,
-                opts.gqa,
-            )
+        _write_graphs(model, out, opts)
         if quantization == "none":
             fold_output_bias(out / bundle.DECODER_FILE)
         else:
@@ -201,35 +183,7 @@ def export(opts: ExportOptions) -> Path:
             gc.collect()
             quantize(out, quantization)
             model = checkpoint.load(opts.checkpoint).model.eval()
-        shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
-        target_tokenizer = (opts.checkpoint / checkpoint.TARGET_TOKENIZER).is_file()
-        if target_tokenizer:
-            shutil.copy(opts.checkpoint / checkpoint.TARGET_TOKENIZER, out / bundle.TARGET_TOKENIZER_FILE)
-        payload = bundle.PAYLOAD_FILES + ((bundle.TARGET_TOKENIZER_FILE,) if target_tokenizer else ())
-        # A graph over 1.5 GB of weights (NLLB-600M's) is written with its weights in <graph>.data, hashed as the
-        # graph is: the bundle check refuses a graph reading a file config.json does not list.
-        payload += tuple(graph_data_files(out))
-        if opts.beam_size is not None:
-            task = dataclasses.replace(task, beam_size=opts.beam_size)
-        if opts.length_penalty_type is not None:
-            task = dataclasses.replace(task, length_penalty_type=opts.length_penalty_type)
-        cfg = BundleConfig(
-            name=opts.name,
-            version=version,
-            model=c,
-            opset=OPSET,
-            task=task,
-            files={f: bundle.sha256_file(out / f) for f in payload},
-            source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint),
-            quantization=quantization,
-            source_language=opts.source_language,
-            target_language=opts.target_language,
-            origin=opts.origin,
-            languages=opts.languages,
-            format_version=bundle.format_for(
-                c, task, opts.fused or opts.gqa, target_tokenizer, opts.languages is not None
-            ),
-        )
+        cfg = _bundle_config(opts, out, c, task, version, quantization)
         cfg.write(out)
         # Fails loudly (ValueError) if ONNX Runtime disagrees with PyTorch; nothing is published then.
         report = validate_bundle(
@@ -240,3 +194,64 @@ def export(opts: ExportOptions) -> Path:
         publish(out, final, replace=opts.version is not None)
     log.info("exported %s -> %s (%s)", opts.checkpoint, final, report)
     return final
+
+
+def _write_graphs(model, out: Path, opts: ExportOptions) -> None:
+    """The encoder and decoder graphs, traced from the training model, into ``out``."""
+    c = model.config
+    enc_args, dec_args = _example_inputs(model)
+    with torch.no_grad():
+        _export(
+            EncoderGraph(model),
+            enc_args,
+            names.encoder_io(c.n_decoder_layers),
+            out / bundle.ENCODER_FILE,
+            2,
+            opts.fused,
+            opts.gqa,
+        )
+        _export(
+            DecoderGraph(model),
+            dec_args,
+            names.decoder_io(c.n_decoder_layers),
+            out / bundle.DECODER_FILE,
+            3,
+            opts.fused,
+            opts.gqa,
+        )
+
+
+def _bundle_config(
+    opts: ExportOptions, out: Path, c: ModelConfig, task, version: int, quantization: str
+) -> BundleConfig:
+    """The tokenizer(s) copied beside the graphs in ``out``, and the bundle's config.json: dims, task (with the
+    options' beam and length rule), every payload file's hash, where it came from."""
+    shutil.copy(opts.checkpoint / checkpoint.TOKENIZER, out / bundle.TOKENIZER_FILE)
+    target_tokenizer = (opts.checkpoint / checkpoint.TARGET_TOKENIZER).is_file()
+    if target_tokenizer:
+        shutil.copy(opts.checkpoint / checkpoint.TARGET_TOKENIZER, out / bundle.TARGET_TOKENIZER_FILE)
+    payload = bundle.PAYLOAD_FILES + ((bundle.TARGET_TOKENIZER_FILE,) if target_tokenizer else ())
+    # A graph over 1.5 GB of weights (NLLB-600M's) is written with its weights in <graph>.data, hashed as the
+    # graph is: the bundle check refuses a graph reading a file config.json does not list.
+    payload += tuple(graph_data_files(out))
+    if opts.beam_size is not None:
+        task = dataclasses.replace(task, beam_size=opts.beam_size)
+    if opts.length_penalty_type is not None:
+        task = dataclasses.replace(task, length_penalty_type=opts.length_penalty_type)
+    return BundleConfig(
+        name=opts.name,
+        version=version,
+        model=c,
+        opset=OPSET,
+        task=task,
+        files={f: bundle.sha256_file(out / f) for f in payload},
+        source_checkpoint_sha256=checkpoint.weights_sha256(opts.checkpoint),
+        quantization=quantization,
+        source_language=opts.source_language,
+        target_language=opts.target_language,
+        origin=opts.origin,
+        languages=opts.languages,
+        format_version=bundle.format_for(
+            c, task, opts.fused or opts.gqa, target_tokenizer, opts.languages is not None
+        ),
+    )

@@ -39,14 +39,32 @@ def validate_bundle(
     decoder takes several new tokens only over an empty cache (GroupQueryAttention's limit, export/fused.py), so
     the ragged cache gets one new token, as the engine feeds it, and the empty one two."""
     model.eval()
-    c = model.config
     g = torch.Generator().manual_seed(seed)
     # The graphs against PyTorch: greedy through the engine without its int8 screen (exact by construction,
     # engine/screen.py, and tested there), which would hold GBs more for a 256k vocabulary while this runs.
     engine = Runner(folder, EngineOptions(device="cpu", verify_hashes=True, greedy_screen="off"))
     report: dict = {"atol": atol}
+    report["encoder_max_abs_diff"], src_mask, cross_o = _check_encoder(model, engine, g)
+    cases = _check_decoder(model, engine, g, src_mask, cross_o, one_token_over_past)
+    report["decoder"] = cases
+    same, n = _check_greedy(model, engine, g, n_greedy)
+    report["greedy_identical"] = f"{same}/{n}"
 
-    # Encoder, with source padding.
+    if atol is not None:
+        worst = max(
+            [report["encoder_max_abs_diff"]]
+            + [case["present_max_abs_diff"] for case in cases.values()]
+            + [case["logits_max_abs_diff"] / case["logits_scale"] for case in cases.values()]
+        )
+        if worst > atol or same != n:
+            raise ValueError(f"export validation failed for {folder}: {report}")
+    return report
+
+
+def _check_encoder(model: Transformer, engine: Runner, g: torch.Generator) -> tuple:
+    """The encoder's cross K/V on a random batch with source padding: (the largest difference at real positions,
+    the source mask, ONNX Runtime's cross K/V)."""
+    c = model.config
     b, s = 4, 7
     src = torch.randint(4, c.src_vocab_size, (b, s), generator=g)
     lengths = torch.tensor([7, 3, 5, 1])
@@ -56,11 +74,21 @@ def validate_bundle(
     cross_o = engine.encode(src.numpy(), src_mask.numpy())
     # Padded positions' K/V never reach an output (masked), so compare real positions only.
     keep = src_mask.bool()[:, None, :, None].expand_as(cross_t[0])
-    report["encoder_max_abs_diff"] = max(
-        float((t - torch.from_numpy(o)).abs()[keep].max()) for t, o in zip(cross_t, cross_o)
-    )
+    diff = max(float((t - torch.from_numpy(o)).abs()[keep].max()) for t, o in zip(cross_t, cross_o))
+    return diff, src_mask, cross_o
 
-    # Decoder: ragged cache with holes, two new tokens; then the empty first-step cache.
+
+def _check_decoder(
+    model: Transformer,
+    engine: Runner,
+    g: torch.Generator,
+    src_mask: torch.Tensor,
+    cross_o: list[np.ndarray],
+    one_token_over_past: bool,
+) -> dict:
+    """Decoder: ragged cache with holes, two new tokens; then the empty first-step cache (one token over a past
+    and two over none with ``one_token_over_past``). Per case, the logits' and present K/V's largest differences."""
+    c, b = model.config, src_mask.shape[0]
     cases = {}
     shapes = (
         (("ragged_past", 6, 1), ("empty_past", 0, 2))
@@ -94,9 +122,12 @@ def validate_bundle(
             "logits_scale": max(1.0, float(logits_t.abs().max())),
             "present_max_abs_diff": _max_diff([x for kv in present_t for x in kv], present_o),
         }
-    report["decoder"] = cases
+    return cases
 
-    # Greedy tokens: PyTorch vs the engine's step loop, on random sources of ragged lengths.
+
+def _check_greedy(model: Transformer, engine: Runner, g: torch.Generator, n_greedy: int) -> tuple[int, int]:
+    """Greedy tokens: PyTorch vs the engine's step loop, on random sources of ragged lengths: (the same, of n)."""
+    c = model.config
     # Real tokens only: <pad> (the last id of imported vocabularies) inside a source would read as padding.
     srcs = [
         [
@@ -119,15 +150,4 @@ def validate_bundle(
     gen.add(seqs)
     while len(gen):
         gen.step()
-    same = sum(s.result == w for s, w in zip(seqs, want))
-    report["greedy_identical"] = f"{same}/{len(srcs)}"
-
-    if atol is not None:
-        worst = max(
-            [report["encoder_max_abs_diff"]]
-            + [case["present_max_abs_diff"] for case in cases.values()]
-            + [case["logits_max_abs_diff"] / case["logits_scale"] for case in cases.values()]
-        )
-        if worst > atol or same != len(srcs):
-            raise ValueError(f"export validation failed for {folder}: {report}")
-    return report
+    return sum(s.result == w for s, w in zip(seqs, want)), len(srcs)

@@ -67,7 +67,7 @@ def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
     }
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--bundle",
@@ -96,10 +96,11 @@ def main() -> int:
         help="the beam's length rule: gnmt = the paper's alpha 0.6 whatever the bundle serves (the table's rows so "
         "far); bundle = the bundle's own rule and alpha, what a request without options gets (the served default)",
     )
-    args = ap.parse_args()
-    import engine
-    from server.models.in_process import served_texts
+    return ap
 
+
+def main() -> int:
+    args = parser().parse_args()
     wanted = {name.strip() for name in args.sets.split(",")}
     sets = {name: pairs for name, pairs in test_sets().items() if name in wanted}
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
@@ -108,32 +109,47 @@ def main() -> int:
     )
     for spec in args.bundle or ["served=models/translate-en-ja/1"]:
         label, _, path = spec.partition("=")
-        eng = engine.load(ROOT / path if not Path(path).is_absolute() else path, threads=1, device="cpu")
-        entry = results.setdefault(label, {})
-        entry["bundle"] = str(path)
-        entry["plan"] = args.plan
-        entry["rule"] = args.rule
-        for name, pairs in sets.items():
-            srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
-            for beam in (int(b) for b in args.beams.split(",")):
-                t0 = time.perf_counter()
-                # beam 4 with the paper's alpha 0.6 whatever the bundle serves: the table's rows stay comparable
-                rule = {"length_penalty_type": "gnmt"} if beam > 1 and args.rule == "gnmt" else {}
-                if args.plan == "served":
-                    hyps = served_texts(eng, srcs, 64 * beam, beam_size=beam, **rule)
-                else:
-                    hyps = [
-                        r.text for r in eng.generate(srcs, beam_size=beam, max_batch_size=64 * beam, **rule)
-                    ]
-                entry.setdefault(name, {})[str(beam)] = {
-                    **scores(hyps, refs),
-                    "seconds": round(time.perf_counter() - t0, 1),
-                }
-                if name == "plain sentences":
-                    entry.setdefault("plain outputs", {})[str(beam)] = hyps
-                print(f"{label:>16} {name:>16} beam {beam}: {entry[name][str(beam)]}", flush=True)
+        score_bundle(args, label, path, sets, results.setdefault(label, {}))
     RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    table = eval_table(results)
+    write_section(ROOT / "docs" / "experiments.md", "en-ja-eval", table, title="# Experiments")
+    write_section(
+        ROOT / "docs" / "experiments.md", "en-ja-plain", plain_table(results), title="# Experiments"
+    )
+    print(table)
+    return 0
 
+
+def score_bundle(args, label: str, path: str, sets: dict[str, list[tuple[str, str]]], entry: dict) -> None:
+    """One bundle decoded on every set at every beam (as --plan and --rule say), its scores into ``entry``."""
+    import engine
+    from server.models.in_process import served_texts
+
+    eng = engine.load(ROOT / path if not Path(path).is_absolute() else path, threads=1, device="cpu")
+    entry["bundle"] = str(path)
+    entry["plan"] = args.plan
+    entry["rule"] = args.rule
+    for name, pairs in sets.items():
+        srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
+        for beam in (int(b) for b in args.beams.split(",")):
+            t0 = time.perf_counter()
+            # beam 4 with the paper's alpha 0.6 whatever the bundle serves: the table's rows stay comparable
+            rule = {"length_penalty_type": "gnmt"} if beam > 1 and args.rule == "gnmt" else {}
+            if args.plan == "served":
+                hyps = served_texts(eng, srcs, 64 * beam, beam_size=beam, **rule)
+            else:
+                hyps = [r.text for r in eng.generate(srcs, beam_size=beam, max_batch_size=64 * beam, **rule)]
+            entry.setdefault(name, {})[str(beam)] = {
+                **scores(hyps, refs),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            if name == "plain sentences":
+                entry.setdefault("plain outputs", {})[str(beam)] = hyps
+            print(f"{label:>16} {name:>16} beam {beam}: {entry[name][str(beam)]}", flush=True)
+
+
+def eval_table(results: dict) -> str:
+    """docs/experiments.md's en-ja-eval section: what the sets are, and a row per label and decoding."""
     rows = [
         "| model | decoding | hash split chrF | hash split BLEU (char) | unseen projects chrF | unseen projects BLEU (char) "
         "| plain sentences chrF |",
@@ -154,18 +170,12 @@ def main() -> int:
                 f"| {'–' if plain is None else format(plain['chrf'], '.1f')} |"
             )
     n = {name: len(p) for name, p in test_sets().items()}
-    table = (
+    return (
         f"Hash split: {n['hash split']:,} pairs of the corpus's test split; unseen projects: {n['unseen projects']:,} "
         f"pairs of `data/en-ja/heldout-projects.tsv`; plain sentences: the {n['plain sentences']} of "
         "`data/en-ja/plain-sentences.tsv`. Decoded by the ONNX engine; `python scripts/eval_en_ja.py`.\n\n"
         + "\n".join(rows)
     )
-    write_section(ROOT / "docs" / "experiments.md", "en-ja-eval", table, title="# Experiments")
-    write_section(
-        ROOT / "docs" / "experiments.md", "en-ja-plain", plain_table(results), title="# Experiments"
-    )
-    print(table)
-    return 0
 
 
 def plain_table(results: dict) -> str:

@@ -100,7 +100,7 @@ def make(
     16: 2 heads of 8 take the import's GroupQueryAttention, 4 of 4 the standard nodes (its kernel needs a multiple
     of 8 per head)."""
     import torch
-    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+    from transformers import GenerationConfig, MarianMTModel
 
     torch.set_num_threads(1)  # tiny matrices: more threads only contend for the cores
     torch.manual_seed(seed)
@@ -112,7 +112,31 @@ def make(
     tgt = [target_of(s) for s in plain]
     if codes:  # the code chooses the target: ">>up<<" upper-cases it
         tgt = [t.upper() if s.startswith(codes[0]) else t for s, t in zip(src, tgt)]
-    work = folder / "spm"
+    tok = _tokenizer(folder / "spm", plain, tgt, separate_vocabs, codes, langs)
+    cfg = _config(tok, separate_vocabs, heads, activation)
+    model = MarianMTModel(cfg)
+    _train(model, tok, src, tgt, steps, seed)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=cfg.decoder_start_token_id,
+        eos_token_id=0,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=0,
+        bad_words_ids=[[tok.pad_token_id]],
+        num_beams=4,
+        max_length=48,
+    )
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return model, tok, src
+
+
+def _tokenizer(
+    work: Path, plain: list[str], tgt: list[str], separate_vocabs: bool, codes: tuple[str, ...], langs
+):
+    """SentencePiece models of the source (without its codes) and target lines under ``work``, Marian's vocabulary
+    (or vocabularies) of them, and the MarianTokenizer that reads them."""
+    from transformers import MarianTokenizer
+
     work.mkdir(exist_ok=True)
     train_spm(plain, work / "source.spm", 120)
     train_spm(tgt, work / "target.spm", 100 if separate_vocabs else 120)
@@ -125,7 +149,7 @@ def make(
         (work / "vocab.json").write_text(
             json.dumps(vocab_of(work / "source.spm", work / "target.spm", codes=codes))
         )
-    tok = MarianTokenizer(
+    return MarianTokenizer(
         source_spm=str(work / "source.spm"),
         target_spm=str(work / "target.spm"),
         vocab=str(work / "vocab.json"),
@@ -134,10 +158,16 @@ def make(
         target_lang=langs and langs[1],
         **files,
     )
+
+
+def _config(tok, separate_vocabs: bool, heads: int, activation: str):
+    """A tiny MarianConfig (d_model 16, 2 + 2 layers) over the tokenizer's vocabularies, no dropout."""
+    from transformers import MarianConfig
+
     src_v = len(tok.encoder)
     tgt_v = len(tok.target_encoder) if separate_vocabs else src_v
     pad = tok.pad_token_id
-    cfg = MarianConfig(
+    return MarianConfig(
         vocab_size=src_v,
         decoder_vocab_size=tgt_v,
         d_model=16,
@@ -159,7 +189,14 @@ def make(
         attention_dropout=0.0,
         activation_dropout=0.0,
     )
-    model = MarianMTModel(cfg)
+
+
+def _train(model, tok, src: list[str], tgt: list[str], steps: int, seed: int) -> None:
+    """``steps`` Adam steps on random batches of 32 pairs; then the LayerNorms and the final logits bias perturbed,
+    so that a missing LayerNorm or bias shows."""
+    import torch
+
+    pad = tok.pad_token_id
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     g = torch.Generator().manual_seed(seed)
     data = tok(
@@ -179,15 +216,3 @@ def make(
             if "layer_norm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
         model.final_logits_bias.add_(torch.randn_like(model.final_logits_bias) * 0.2)
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=cfg.decoder_start_token_id,
-        eos_token_id=0,
-        pad_token_id=pad,
-        bos_token_id=0,
-        bad_words_ids=[[pad]],
-        num_beams=4,
-        max_length=48,
-    )
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return model, tok, src

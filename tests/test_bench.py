@@ -42,6 +42,7 @@ def test_help_explains_every_command():
     for command in ("engine", "serve", "peers", "quality", "profile", "render"):
         assert f"\n  {command} " in out, out
     assert "--model-family" in bench("engine", "--help").stdout
+    assert "fairness" in bench("serve", "--help").stdout
 
 
 def test_benchmarks_md_is_what_the_results_render_to():
@@ -165,6 +166,22 @@ def test_serve_options_against_a_baseline_commit_quick(tmp_path):
     table = rows(tmp_path, "options-ab", "options")
     assert [r["family"] for r in table] == ["no option", "no option, baseline"]
     assert all(r["answers_s"] > 0 and r["tokens_s"] > 0 and r["errors"] == "0" for r in table), table
+
+
+@needs_models
+def test_serve_fairness_quick():
+    """The fairness part (`--only fairness`): a small /translate idle and beside a long-input client, on this tree's
+    server and on it again with flags added (--fairness-serve); its table printed, one row per server."""
+    out = bench(
+        "serve", "--quick", "--only", "fairness", "--fairness-serve", "batch 8=--max-batch-size 8"
+    ).stdout
+    assert "| server | idle p50 ms | loaded p50 ms |" in out, out
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.startswith("| this tree |") or line.startswith("| batch 8 |")
+    ]
+    assert len(rows) == 2, out
 
 
 @needs_models

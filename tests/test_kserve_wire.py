@@ -106,12 +106,16 @@ def test_proto_matches_the_triton_wire_format(tmp_path):
 
 # ---- errors ------------------------------------------------------------------------------------
 def _bad_requests(model: str):
+    """(case, request, the status it gets, a phrase its message holds), for every way a request can be wrong."""
     ok = [b"12+30"] if model == "addition" else [SAMPLES[model][0].encode()]
-    raw = lambda *items: pb.ModelInferRequest(  # noqa: E731
-        model_name=model,
-        raw_input_contents=list(items),
-        inputs=[pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=[1])],
-    )
+    yield from _bad_addresses(model, ok)
+    yield from _bad_tensors(model, ok)
+    yield from _bad_raw_contents(model, ok)
+    yield from _bad_options(model, ok)
+
+
+def _bad_addresses(model: str, ok: list[bytes]):
+    """A model or version that is not served."""
     yield (
         "unknown model",
         pb.ModelInferRequest(model_name="no-such-model", inputs=contents_request(model, ok).inputs),
@@ -124,6 +128,10 @@ def _bad_requests(model: str):
         grpc.StatusCode.NOT_FOUND,
         "'999'",
     )
+
+
+def _bad_tensors(model: str, ok: list[bytes]):
+    """Input tensors of the wrong datatype, shape, name or number, or not UTF-8."""
     r = contents_request(model, ok)
     r.inputs[0].datatype = "FP32"
     yield "wrong datatype", r, grpc.StatusCode.INVALID_ARGUMENT, "datatype 'FP32'"
@@ -152,6 +160,15 @@ def _bad_requests(model: str):
         "missing input 'text_input'",
     )
     yield "invalid UTF-8", contents_request(model, [b"\xff\xfe12"]), grpc.StatusCode.INVALID_ARGUMENT, "UTF-8"
+
+
+def _bad_raw_contents(model: str, ok: list[bytes]):
+    """raw_input_contents whose length prefixes or entries do not add up."""
+    raw = lambda *items: pb.ModelInferRequest(  # noqa: E731
+        model_name=model,
+        raw_input_contents=list(items),
+        inputs=[pb.ModelInferRequest.InferInputTensor(name="text_input", datatype="BYTES", shape=[1])],
+    )
     yield (
         "raw: length beyond buffer",
         raw(struct.pack("<I", 100) + b"12+30"),
@@ -170,6 +187,10 @@ def _bad_requests(model: str):
         grpc.StatusCode.INVALID_ARGUMENT,
         "2 entries for 1 inputs",
     )
+
+
+def _bad_options(model: str, ok: list[bytes]):
+    """Unknown outputs, parameters of the wrong type or range, option tensors of the wrong shape, an empty text."""
     r = contents_request(model, ok)
     r.outputs.add(name="logits")
     yield "unknown output", r, grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference output 'logits'"

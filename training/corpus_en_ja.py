@@ -97,7 +97,8 @@ from training.corpus_sources import (
 )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m training.corpus_en_ja``."""
     parser = argparse.ArgumentParser(
         prog="python -m training.corpus_en_ja",
         description="Build the built-in English->Japanese corpus (TSV english<TAB>japanese) from the Japanese "
@@ -151,12 +152,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="a Debian Contents-*.gz index, for --write-pins (repeatable)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
     if args.write_pins:
         if not args.contents:
-            parser.error("--write-pins needs --contents")
+            p.error("--write-pins needs --contents")
         return write_pins(args.contents, args.cache)
+    return build(args)
 
+
+def build(args: argparse.Namespace) -> int:
+    """Fetch the sources, build the corpus, write its files (and the NOTICE, for a whole build)."""
     t0 = time.monotonic()
     sources = [s for s in all_sources() if args.only is None or s.name in args.only]
     try:

@@ -76,15 +76,29 @@ def _pins_comments(path: Path = PINS_FILE) -> list[str]:
 def notice_markdown(
     corpus: Corpus, fetched: Sequence[Fetched], outs: dict[str, Path], shas: dict[str, str]
 ) -> str:
-    files = corpus.files
-    train_rows = [r for g in GROUPS for r in files[g]]
     explicit = [f for f in fetched if f.source in EXPLICIT_SOURCES]
     pinned = [f for f in fetched if f.source not in EXPLICIT_SOURCES]
-    held = [f for f in fetched if f.source.heldout]
-    held_stats = corpus.heldout.stats
     name = {k: f"`{v.name}`" for k, v in outs.items()}
+    train_rows = [r for g in GROUPS for r in corpus.files[g]]
+    lines = _files_section(corpus, fetched, name, shas, train_rows)
+    lines += _licences_section(name)
+    lines += _excluded_section(corpus)
+    lines += _heldout_section(corpus, fetched, name, train_rows)
+    lines += _module_sources_section(corpus, explicit)
+    lines += _debian_section(corpus, pinned, name)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _files_section(
+    corpus: Corpus, fetched: Sequence[Fetched], name: dict[str, str], shas: dict[str, str], train_rows: list
+) -> list[str]:
+    """The title, how the files are made, their table, and the cleaning rules."""
+    files = corpus.files
+    explicit = [f for f in fetched if f.source in EXPLICIT_SOURCES]
+    pinned = [f for f in fetched if f.source not in EXPLICIT_SOURCES]
     n_src = {g: sum(1 for f in fetched if not f.source.heldout and f.source.group == g) for g in GROUPS}
-    lines = [
+    return [
         "# en-ja corpus: English -> Japanese UI strings",
         "",
         "Pairs `english<TAB>japanese` (UTF-8, no header, sorted by code point), taken from the human Japanese",
@@ -117,6 +131,12 @@ def notice_markdown(
         f"else {name['copyleft']}. Each pair is credited to the first source in the tables below whose",
         "catalogs contain it.",
         "",
+    ]
+
+
+def _licences_section(name: dict[str, str]) -> list[str]:
+    """The terms each file is under."""
+    return [
         "## Licences",
         "",
         "Each translation stays under its package's licence and its translators' copyright; the licence of",
@@ -136,6 +156,12 @@ def notice_markdown(
         "  redistribution; no source had to be kept local-only.",
         f"- {name['heldout']}: evaluation data under the held-out projects' licences (below).",
         "",
+    ]
+
+
+def _excluded_section(corpus: Corpus) -> list[str]:
+    """The reserved projects, and the packages debian-pins.tsv leaves out."""
+    lines = [
         "## Excluded",
         "",
         "- **Reserved projects**, never in any file: "
@@ -147,8 +173,15 @@ def notice_markdown(
         + str(len(corpus.train.reserved) + len(corpus.heldout.reserved))
         + ".",
     ]
-    lines += [f"- {c}" for c in _pins_comments()]
-    lines += [
+    return lines + [f"- {c}" for c in _pins_comments()]
+
+
+def _heldout_section(
+    corpus: Corpus, fetched: Sequence[Fetched], name: dict[str, str], train_rows: list
+) -> list[str]:
+    """The held-out projects: how they were chosen, their packages and pairs."""
+    files, held, held_stats = corpus.files, [f for f in fetched if f.source.heldout], corpus.heldout.stats
+    lines = [
         "",
         "## Held-out projects (leave-projects-out evaluation)",
         "",
@@ -171,7 +204,12 @@ def notice_markdown(
     unseen = sum(1 for en, _ in corpus.heldout.rows if en not in train_en)
     lines += ["", f"Held-out pairs whose English is in no training file: {unseen} (before the cap).", ""]
 
-    lines += [
+    return lines
+
+
+def _module_sources_section(corpus: Corpus, explicit: list[Fetched]) -> list[str]:
+    """The sources training/corpus_sources.py lists: a table, then each one's homepage, licence and fetch."""
+    lines = [
         "## Sources listed in the module",
         "",
         "| source | package | version | licence | what the package says | catalogs | pairs |",
@@ -195,7 +233,13 @@ def notice_markdown(
             f"  Fetched with `{fetch_command(s)}`; catalogs `{'`, `'.join(s.patterns)}` "
             f"({len(f.catalogs)} file{'s' if len(f.catalogs) != 1 else ''}).",
         ]
-    lines += [
+    return lines
+
+
+def _debian_section(corpus: Corpus, pinned: list[Fetched], name: dict[str, str]) -> list[str]:
+    """The Debian packages of debian-pins.tsv: a table."""
+    held_stats = corpus.heldout.stats
+    lines = [
         "",
         "## Debian packages (`debian-pins.tsv`)",
         "",
@@ -211,5 +255,4 @@ def notice_markdown(
         st = (held_stats if s.heldout else corpus.train.stats).get(s.name, SourceStats())
         version = f"`{f.version}`" + ("" if f.version == s.version else f" (pinned `{s.version}`)")
         lines.append(f"| {s.package} | {version} | {s.license} | {kind} | {len(f.catalogs)} | {st.final} |")
-    lines.append("")
-    return "\n".join(lines)
+    return lines

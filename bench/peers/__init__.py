@@ -113,10 +113,8 @@ def peer(kind: str, ct2: Path, bundle: Path, model: str, beam: int):
 def run(args) -> list:
     import engine as engine_pkg
     from bench.harness.inputs import ct2_model, data, latest, log, servable, source_checkpoint
-    from bench.harness.load import Target, abba, pct, window
-    from bench.harness.server import s2s_serve, source_tree
+    from bench.peers.report import report
     from bench.serve.cost import searches
-    from server.models.in_process import served_texts
 
     started = time.time()
     bundle = latest(args.model_repo, args.model)
@@ -133,17 +131,7 @@ def run(args) -> list:
     ]
     sides += [Side(PEERS[k], k) for k in args.peers]
     with contextlib.ExitStack() as stack:
-        servers = {
-            label: stack.enter_context(s2s_serve(args.model_repo, *f.split(), model=args.model, label=label))
-            for label, f in serve
-        }
-        for lab, ref in trees:
-            tree = source_tree(
-                ref, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-tree-")))
-            )
-            servers[f"s2s serve @{lab}"] = stack.enter_context(
-                s2s_serve(args.model_repo, root=tree, model=args.model)
-            )
+        servers = our_servers(args, serve, trees, stack)
         for s in found:
             with contextlib.ExitStack() as per_search:
                 for side in sides:
@@ -152,51 +140,69 @@ def run(args) -> list:
                         servers[side.label] = per_search.enter_context(
                             peer(side.kind, ct2_dir, bundle, args.model, s.beam)
                         )
-                for c in args.concurrency:
-                    for r in range(args.rounds):
-                        for side in abba(sides, r):
-                            srv = servers[side.label]
-                            t = Target(srv.address, srv.pid, args.model, params=s.params if side.kind == "ours" else {},
-                                       shape=(1, 1) if side.kind == "triton" else (1,), ct2_threads=srv.ct2_threads)  # fmt: skip
-                            w = window(
-                                t,
-                                inputs,
-                                c,
-                                args.seconds,
-                                max(args.min_answers, 3 * c),
-                                max(2 * c, 8),
-                                r * STRIDE,
-                                decode_cost=True,
-                            )
-                            side.windows.setdefault((s.name, c), []).append(w)
-                            log(
-                                f"  {s.name} C={c} round {r + 1} {side.label[:40]:40s} {w.rps:6.1f}/s p50 {pct(w.latencies, 50) * 1e3:6.1f} ms"
-                            )
-    for s in found:  # every side's answers against the engine in process, the same search
-        idx = sorted(
-            {
-                i
-                for side in sides
-                for k, ws in side.windows.items()
-                if k[0] == s.name
-                for w in ws
-                for i in w.texts
-            }
-        )
-        texts, kw = [inputs[i] for i in idx], dict(max_batch_size=64 * s.beam, beam_size=s.beam)
-        results = engine.generate(texts, **kw)
-        bare, lengths = (
-            dict(zip(idx, (r.text for r in results))),
-            dict(zip(idx, (len(r.tokens) for r in results))),
-        )
-        served = dict(zip(idx, served_texts(engine, texts, **kw)))
-        for side in sides:
-            want = served if side.kind == "ours" else bare
-            for key, ws in side.windows.items():
-                if key[0] == s.name:
-                    got = {i: t for w in ws for i, t in w.texts.items()}
-                    side.identical[key] = f"{sum(want[i] == t for i, t in got.items())} of {len(got)}"
-                    side.answered[key] = [(x, lengths[i]) for w in ws for x, i in zip(w.latencies, w.indices)]
-    from bench.peers.report import report
-
+                search_windows(args, s, sides, servers, inputs)
+    for s in found:
+        compare(engine, inputs, sides, s)
     return [report(args, sides, found, len(inputs), started)]
+
+
+def our_servers(
+    args, serve: list[tuple[str, str]], trees: list[list[str]], stack: contextlib.ExitStack
+) -> dict:
+    """label -> the `s2s serve` sides' servers (--serve's flags, --tree's commits), started under ``stack``."""
+    from bench.harness.server import s2s_serve, source_tree
+
+    servers = {
+        label: stack.enter_context(s2s_serve(args.model_repo, *f.split(), model=args.model, label=label))
+        for label, f in serve
+    }
+    for lab, ref in trees:
+        tree = source_tree(ref, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-tree-"))))
+        servers[f"s2s serve @{lab}"] = stack.enter_context(
+            s2s_serve(args.model_repo, root=tree, model=args.model)
+        )
+    return servers
+
+
+def search_windows(args, s, sides: list[Side], servers: dict, inputs: list[str]) -> None:
+    """One search's windows: per concurrency and round, every side in turn (ABBA), into ``side.windows``."""
+    from bench.harness.inputs import log
+    from bench.harness.load import Target, abba, pct, window
+
+    for c in args.concurrency:
+        for r in range(args.rounds):
+            for side in abba(sides, r):
+                srv = servers[side.label]
+                t = Target(srv.address, srv.pid, args.model, params=s.params if side.kind == "ours" else {},
+                           shape=(1, 1) if side.kind == "triton" else (1,), ct2_threads=srv.ct2_threads)  # fmt: skip
+                w = window(
+                    t, inputs, c, args.seconds, max(args.min_answers, 3 * c), max(2 * c, 8), r * STRIDE, decode_cost=True
+                )  # fmt: skip
+                side.windows.setdefault((s.name, c), []).append(w)
+                log(
+                    f"  {s.name} C={c} round {r + 1} {side.label[:40]:40s} {w.rps:6.1f}/s p50 {pct(w.latencies, 50) * 1e3:6.1f} ms"
+                )
+
+
+def compare(engine, inputs: list[str], sides: list[Side], s) -> None:
+    """Every side's answers of search ``s`` against the engine in process, the same search (`s2s serve`'s through its
+    text plan): ``side.identical``, and each answer's latency with its output length in ``side.answered``."""
+    from server.models.in_process import served_texts
+
+    idx = sorted(
+        {i for side in sides for k, ws in side.windows.items() if k[0] == s.name for w in ws for i in w.texts}
+    )
+    texts, kw = [inputs[i] for i in idx], dict(max_batch_size=64 * s.beam, beam_size=s.beam)
+    results = engine.generate(texts, **kw)
+    bare, lengths = (
+        dict(zip(idx, (r.text for r in results))),
+        dict(zip(idx, (len(r.tokens) for r in results))),
+    )
+    served = dict(zip(idx, served_texts(engine, texts, **kw)))
+    for side in sides:
+        want = served if side.kind == "ours" else bare
+        for key, ws in side.windows.items():
+            if key[0] == s.name:
+                got = {i: t for w in ws for i, t in w.texts.items()}
+                side.identical[key] = f"{sum(want[i] == t for i, t in got.items())} of {len(got)}"
+                side.answered[key] = [(x, lengths[i]) for w in ws for x, i in zip(w.latencies, w.indices)]

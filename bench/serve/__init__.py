@@ -6,7 +6,10 @@ request, greedy). One server per variant, all started up front; each cell's --ro
 other variants' (the order rotated per round) and are pooled. The ceilings (bench/serve/ceilings.py) are measured
 after every server has exited. Then CPU per request by process (greedy and the served default, over KServe v2) and
 what each decoding-option family costs (bench/serve/cost.py). --only picks parts. Writes serve.json,
-serve-cost.json, options.json (options-ab.json for `--option-families none --baseline REF`).
+serve-cost.json, options.json (options-ab.json for `--option-families none --baseline REF`). The fairness part, only
+when asked for (`--only fairness`, bench/serve/fairness.py): how long a small `/translate` waits while clients send
+long inputs, against this tree's server with other flags (--fairness-serve) or another commit's (--fairness-tree);
+it prints its table and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from bench.harness.inputs import data, ints, latest, log, model_arguments, serva
 from bench.harness.load import Target, Window, pct, window
 from bench.harness.results import Report, bound, nproc, provenance
 from bench.harness.server import s2s_serve
+from bench.serve import fairness
 
 MODES = ("continuous", "request", "none")
 QUICK = dict(concurrency=[1, 4], instances=[1], rounds=1, seconds=1.0, ceiling_repeats=1, ceiling_seconds=1.0, ceiling_warmup_s=0.5,
              limit_inputs=48, cost_concurrency=[1, 4], cost_rounds=1, cost_seconds=1.0,
-             cost_min_requests=8, cost_single_inputs=8, option_concurrency=4, option_families=["no option", "beam 4 (the"])  # fmt: skip
+             cost_min_requests=8, cost_single_inputs=8, option_concurrency=4, option_families=["no option", "beam 4 (the"],
+             fairness_clients=1, fairness_chars=512, fairness_probes=3)  # fmt: skip
 
 
 def add_arguments(p) -> None:
@@ -34,7 +39,7 @@ def add_arguments(p) -> None:
         "--only",
         type=words,
         default=["grid", "cost", "options"],
-        help="parts: grid (and ceilings), cost, options",
+        help="parts: grid (and ceilings), cost, options, fairness (only when named)",
     )
     a("--modes", type=words, default=list(MODES), help="batching modes")
     a("--instances", type=ints, default=[1, 2], help="engine cores per server (0: one per usable CPU)")
@@ -63,9 +68,18 @@ def add_arguments(p) -> None:
     a("--option-concurrency", type=int, default=16)
     a("--option-families", type=words, default=[], help="families by name prefix ('none': no option alone)")
     a("--baseline", default="", help="git commit whose server the no-option row is compared with")
+    fairness.add_arguments(a)
 
 
 def run(args) -> list[Report]:
+    reports = measured(args) if {"grid", "cost", "options"} & set(args.only) else []
+    if "fairness" in args.only:
+        fairness.fairness(args)
+    return reports
+
+
+def measured(args) -> list[Report]:
+    """The parts on --model's served version and held-out inputs: cost, grid (and ceilings), options."""
     import engine as engine_pkg
 
     started = time.time()

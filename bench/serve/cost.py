@@ -71,12 +71,37 @@ def cost(args, inputs: list[str], engine, checkpoint) -> Report:
     """The CPU-per-request table and its bounds."""
     from server.models.in_process import served_texts
 
+    single_idx = range(WARMUP, min(len(inputs), WARMUP + args.cost_single_inputs))  # a C=1 window's first
+    found = searches(engine)
+    rounds = cost_rounds(args, inputs, engine, checkpoint, found, single_idx)
+    report = Report("serve-cost")
+    report.heading("Serving cost per request")
+    rows, checks, top = [], [], max(args.cost_concurrency)
+    for s in found:
+        expected = served_texts(engine, inputs, 64 * s.beam, beam_size=s.beam)
+        for c in args.cost_concurrency:
+            f = figures(rounds[(s.name, c)], single_idx, expected)
+            rows.append((s, c, f))
+            checks += cost_checks(s, c, f, top)
+    report.acceptance(checks)
+    cost_table(report, rows)
+    report.text(
+        f"- `s2s serve` with its defaults ({args.model}), C closed-loop tritonclient aio workers over KServe v2 gRPC, one "
+        f"held-out input a request ({len(inputs)}, cycled in order); windows of at least {args.cost_seconds:g} s and "
+        f"max({args.cost_min_requests}, 3×C) answers after max(2×C, 8); {args.cost_rounds} rounds, served and in-process "
+        "sides taking turns (ABBA), medians; CPU per request: each process's user + system time from /proc over the "
+        f"window / answers. The engine's one input: the first {len(single_idx)} inputs a C=1 window measures."
+    )
+    return report
+
+
+def cost_rounds(args, inputs: list[str], engine, checkpoint, found: list[Search], single_idx: range) -> dict:
+    """(search name, C) -> per round (served window, engine in process, single input ms, CTranslate2's best): one
+    server with its defaults and the in-process references taking turns (ABBA)."""
     translators, vocab = ct2_translators(args, engine, checkpoint)
     tokens = [[vocab[i] for i in engine.codec.source_ids(t)] for t in inputs] if vocab else []
     length = min(engine.config.task.max_new_tokens, engine.config.model.max_len - 1)
-    single_idx = range(WARMUP, min(len(inputs), WARMUP + args.cost_single_inputs))  # a C=1 window's first
-    found = searches(engine)
-    rounds = {(s.name, c): [] for s in found for c in args.cost_concurrency}  # (served, engine, single, ct2)
+    rounds = {(s.name, c): [] for s in found for c in args.cost_concurrency}
     flags = ["--models", args.model, "--grace-s", "2", "--log-level", "WARNING"]
     flags += ["--instances", str(args.cost_instances)] if args.cost_instances else []
     with s2s_serve(args.model_repo, *flags, model=args.model) as server:
@@ -100,41 +125,40 @@ def cost(args, inputs: list[str], engine, checkpoint) -> Report:
                     side()
                 for c in args.cost_concurrency:
                     rounds[(s.name, c)].append((got[c], *got["ref"]))
-    report = Report("serve-cost")
-    report.heading("Serving cost per request")
-    rows, checks, top = [], [], max(args.cost_concurrency)
-    for s in found:
-        expected = served_texts(engine, inputs, 64 * s.beam, beam_size=s.beam)
-        for c in args.cost_concurrency:
-            f = figures(rounds[(s.name, c)], single_idx, expected)
-            rows.append((s, c, f))
-            if c == top:
-                checks += (
-                    [bound(f"front end µs per request, C={c} greedy", f["front"], "<=", 350)]
-                    if s.beam == 1
-                    else []
-                )
-                checks.append(
-                    bound(
-                        f"engine cores / the engine in process, CPU per sequence, C={c} {s.name}",
-                        f["cores_ratio"],
-                        "<=",
-                        1.15,
-                    )
-                )
-                checks.append(
-                    bound(
-                        f"served / CTranslate2 in process, answers/s, C={c} {s.name}",
-                        f["ct2_ratio"],
-                        ">=",
-                        0.6,
-                    )
-                )
-            if c == 1:
-                checks.append(
-                    bound(f"C=1 p50 / the engine's one-input time, {s.name}", f["p50_ratio"], "<=", 1.2)
-                )
-    report.acceptance(checks)
+    return rounds
+
+
+def cost_checks(s: Search, c: int, f: dict, top: int) -> list[tuple]:
+    """One cell's bounds: at the top concurrency the front end's CPU (greedy), the engine cores' CPU against the
+    engine in process and throughput against CTranslate2; at C=1 the latency against the engine's one input."""
+    checks = []
+    if c == top:
+        checks += (
+            [bound(f"front end µs per request, C={c} greedy", f["front"], "<=", 350)] if s.beam == 1 else []
+        )
+        checks.append(
+            bound(
+                f"engine cores / the engine in process, CPU per sequence, C={c} {s.name}",
+                f["cores_ratio"],
+                "<=",
+                1.15,
+            )
+        )
+        checks.append(
+            bound(
+                f"served / CTranslate2 in process, answers/s, C={c} {s.name}",
+                f["ct2_ratio"],
+                ">=",
+                0.6,
+            )
+        )
+    if c == 1:
+        checks.append(bound(f"C=1 p50 / the engine's one-input time, {s.name}", f["p50_ratio"], "<=", 1.2))
+    return checks
+
+
+def cost_table(report: Report, rows: list[tuple]) -> None:
+    """The cost table: a row per (search, C) and its figures."""
     t = report.table("cost", "search", ("C", "{}"), ("served answers/s", "{:.1f}"), ("p50 / p99 ms", "", "r"),
                      ("front end µs/request", "{:.0f}"), ("engine cores µs/request", "{:.0f}"), ("server in all µs/request", "{:.0f}"),
                      ("load client µs/request", "{:.0f}"), ("engine in process µs/sequence", "", "r"), ("CTranslate2 µs/sequence", "", "r"),
@@ -146,14 +170,6 @@ def cost(args, inputs: list[str], engine, checkpoint) -> Report:
         p50 = f"{f['p50_ratio']:.2f}× of {f['single']:.2f} ms" if f["p50_ratio"] == f["p50_ratio"] else "—"
         t.row(s.name, c, f["rps"], f"{f['p50']:.1f} / {f['p99']:.1f}", f["front"], f["cores"], f["server"], f["client"],
               f"{f['engine']:.0f} ({f['engine_sps']:.0f}/s)", ct2, f["cores_ratio"], f["ct2_ratio"], p50, f["identical"])  # fmt: skip
-    report.text(
-        f"- `s2s serve` with its defaults ({args.model}), C closed-loop tritonclient aio workers over KServe v2 gRPC, one "
-        f"held-out input a request ({len(inputs)}, cycled in order); windows of at least {args.cost_seconds:g} s and "
-        f"max({args.cost_min_requests}, 3×C) answers after max(2×C, 8); {args.cost_rounds} rounds, served and in-process "
-        "sides taking turns (ABBA), medians; CPU per request: each process's user + system time from /proc over the "
-        f"window / answers. The engine's one input: the first {len(single_idx)} inputs a C=1 window measures."
-    )
-    return report
 
 
 def ct2_translators(args, engine, checkpoint) -> tuple[dict, list[str] | None]:
@@ -229,6 +245,41 @@ def figures(rounds: list[tuple], single_idx: range, expected: list[str]) -> dict
 
 def options(args, inputs: list[str], flags) -> Report:
     """The option-family table, and the no-option A/B against --baseline's server."""
+    rounds = option_rounds(args, inputs, flags)
+    focused = args.option_families == ["none"]
+    report = Report("options-ab" if focused else "options")
+    report.heading(
+        "The no-option path against the baseline, alone" if focused else "Decoding options under load",
+        3 if focused else 2,
+    )
+    report.text(
+        f"One engine core, continuous batching (--max-batch-size {args.max_batch_size}), C={args.option_concurrency} closed-loop seq2seq.v1 workers, every request of a window with the family's options (beam_size=1 unless they set it); {args.rounds} round(s), the order rotated each round, pooled. *x no option*: tokens/s over the no-option row of the same server."
+        + (f" Baseline: the server of commit `{args.baseline}`, same flags." if args.baseline else "")
+    )
+    pooled = {name: Window.pooled(ws) for name, ws in rounds.items()}
+    options_table(report, pooled)
+    if BASELINE in pooled and pooled[BASELINE].tps:
+        baseline_ab(report, args, rounds, pooled)
+    return report
+
+
+def option_plan(args) -> list[tuple[str, str, dict]]:
+    """(family, server key, options) for each window of a round: the families --option-families picks (the no-option
+    one always), and with --baseline the baseline server's no-option row."""
+    only = [f for f in args.option_families if f != "none"]
+    plan = [
+        (n, "this tree", o)
+        for n, o in FAMILIES
+        if n == "no option"
+        or (not only and args.option_families != ["none"])
+        or any(n.startswith(f) for f in only)
+    ]
+    return plan + ([(BASELINE, "baseline", {})] if args.baseline else [])
+
+
+def option_rounds(args, inputs: list[str], flags) -> dict[str, list[Window]]:
+    """family -> its window per round: one server of this tree (and one of --baseline's), the plan's windows in an
+    order rotated each round."""
     c = args.option_concurrency
     with contextlib.ExitStack() as stack:
         servers = {
@@ -244,15 +295,7 @@ def options(args, inputs: list[str], flags) -> Report:
             servers["baseline"] = stack.enter_context(
                 s2s_serve(args.model_repo, *flags("continuous", 1), root=tree, model=args.model, metrics=True)
             )
-        only = [f for f in args.option_families if f != "none"]
-        plan = [
-            (n, "this tree", o)
-            for n, o in FAMILIES
-            if n == "no option"
-            or (not only and args.option_families != ["none"])
-            or any(n.startswith(f) for f in only)
-        ]
-        plan += [(BASELINE, "baseline", {})] if args.baseline else []
+        plan = option_plan(args)
         targets = {
             k: Target(s.address, s.pid, args.model, "seq2seq", metrics_port=s.metrics_port)
             for k, s in servers.items()
@@ -270,24 +313,22 @@ def options(args, inputs: list[str], flags) -> Report:
                 name, key, opts = plan[(k + r) % len(plan)]
                 rounds[name].append(go(key, opts))
                 log(f"  options {name:44s} round {r + 1}: {rounds[name][-1].rps:.1f} answers/s")
-    focused = args.option_families == ["none"]
-    report = Report("options-ab" if focused else "options")
-    report.heading(
-        "The no-option path against the baseline, alone" if focused else "Decoding options under load",
-        3 if focused else 2,
-    )
-    report.text(
-        f"One engine core, continuous batching (--max-batch-size {args.max_batch_size}), C={c} closed-loop seq2seq.v1 workers, every request of a window with the family's options (beam_size=1 unless they set it); {args.rounds} round(s), the order rotated each round, pooled. *x no option*: tokens/s over the no-option row of the same server."
-        + (f" Baseline: the server of commit `{args.baseline}`, same flags." if args.baseline else "")
-    )
-    t = report.table("options", "family", "options", ("answers/s", "{:.1f}"), ("tokens/s", "{:.0f}"), ("x no option", "{:.2f}"), ("server CPU ms / token", "{:.2f}"), ("front end", "{:.2f}"), ("engine core", "{:.2f}"), ("p50 ms", "{:.1f}"), ("rows/step", "{:.1f}"), "errors")  # fmt: skip
-    pooled = {name: Window.pooled(ws) for name, ws in rounds.items()}
-    base, opts = pooled["no option"], dict(FAMILIES)
-    ms_token = lambda w, *roles: (  # noqa: E731
+    return rounds
+
+
+def _ms_token(w: Window, *roles: str) -> float:
+    """Server CPU ms per token (of the processes of ``roles``; all of them when none)."""
+    return (
         1000 * sum(v for k, v in w.cpu_s.items() if not roles or k in roles) / w.tokens
         if w.tokens
         else float("nan")
     )
+
+
+def options_table(report: Report, pooled: dict[str, Window]) -> None:
+    """The options table: a row per family, its rounds pooled."""
+    t = report.table("options", "family", "options", ("answers/s", "{:.1f}"), ("tokens/s", "{:.0f}"), ("x no option", "{:.2f}"), ("server CPU ms / token", "{:.2f}"), ("front end", "{:.2f}"), ("engine core", "{:.2f}"), ("p50 ms", "{:.1f}"), ("rows/step", "{:.1f}"), "errors")  # fmt: skip
+    base, opts = pooled["no option"], dict(FAMILIES)
     for name, w in pooled.items():
         steps = w.metrics.get("s2s_batch_size_count", 0)
         shown = ", ".join(f"{k}={v}" for k, v in opts.get(name, {}).items()) or "—"
@@ -298,19 +339,22 @@ def options(args, inputs: list[str], flags) -> Report:
             w.rps,
             w.tps,
             w.tps / base.tps if base.tps else None,
-            ms_token(w),
-            ms_token(w, "front"),
-            ms_token(w, "cores"),
+            _ms_token(w),
+            _ms_token(w, "front"),
+            _ms_token(w, "cores"),
             pct(w.latencies, 50) * 1e3,
             rows,
             str(sum(w.errors.values())),
         )
-    if BASELINE in pooled and pooled[BASELINE].tps:
-        ratio = base.tps / pooled[BASELINE].tps
-        paired = [a.tps / b.tps for a, b in zip(rounds["no option"], rounds[BASELINE]) if b.tps]
-        cpu = [ms_token(b) / ms_token(a) for a, b in zip(rounds["no option"], rounds[BASELINE])]
-        report.text(
-            f"No-option throughput, this tree / baseline `{args.baseline}`: **{ratio:.3f}** pooled (target: within 3%, >= 0.97: {'met' if ratio >= 0.97 else 'NOT met'}); paired by round, tokens/s median **{_med(paired):.3f}** (min {min(paired):.3f}, max {max(paired):.3f}); server CPU per token, baseline / this tree, median **{_med(cpu):.3f}** (> 1: this tree spends less)."
-        )
-        report.figures["baseline_ratio"] = ratio
-    return report
+
+
+def baseline_ab(report: Report, args, rounds: dict[str, list[Window]], pooled: dict[str, Window]) -> None:
+    """The no-option path, this tree against --baseline's server: pooled, paired by round, CPU per token."""
+    base = pooled["no option"]
+    ratio = base.tps / pooled[BASELINE].tps
+    paired = [a.tps / b.tps for a, b in zip(rounds["no option"], rounds[BASELINE]) if b.tps]
+    cpu = [_ms_token(b) / _ms_token(a) for a, b in zip(rounds["no option"], rounds[BASELINE])]
+    report.text(
+        f"No-option throughput, this tree / baseline `{args.baseline}`: **{ratio:.3f}** pooled (target: within 3%, >= 0.97: {'met' if ratio >= 0.97 else 'NOT met'}); paired by round, tokens/s median **{_med(paired):.3f}** (min {min(paired):.3f}, max {max(paired):.3f}); server CPU per token, baseline / this tree, median **{_med(cpu):.3f}** (> 1: this tree spends less)."
+    )
+    report.figures["baseline_ratio"] = ratio

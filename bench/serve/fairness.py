@@ -1,19 +1,20 @@
 """How long a small request waits while other clients send long inputs back to back, against one `s2s serve`.
 
---clients LibreTranslate clients each send a --chars-character input (held-out en->ja sentences joined on one
-line; the server splits it into pieces, all of them one submission) to `/translate`, back to back, while --probes
-small `/translate` requests (one held-out sentence each), one after another, measure their time to the answer.
-The same probes on the idle server first give the baseline; the figure is the ratio of the medians (loaded / idle),
-measured in the same run, so that the machine's speed cancels out. The long clients' characters answered per
-second show what fairness costs them. Each --tree (another commit's server) and --serve (this tree's, flags added)
-runs in turn (ABBA over --rounds), for a before/after on one machine in one sitting:
+--fairness-clients LibreTranslate clients each send a --fairness-chars-character input (held-out en->ja sentences
+joined on one line; the server splits it into pieces, all of them one submission) to `/translate`, back to back, while
+--fairness-probes small `/translate` requests (one held-out sentence each), one after another, measure their time
+to the answer. The same probes on the idle server first give the baseline; the figure is the ratio of the medians
+(loaded / idle), measured in the same run, so that the machine's speed cancels out. The long clients' characters answered per
+second show what fairness costs them. Each --fairness-tree (another commit's server) and --fairness-serve (this
+tree's, flags added) runs in turn (ABBA over --rounds), for a before/after on one machine in one sitting; the table
+is printed, nothing is written:
 
-    python -m bench.serve.fairness [--tree main=main] [--serve 'batch 16=--max-batch-size 16'] [--rounds 2]
+    python -m bench serve --only fairness [--fairness-tree main=main]
+        [--fairness-serve 'batch 16=--max-batch-size 16'] [--rounds 2]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import shlex
@@ -75,57 +76,57 @@ async def _measure(url: str, args) -> dict:
     small = [s for s in lines[:200] if 20 <= len(s) <= 60][:20]
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         await probes(session, url, small, 10)  # warm
-        idle = await probes(session, url, small, args.probes)
+        idle = await probes(session, url, small, args.fairness_probes)
         stop, answered = asyncio.Event(), [0]
 
         async def client(k: int) -> None:
             n = 0
             while not stop.is_set():
-                text = long_text(lines, 997 * k + 131 * n, args.chars)
+                text = long_text(lines, 997 * k + 131 * n, args.fairness_chars)
                 await translate(session, url, text)
                 answered[0] += len(text)
                 n += 1
 
-        loaders = [asyncio.ensure_future(client(k)) for k in range(args.clients)]
+        loaders = [asyncio.ensure_future(client(k)) for k in range(args.fairness_clients)]
         await asyncio.sleep(2)  # the load is on
         chars0, t0 = answered[0], time.perf_counter()
-        loaded = await probes(session, url, small, args.probes)
+        loaded = await probes(session, url, small, args.fairness_probes)
         chars_s = (answered[0] - chars0) / (time.perf_counter() - t0)
         stop.set()
         await asyncio.gather(*loaders)
     return {"idle": idle, "loaded": loaded, "chars_s": chars_s}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.serve.fairness",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--tree",
+def add_arguments(a) -> None:
+    """The fairness part's options of `python -m bench serve` (``a``: its parser's add_argument)."""
+    a(
+        "--fairness-tree",
         action="append",
         default=[],
-        help="LABEL=REF: the server of git REF, measured beside this tree's (repeat)",
+        metavar="LABEL=REF",
+        help="fairness: the server of git REF, measured beside this tree's (repeat)",
     )
-    p.add_argument(
-        "--serve",
+    a(
+        "--fairness-serve",
         action="append",
         default=[],
-        help="LABEL=FLAGS: this tree's server with these flags added, measured beside it (repeat)",
+        metavar="LABEL=FLAGS",
+        help="fairness: this tree's server with these flags added, measured beside it (repeat)",
     )
-    p.add_argument("--clients", type=int, default=4, help="clients sending long inputs back to back")
-    p.add_argument("--chars", type=int, default=4096, help="characters of each long input")
-    p.add_argument("--probes", type=int, default=30, help="small requests per measurement, idle and loaded")
-    p.add_argument("--rounds", type=int, default=1, help="rounds; the servers take turns (ABBA)")
-    args = p.parse_args()
+    a("--fairness-clients", type=int, default=4, help="fairness: clients sending long inputs back to back")
+    a("--fairness-chars", type=int, default=4096, help="fairness: characters of each long input")
+    a(
+        "--fairness-probes",
+        type=int,
+        default=30,
+        help="fairness: small requests per measurement, idle and loaded",
+    )
+
+
+def fairness(args) -> None:
+    """Every server's probes, idle and loaded, over --rounds (ABBA); the table printed."""
     with contextlib.ExitStack() as stack:
-        trees = {"this tree": (ROOT, [])} | {
-            label: (ROOT, shlex.split(flags)) for label, flags in (s.split("=", 1) for s in args.serve)
-        }
-        for label, ref in (t.split("=", 1) for t in args.tree):
-            into = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fairness-{label}-")))
-            trees[label] = (source_tree(ref, into), [])
+        trees = servers(args, stack)
         got: dict[str, list[dict]] = {label: [] for label in trees}
         for r in range(args.rounds):
             for label in abba(list(trees), r):
@@ -136,10 +137,27 @@ def main() -> None:
                     f"{statistics.median(m['loaded']) * 1000:.0f} ms, long inputs {m['chars_s']:.0f} chars/s",
                     flush=True,
                 )
+    print_table(args, got)
+
+
+def servers(args, stack: contextlib.ExitStack) -> dict[str, tuple[Path, list[str]]]:
+    """label -> (source tree, flags added): this tree's, --fairness-serve's, and --fairness-tree's checked out
+    under temporary folders that ``stack`` removes."""
+    trees = {"this tree": (ROOT, [])} | {
+        label: (ROOT, shlex.split(flags)) for label, flags in (s.split("=", 1) for s in args.fairness_serve)
+    }
+    for label, ref in (t.split("=", 1) for t in args.fairness_tree):
+        into = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fairness-{label}-")))
+        trees[label] = (source_tree(ref, into), [])
+    return trees
+
+
+def print_table(args, got: dict[str, list[dict]]) -> None:
+    """One row per server: its probes pooled over the rounds, idle and loaded."""
     ms = lambda xs, q: statistics.quantiles(xs, n=100)[q - 1] * 1000 if q < 100 else max(xs) * 1000  # noqa: E731
     print(
-        f"\n{args.clients} clients x {args.chars}-character /translate inputs back to back; {args.probes} small "
-        f"/translate probes per measurement, {args.rounds} round(s)"
+        f"\n{args.fairness_clients} clients x {args.fairness_chars}-character /translate inputs back to back; "
+        f"{args.fairness_probes} small /translate probes per measurement, {args.rounds} round(s)"
     )
     print(
         "| server | idle p50 ms | loaded p50 ms | loaded p90 ms | loaded max ms | loaded / idle p50 | long chars/s |"
@@ -154,7 +172,3 @@ def main() -> None:
             f"| {label} | {ms(idle, 50):.0f} | {ms(loaded, 50):.0f} | {ms(loaded, 90):.0f} | {ms(loaded, 100):.0f} | "
             f"{ratio:.2f}x | {chars:.0f} |"
         )
-
-
-if __name__ == "__main__":
-    main()

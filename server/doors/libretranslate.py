@@ -187,114 +187,134 @@ def routes(doors: HttpDoor) -> list[web.RouteDef]:
     doors.repo.telemetry.watch(pairs.update)  # a model loaded or unloaded: the pairs whose model changed
 
     async def translate(request: web.Request) -> web.Response:
-        params = await _read(doors, request, "Translate")
-        req, error = None, None
-        try:
-            req = parse_translate(params)
-            name, source = resolve(served(doors.repo), req.source, req.target, picks)
-        except ModelNotReady as e:  # the model --pair names for it is not loaded: 503, counted (model "")
-            name, error = "", e
-        except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
-            # An unloaded model's pair: 503 "unloaded; load it again", as KServe answers, not 400 "not served".
-            name, error = (unloaded_model(doors.repo, req.source, req.target) if req else ""), e
-        async with doors.track(name, "Translate"):
-            if error is not None:
-                if name:
-                    doors.repo.get(name)  # raises ModelNotReady
-                raise error
-            docs = None
-            if req.format == "html":
-                check_html(req.texts)  # cheap counts first; the parser runs off the event loop
-                docs = await off_loop(
-                    parse_all, req.texts
-                )  # in the one parse lane: many at once wait their turn
-            # Looked up after the parse, not before: a reload while it ran retires the version read before it.
-            model = doors.repo.get(name)
-            if docs is not None:
-                texts = [t for d in docs for t in d.texts()]
-                if len(texts) > model.limits.max_inputs:
-                    raise InvalidInput(
-                        f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "
-                        f"{model.limits.max_inputs} in one request (each text node is one input)"
-                    )
-            else:
-                docs, texts = None, req.texts
-            n = req.alternatives + 1
-            if n > model.limits.max_beam:
-                raise InvalidInput(
-                    f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
-                    f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)"
-                )
-            # Alternatives are shown to a person: distinct texts (server/models/distinct.py widens the beam as needed).
-            options = DecodingOptions(num_hypotheses=n, distinct_hypotheses=n > 1)
-            nbest: list[list[str]] = []  # per input, best first
-            if texts:  # html with no text in it is answered as it came
-                try:
-                    prepare = functools.partial(
-                        model.prepare,
-                        texts,
-                        options,
-                        text=req.text,
-                        source_language=source,
-                        target_language=req.target,
-                    )
-                    prepared = await off_loop_if(model.long(texts), prepare)
-                except InvalidInput as e:
-                    raise InvalidInput(
-                        f"format=html, each text node is one input: {e}" if docs else str(e)
-                    ) from None
-                g = await model.generate(prepared, deadline_of(request))
-                nbest = [[h.text for h in o.hypotheses] for o in g.outputs]
-
-            def rendered(rank: int) -> list[str]:
-                """Each q's translation from every input's rank-th hypothesis (its last where it has fewer)."""
-                outputs = [hyps[min(rank, len(hyps) - 1)] for hyps in nbest]
-                if docs is None:
-                    return outputs
-                out, k = [], 0
-                for d in docs:
-                    out.append(d.render(outputs[k : k + len(d.nodes)]))
-                    k += len(d.nodes)
-                return out
-
-            results = rendered(0)
-            body: dict[str, Any] = {"translatedText": results if req.as_list else results[0]}
-            if req.source == AUTO:
-                # The one source language that translates to target (resolve() refuses otherwise): not a guess.
-                detected = {"confidence": 100.0, "language": source}
-                body["detectedLanguage"] = [detected] * len(results) if req.as_list else detected
-            if req.alternatives > 0:
-                alternatives = [rendered(rank) for rank in range(1, n)]  # [rank][q]
-                # Distinct from the translation and from each other (an html document can repeat one where
-                # its text nodes ran out of different hypotheses); fewer only where the model has no more.
-                per_q = [
-                    list(dict.fromkeys(alt[q] for alt in alternatives if alt[q] != results[q]))
-                    for q in range(len(results))
-                ]
-                body["alternatives"] = per_q if req.as_list else per_q[0]
-            return json_response(body)
+        return await _translate(doors, picks, request)
 
     async def list_languages(request: web.Request) -> web.Response:
         await _read(doors, request, "Languages")
         return json_response(languages(served(doors.repo)))
 
     async def detect(request: web.Request) -> web.Response:
-        params = await _read(doors, request, "Detect")
-        _string(params, "q")  # LibreTranslate's own refusal of a request without text
-        sources = sorted({s for c in served(doors.repo) for s in c.offered.sources})
-        if len(sources) != 1:
-            why = (
-                "no served model declares its languages"
-                if not sources
-                else f"this server has no language detector and serves several source languages ({', '.join(sources)})"
-            )
-            raise InvalidInput(f"language detection is not available: {why}; send source explicitly")
-        # Honest without a detector: every model here reads this one language, so it is the only source this
-        # server can translate from; for any text it can translate, this is the language to send.
-        return json_response([{"confidence": 100.0, "language": sources[0]}])
+        return await _detect(doors, request)
 
     return [
         web.post("/translate", translate),
         web.get("/languages", list_languages),
         web.post("/detect", detect),
     ]
+
+
+async def _translate(doors: HttpDoor, picks, request: web.Request) -> web.Response:
+    """``POST /translate``: parsed and its model resolved, counted under that model (or "" when refused before)."""
+    params = await _read(doors, request, "Translate")
+    req, error = None, None
+    try:
+        req = parse_translate(params)
+        name, source = resolve(served(doors.repo), req.source, req.target, picks)
+    except ModelNotReady as e:  # the model --pair names for it is not loaded: 503, counted (model "")
+        name, error = "", e
+    except InvalidInput as e:  # counted (model ""), answered 400 by the tracker
+        # An unloaded model's pair: 503 "unloaded; load it again", as KServe answers, not 400 "not served".
+        name, error = (unloaded_model(doors.repo, req.source, req.target) if req else ""), e
+    async with doors.track(name, "Translate"):
+        if error is not None:
+            if name:
+                doors.repo.get(name)  # raises ModelNotReady
+            raise error
+        docs = None
+        if req.format == "html":
+            check_html(req.texts)  # cheap counts first; the parser runs off the event loop
+            docs = await off_loop(parse_all, req.texts)  # in the one parse lane: many at once wait their turn
+        # Looked up after the parse, not before: a reload while it ran retires the version read before it.
+        model = doors.repo.get(name)
+        texts = _inputs(model, name, req, docs)
+        nbest = await _nbest(model, request, req, source, texts, docs)
+        return json_response(_answer(req, source, nbest, docs))
+
+
+def _inputs(model, name: str, req: TranslateRequest, docs) -> list[str]:
+    """The model's inputs: each ``q``, or with ``format=html`` every text node of every document (at most the
+    model's max inputs); the alternatives asked for checked against its max beam."""
+    if docs is not None:
+        texts = [t for d in docs for t in d.texts()]
+        if len(texts) > model.limits.max_inputs:
+            raise InvalidInput(
+                f"format=html: q has {len(texts)} text nodes; model {name!r} translates at most "
+                f"{model.limits.max_inputs} in one request (each text node is one input)"
+            )
+    else:
+        texts = req.texts
+    if req.alternatives + 1 > model.limits.max_beam:
+        raise InvalidInput(
+            f"alternatives={req.alternatives} is out of range for model {name!r}: 0 to "
+            f"{model.limits.max_beam - 1} (each alternative is one more beam hypothesis)"
+        )
+    return texts
+
+
+async def _nbest(
+    model, request: web.Request, req: TranslateRequest, source: str, texts: list[str], docs
+) -> list[list[str]]:
+    """Per input, its alternatives + 1 hypotheses' texts, best first (nothing to translate: none)."""
+    n = req.alternatives + 1
+    # Alternatives are shown to a person: distinct texts (server/models/distinct.py widens the beam as needed).
+    options = DecodingOptions(num_hypotheses=n, distinct_hypotheses=n > 1)
+    if not texts:  # html with no text in it is answered as it came
+        return []
+    try:
+        prepare = functools.partial(
+            model.prepare, texts, options, text=req.text, source_language=source, target_language=req.target
+        )
+        prepared = await off_loop_if(model.long(texts), prepare)
+    except InvalidInput as e:
+        raise InvalidInput(f"format=html, each text node is one input: {e}" if docs else str(e)) from None
+    g = await model.generate(prepared, deadline_of(request))
+    return [[h.text for h in o.hypotheses] for o in g.outputs]
+
+
+def _rendered(nbest: list[list[str]], docs, rank: int) -> list[str]:
+    """Each q's translation from every input's rank-th hypothesis (its last where it has fewer)."""
+    outputs = [hyps[min(rank, len(hyps) - 1)] for hyps in nbest]
+    if docs is None:
+        return outputs
+    out, k = [], 0
+    for d in docs:
+        out.append(d.render(outputs[k : k + len(d.nodes)]))
+        k += len(d.nodes)
+    return out
+
+
+def _answer(req: TranslateRequest, source: str, nbest: list[list[str]], docs) -> dict[str, Any]:
+    """LibreTranslate's answer: ``translatedText``, ``detectedLanguage`` for ``source=auto``, ``alternatives``."""
+    results = _rendered(nbest, docs, 0)
+    body: dict[str, Any] = {"translatedText": results if req.as_list else results[0]}
+    if req.source == AUTO:
+        # The one source language that translates to target (resolve() refuses otherwise): not a guess.
+        detected = {"confidence": 100.0, "language": source}
+        body["detectedLanguage"] = [detected] * len(results) if req.as_list else detected
+    if req.alternatives > 0:
+        alternatives = [_rendered(nbest, docs, rank) for rank in range(1, req.alternatives + 1)]  # [rank][q]
+        # Distinct from the translation and from each other (an html document can repeat one where
+        # its text nodes ran out of different hypotheses); fewer only where the model has no more.
+        per_q = [
+            list(dict.fromkeys(alt[q] for alt in alternatives if alt[q] != results[q]))
+            for q in range(len(results))
+        ]
+        body["alternatives"] = per_q if req.as_list else per_q[0]
+    return body
+
+
+async def _detect(doors: HttpDoor, request: web.Request) -> web.Response:
+    """``POST /detect``: the one source language every served model reads, or 400."""
+    params = await _read(doors, request, "Detect")
+    _string(params, "q")  # LibreTranslate's own refusal of a request without text
+    sources = sorted({s for c in served(doors.repo) for s in c.offered.sources})
+    if len(sources) != 1:
+        why = (
+            "no served model declares its languages"
+            if not sources
+            else f"this server has no language detector and serves several source languages ({', '.join(sources)})"
+        )
+        raise InvalidInput(f"language detection is not available: {why}; send source explicitly")
+    # Honest without a detector: every model here reads this one language, so it is the only source this
+    # server can translate from; for any text it can translate, this is the language to send.
+    return json_response([{"confidence": 100.0, "language": sources[0]}])

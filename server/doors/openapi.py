@@ -97,13 +97,37 @@ def _model_ops(versioned: bool) -> dict[str, dict]:
 
 
 def document() -> dict[str, Any]:
-    tensor = {"type": "object", "required": ["name", "datatype", "shape"], "properties": {
+    """The whole document: the paths of each door, the bodies they take and answer."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "s2s HTTP API", "version": __version__,
+                 "description": "KServe v2 REST (as Triton serves it on :8000), the LibreTranslate API and the playground. "
+                                "With --auth-token every call but health, the page and this document needs "
+                                "`Authorization: Bearer <token>` (LibreTranslate clients may send `api_key`). The gRPC "
+                                "APIs (seq2seq.v1, KServe v2) are on :8001."},
+        "servers": [{"url": "http://localhost:8000"}],
+        "paths": {**_kserve_paths(), **_repository_paths(), **_libretranslate_paths(), **_page_paths()},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {**_kserve_schemas(), **_libretranslate_schemas()},
+        },
+        "security": [{"bearer": []}, {}],
+    }
+
+
+def _tensor() -> dict[str, Any]:
+    """A KServe v2 tensor, as JSON."""
+    return {"type": "object", "required": ["name", "datatype", "shape"], "properties": {
         "name": {"type": "string", "examples": ["text_input"]},
         "datatype": {"type": "string", "enum": ["BYTES", "INT64", "INT32"]},
         "shape": {"type": "array", "items": {"type": "integer"}},
         "parameters": {"type": "object", "properties": {"binary_data_size": {"type": "integer", "minimum": 0}}},
         "data": {"type": "array", "description": "Row-major values: texts for BYTES, integers for INT64/INT32."}}}
-    paths: dict[str, Any] = {
+
+
+def _kserve_paths() -> dict[str, Any]:
+    """KServe v2: health, server metadata and statistics, each model's (and version's) operations."""
+    return {
         "/v2/health/live": {"get": {"summary": "Liveness", "tags": ["KServe v2"],
                                     "responses": {"200": {"description": "The server is live."}}}},
         "/v2/health/ready": {"get": {"summary": "Readiness: every model has an engine core up", "tags": ["KServe v2"],
@@ -115,6 +139,12 @@ def document() -> dict[str, Any]:
                                      "responses": {"200": _json("ModelStatistics", "Counts and cumulative times."),
                                                    **_errors(401)}}},
         **_model_ops(False), **_model_ops(True),
+    }
+
+
+def _repository_paths() -> dict[str, Any]:
+    """KServe v2's model repository extension: the index, load and unload."""
+    return {
         "/v2/repository/index": {"post": {
             "summary": "The models of the repository, with their state", "tags": ["KServe v2"],
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
@@ -133,6 +163,12 @@ def document() -> dict[str, Any]:
                                         "version takes over once its engine cores answer a warm-up request"),
                                ("unload", "Unload a model (--model-control-mode explicit): new requests refused, "
                                           "those in flight finish, its processes stop"))},
+    }
+
+
+def _libretranslate_paths() -> dict[str, Any]:
+    """The LibreTranslate API."""
+    return {
         "/translate": {"post": {
             "summary": "LibreTranslate: translate text", "tags": ["LibreTranslate"], "parameters": [_TIMEOUT],
             "requestBody": {"required": True, "content": {
@@ -159,6 +195,12 @@ def document() -> dict[str, Any]:
             "responses": {"200": {"description": "The language, confidence 100.", "content": {"application/json": {"schema": {
                 "type": "array", "items": {"type": "object", "properties": {
                     "language": {"type": "string"}, "confidence": {"type": "number"}}}}}}}, **_errors(400, 401)}}},
+    }
+
+
+def _page_paths() -> dict[str, Any]:
+    """The playground's files and this document."""
+    return {
         "/": {"get": {"summary": "The playground page", "tags": ["Playground"],
                       "responses": {"200": {"description": "HTML.", "content": {"text/html": {}}}}}},
         "/playground.js": {"get": {"summary": "The playground's script", "tags": ["Playground"],
@@ -170,74 +212,71 @@ def document() -> dict[str, Any]:
                                   "responses": {"200": {"description": "OpenAPI 3.1.",
                                                         "content": {"application/json": {}}}}}},
     }
+
+
+def _kserve_schemas() -> dict[str, Any]:
+    """The error every door answers, and the KServe v2 doors' bodies."""
+    tensor = _tensor()
     return {
-        "openapi": "3.1.0",
-        "info": {"title": "s2s HTTP API", "version": __version__,
-                 "description": "KServe v2 REST (as Triton serves it on :8000), the LibreTranslate API and the playground. "
-                                "With --auth-token every call but health, the page and this document needs "
-                                "`Authorization: Bearer <token>` (LibreTranslate clients may send `api_key`). The gRPC "
-                                "APIs (seq2seq.v1, KServe v2) are on :8001."},
-        "servers": [{"url": "http://localhost:8000"}],
-        "paths": paths,
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
-                "ServerMetadata": {"type": "object", "properties": {
-                    "name": {"type": "string"}, "version": {"type": "string"},
-                    "extensions": {"type": "array", "items": {"type": "string"}}}},
-                "ModelMetadata": {"type": "object", "properties": {
-                    "name": {"type": "string"}, "versions": {"type": "array", "items": {"type": "string"}},
-                    "platform": {"type": "string"}, "inputs": {"type": "array", "items": tensor},
-                    "outputs": {"type": "array", "items": tensor}}},
-                "ModelStatistics": {"type": "object", "properties": {"model_stats": {"type": "array", "items": {
-                    "type": "object", "description": "Triton's ModelStatistics: name, version, inference_count, "
-                                                     "execution_count and inference_stats (success, fail, queue, "
-                                                     "compute_infer: count and ns)"}}}},
-                "InferRequest": {"type": "object", "required": ["inputs"], "properties": {
-                    "id": {"type": "string", "maxLength": 256},
-                    "parameters": {"type": "object", "properties": {
-                        "max_tokens": {"type": "integer", "minimum": 0, "description": "0 = the model's default"},
-                        "beam_width": {"type": "integer", "minimum": 0, "description": "0 = the model's default (its default_beam_width parameter); 1 = greedy"},
-                        # The decoding options as seq2seq.v1 and CTranslate2 name them (docs/DECODING.md); ranges:
-                        # GET /v2/models/{model}/config, parameters <name>_range.
-                        **{name: {"type": kind, "description": "see docs/DECODING.md"}
-                           for name, kind in DECODING_TYPES.items()},
-                        **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
-                           for name in TEXT_SWITCHES},
-                        **{name: {"type": "string", "description": LANGUAGE_CODE}
-                           for name in ("source_language", "target_language")},
-                        "timeout": {"type": "integer", "minimum": 0, "description": "deadline in microseconds"},
-                        "binary_data_output": {"type": "boolean"}}},
-                    "inputs": {"type": "array", "items": tensor},
-                    "outputs": {"type": "array", "items": {"type": "object", "properties": {
-                        "name": {"type": "string", "enum": ["text_output", "input_tokens", "output_tokens",
-                                                            "hypotheses", "scores", "protected_spans", "pieces"],
-                                 "description": "text_output (BYTES) is always sent; the INT64 token counts, the "
-                                                "n-best lists (hypotheses BYTES, scores FP32, [N, num_hypotheses]) "
-                                                "and the spans kept (protected_spans BYTES: JSON per input; pieces "
-                                                "INT64) only when asked for here"},
-                        "parameters": {"type": "object", "properties": {"binary_data": {"type": "boolean"}}}}}}}},
-                "InferResponse": {"type": "object", "properties": {
-                    "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
-                    "outputs": {"type": "array", "items": tensor}}},
-                "TranslateRequest": {"type": "object", "required": ["q", "target"], "properties": {
-                    "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-                    "source": {"type": "string", "description": "ISO 639-1 code (GET /languages), or auto"},
-                    "target": {"type": "string", "description": "ISO 639-1 code: picks the model and, for a "
-                                                                "multilingual one, the language it writes"},
-                    "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
-                    "alternatives": {"type": "integer", "minimum": 0, "default": 0,
-                                     "description": "the next best translations (beam search, n-best)"},
-                    **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
-                       for name in TEXT_SWITCHES},
-                    "api_key": {"type": "string", "description": "the bearer token, for clients that cannot set headers"}}},
-                "TranslateResponse": {"type": "object", "properties": {
-                    "translatedText": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-                    "alternatives": {"type": "array"}}},
-            },
-        },
-        "security": [{"bearer": []}, {}],
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        "ServerMetadata": {"type": "object", "properties": {
+            "name": {"type": "string"}, "version": {"type": "string"},
+            "extensions": {"type": "array", "items": {"type": "string"}}}},
+        "ModelMetadata": {"type": "object", "properties": {
+            "name": {"type": "string"}, "versions": {"type": "array", "items": {"type": "string"}},
+            "platform": {"type": "string"}, "inputs": {"type": "array", "items": tensor},
+            "outputs": {"type": "array", "items": tensor}}},
+        "ModelStatistics": {"type": "object", "properties": {"model_stats": {"type": "array", "items": {
+            "type": "object", "description": "Triton's ModelStatistics: name, version, inference_count, "
+                                             "execution_count and inference_stats (success, fail, queue, "
+                                             "compute_infer: count and ns)"}}}},
+        "InferRequest": {"type": "object", "required": ["inputs"], "properties": {
+            "id": {"type": "string", "maxLength": 256},
+            "parameters": {"type": "object", "properties": {
+                "max_tokens": {"type": "integer", "minimum": 0, "description": "0 = the model's default"},
+                "beam_width": {"type": "integer", "minimum": 0, "description": "0 = the model's default (its default_beam_width parameter); 1 = greedy"},
+                # The decoding options as seq2seq.v1 and CTranslate2 name them (docs/DECODING.md); ranges:
+                # GET /v2/models/{model}/config, parameters <name>_range.
+                **{name: {"type": kind, "description": "see docs/DECODING.md"}
+                   for name, kind in DECODING_TYPES.items()},
+                **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
+                   for name in TEXT_SWITCHES},
+                **{name: {"type": "string", "description": LANGUAGE_CODE}
+                   for name in ("source_language", "target_language")},
+                "timeout": {"type": "integer", "minimum": 0, "description": "deadline in microseconds"},
+                "binary_data_output": {"type": "boolean"}}},
+            "inputs": {"type": "array", "items": tensor},
+            "outputs": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string", "enum": ["text_output", "input_tokens", "output_tokens",
+                                                    "hypotheses", "scores", "protected_spans", "pieces"],
+                         "description": "text_output (BYTES) is always sent; the INT64 token counts, the "
+                                        "n-best lists (hypotheses BYTES, scores FP32, [N, num_hypotheses]) "
+                                        "and the spans kept (protected_spans BYTES: JSON per input; pieces "
+                                        "INT64) only when asked for here"},
+                "parameters": {"type": "object", "properties": {"binary_data": {"type": "boolean"}}}}}}}},
+        "InferResponse": {"type": "object", "properties": {
+            "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
+            "outputs": {"type": "array", "items": tensor}}},
+    }
+
+
+def _libretranslate_schemas() -> dict[str, Any]:
+    """The LibreTranslate API's bodies."""
+    return {
+        "TranslateRequest": {"type": "object", "required": ["q", "target"], "properties": {
+            "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+            "source": {"type": "string", "description": "ISO 639-1 code (GET /languages), or auto"},
+            "target": {"type": "string", "description": "ISO 639-1 code: picks the model and, for a "
+                                                        "multilingual one, the language it writes"},
+            "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+            "alternatives": {"type": "integer", "minimum": 0, "default": 0,
+                             "description": "the next best translations (beam search, n-best)"},
+            **{name: {"type": "boolean", "default": True, "description": TEXT_SWITCHES[name]}
+               for name in TEXT_SWITCHES},
+            "api_key": {"type": "string", "description": "the bearer token, for clients that cannot set headers"}}},
+        "TranslateResponse": {"type": "object", "properties": {
+            "translatedText": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+            "alternatives": {"type": "array"}}},
     }
 
 

@@ -147,72 +147,18 @@ def prepare(
         raise InvalidInput(
             f"model {name!r}: {len(texts)} inputs in one request; the limit is {lim.max_inputs}"
         )
-    check_options(options, lim)  # the request's own values, as the client sent them, in any message
-    # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
-    task = config.task
-    named = options.beam_size != 0 or options.sampling  # a beam the request chose: never narrowed
-    resolved = options.resolved(
-        lim.default_beam,
-        task.max_new_tokens,
-        task.length_penalty_type,
-        task.length_penalty,
-        task.no_repeat_ngram_size,
-    )
-    if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
-        check_options(resolved, lim)
-    options = resolved
+    options, named = _resolve(options, config, lim)
     # The model's default beam is narrowed where a request's rows (its inputs, or their pieces) x that beam would
     # pass max_rows: down to num_hypotheses, so that any input within the limits is served.
     narrowest = options.beam_size if named else max(1, options.num_hypotheses)
-    if target_prefixes and len(target_prefixes) != len(texts):
-        raise InvalidInput(
-            f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "
-            "(empty for no prefix)"
-        )
-    if len(texts) * narrowest > lim.max_rows:
-        raise InvalidInput(
-            f"model {name!r}: {len(texts)} inputs x beam_size {narrowest} = {len(texts) * narrowest} "
-            f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
-            "inputs per request" + (" or a narrower beam" if named else "")
-        )
-    # Cheap checks on every input before any is tokenized: one oversized text costs nothing.
-    split = text.split_long and lim.max_input_chars > lim.max_unsplit_chars
-    max_chars = lim.max_input_chars if split or not lim.max_unsplit_chars else lim.max_unsplit_chars
-    for i, t in enumerate(texts):
-        if len(t) > max_chars:
-            raise InvalidInput(
-                f"input {i} has {len(t)} characters; model {name!r} accepts at most {max_chars}"
-                + (
-                    " (max_input_chars; inputs longer than the model reads are split into pieces up to this)"
-                    if split
-                    else f" ({lim.max_input_tokens} tokens"
-                    + ("; split_long splits longer inputs)" if text is not AS_SENT else ")")
-                )
-            )
-        if not t.strip():
-            raise InvalidInput(f"input {i} is empty")
-    for i, p in enumerate(target_prefixes or ()):
-        if len(p) > lim.max_input_chars:
-            raise InvalidInput(
-                f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
-                f"{lim.max_input_chars}"
-            )
+    _check_rows(name, texts, target_prefixes, lim, narrowest, named)
+    _check_lengths(name, texts, target_prefixes, lim, text)
     max_tokens = lim.max_input_tokens - asked.lead  # a source language token is read first
     planned = _plan(name, codec, texts, target_prefixes, text, max_tokens, lim.max_rows, narrowest, named)
     if planned is not None:
         out, target_prefixes = planned.ids, planned.prefixes
     else:
-        out = []
-        for i, t in enumerate(texts):
-            try:
-                ids = codec.source_ids(t)
-            except UnknownCharactersError as e:
-                raise InvalidInput(f"input {i}: {e}") from None
-            if len(ids) > max_tokens:
-                raise InvalidInput(
-                    f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {max_tokens}"
-                )
-            out.append(ids)
+        out = _source_ids(name, codec, texts, max_tokens)
     if len(out) * options.beam_size > lim.max_rows:
         options = options.replace(beam_size=lim.max_rows // len(out))
     if asked.languages is not None:
@@ -234,6 +180,85 @@ def prepare(
         text.protect_spans and not target_prefixes,
         asked.forced,
     )
+
+
+def _resolve(options: DecodingOptions, config: BundleConfig, lim: Limits) -> tuple[DecodingOptions, bool]:
+    """The request's options checked as sent, then resolved against the model's defaults (and checked again where
+    that changed them); and whether the request chose its beam (a beam it chose is never narrowed)."""
+    check_options(options, lim)  # the request's own values, as the client sent them, in any message
+    # beam_size 0 -> the model's default (never wider than this server allows), max_new_tokens 0 -> its budget
+    task = config.task
+    named = options.beam_size != 0 or options.sampling  # a beam the request chose: never narrowed
+    resolved = options.resolved(
+        lim.default_beam,
+        task.max_new_tokens,
+        task.length_penalty_type,
+        task.length_penalty,
+        task.no_repeat_ngram_size,
+    )
+    if resolved is not options:  # e.g. sampling resolves beam 0 to 1, narrower than num_hypotheses=2
+        check_options(resolved, lim)
+    return resolved, named
+
+
+def _check_rows(
+    name: str, texts: list[str], target_prefixes: list[str] | None, lim: Limits, narrowest: int, named: bool
+) -> None:
+    """One target prefix per input (or none), and the inputs x the narrowest beam within max_rows."""
+    if target_prefixes and len(target_prefixes) != len(texts):
+        raise InvalidInput(
+            f"{len(target_prefixes)} target prefixes for {len(texts)} inputs; send none, or one per input "
+            "(empty for no prefix)"
+        )
+    if len(texts) * narrowest > lim.max_rows:
+        raise InvalidInput(
+            f"model {name!r}: {len(texts)} inputs x beam_size {narrowest} = {len(texts) * narrowest} "
+            f"rows; one request may have at most {lim.max_rows} (max_rows_per_request): send fewer "
+            "inputs per request" + (" or a narrower beam" if named else "")
+        )
+
+
+def _check_lengths(
+    name: str, texts: list[str], target_prefixes: list[str] | None, lim: Limits, text: TextOptions
+) -> None:
+    """Cheap checks on every input before any is tokenized: one oversized text costs nothing."""
+    split = text.split_long and lim.max_input_chars > lim.max_unsplit_chars
+    max_chars = lim.max_input_chars if split or not lim.max_unsplit_chars else lim.max_unsplit_chars
+    for i, t in enumerate(texts):
+        if len(t) > max_chars:
+            raise InvalidInput(
+                f"input {i} has {len(t)} characters; model {name!r} accepts at most {max_chars}"
+                + (
+                    " (max_input_chars; inputs longer than the model reads are split into pieces up to this)"
+                    if split
+                    else f" ({lim.max_input_tokens} tokens"
+                    + ("; split_long splits longer inputs)" if text is not AS_SENT else ")")
+                )
+            )
+        if not t.strip():
+            raise InvalidInput(f"input {i} is empty")
+    for i, p in enumerate(target_prefixes or ()):
+        if len(p) > lim.max_input_chars:
+            raise InvalidInput(
+                f"target prefix {i} has {len(p)} characters; model {name!r} accepts at most "
+                f"{lim.max_input_chars}"
+            )
+
+
+def _source_ids(name: str, codec: TextCodec, texts: list[str], max_tokens: int) -> list[list[int]]:
+    """Each input's token ids as sent (no text options), at most ``max_tokens`` each."""
+    out = []
+    for i, t in enumerate(texts):
+        try:
+            ids = codec.source_ids(t)
+        except UnknownCharactersError as e:
+            raise InvalidInput(f"input {i}: {e}") from None
+        if len(ids) > max_tokens:
+            raise InvalidInput(
+                f"input {i} has {len(ids)} tokens; model {name!r} accepts at most {max_tokens}"
+            )
+        out.append(ids)
+    return out
 
 
 def _plan(
