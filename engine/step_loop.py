@@ -130,54 +130,64 @@ class StepLoop:
         if not seqs:
             return
         self.encode(seqs)
-        sp, b, rules = self.engine.special, self.batch, self.rules
         for s in seqs:
             if s.search is None:
-                o = s.options
-                if s.beam == 1 and rules.min_end > len(s.prefix) + o.min_new_tokens:
-                    # generate() bans the end token from the logits before its argmax: min_new_tokens' mask
-                    s.options = o = o.replace(min_new_tokens=rules.min_end - len(s.prefix))
-                s.search = (
-                    Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha, rules.forced_eos_id)
-                    if s.beam == 1
-                    else Beam(
-                        sp.eos,
-                        self.budget(s),
-                        s.beam,
-                        o.alpha,
-                        o.length_penalty_type,
-                        o.num_hypotheses,
-                        s.prefix,
-                        rules.early_stopping,
-                        rules.forced_eos_id,
-                        rules.min_end,
-                    )
-                )
-        # Only into an idle batch, where this call takes the place of the batch's first step: into a running one it
-        # is one more decoder call on a few rows, which cost what the rows saved (docs/BENCHMARKS.md#beam-int8-notes).
-        apart = (
-            []
-            if self.seqs
-            else [
-                s
-                for s in seqs
-                if s.n_rows > 1
-                and not s.needs_pass
-                and isinstance(s.search, Beam)
-                and s.search.step == 0
-                and not s.prefix
-            ]
-        )
-        first = self._first_steps(apart)
+                s.search = self._search_of(s)
+        first = self._first_steps(self._apart(seqs))
         for s in seqs:
             if s.search.done:  # ended at its first step (a budget of one token, or every beam ended)
                 self._finish(s)
         seqs = [s for s in seqs if not s.search.done]
-        # first-step-done rows make the idle batch
-        appended: dict[bool, list[Sequence]] = {
-            True: [],
-            False: [],
-        }
+        for started, group in self._place(seqs, first).items():
+            if group:
+                self._append(group, first if started else None)
+        for s in seqs:
+            s.encoded = None  # joined: the batch holds its cross K/V now
+        self.seqs += seqs
+        if any(s.options.repetition_penalty != 1 or s.options.no_repeat_ngram_size for s in seqs):
+            self.batch.track_history()
+
+    def _search_of(self, s: Sequence) -> Greedy | Beam:
+        sp, rules, o = self.engine.special, self.rules, s.options
+        if s.beam == 1 and rules.min_end > len(s.prefix) + o.min_new_tokens:
+            # generate() bans the end token from the logits before its argmax: min_new_tokens' mask
+            s.options = o = o.replace(min_new_tokens=rules.min_end - len(s.prefix))
+        if s.beam == 1:
+            return Greedy(sp.eos, self.budget(s), o.length_penalty_type, o.alpha, rules.forced_eos_id)
+        return Beam(
+            sp.eos,
+            self.budget(s),
+            s.beam,
+            o.alpha,
+            o.length_penalty_type,
+            o.num_hypotheses,
+            s.prefix,
+            rules.early_stopping,
+            rules.forced_eos_id,
+            rules.min_end,
+        )
+
+    def _apart(self, seqs: list[Sequence]) -> list[Sequence]:
+        """The beams whose first step runs on one row: only into an idle batch, where that call takes the place of
+        the batch's first step (into a running one it is one more decoder call on a few rows, which cost what the
+        rows saved: docs/BENCHMARKS.md#beam-int8-notes)."""
+        if self.seqs:
+            return []
+        return [
+            s
+            for s in seqs
+            if s.n_rows > 1
+            and not s.needs_pass
+            and isinstance(s.search, Beam)
+            and s.search.step == 0
+            and not s.prefix
+        ]
+
+    def _place(self, seqs: list[Sequence], first: dict) -> dict[bool, list[Sequence]]:
+        """Newcomers into released rows in place where they fit; the rest to append, by whether their first step
+        ran apart (those make the idle batch's first rows)."""
+        sp, b = self.engine.special, self.batch
+        appended: dict[bool, list[Sequence]] = {True: [], False: []}
         for s in seqs:
             if s.needs_pass:
                 self.n_pass += 1
@@ -193,28 +203,22 @@ class StepLoop:
                     b.fill(r, *s.encoded, sp.bos)
             else:
                 appended[False].append(s)
-        for started, group in appended.items():
-            if not group:
-                continue
-            width = max(s.encoded[1].shape[0] for s in group)
-            rows = [s for s in group for _ in range(s.n_rows)]
-            cross = [stack_rows(group, lambda s, k=k: s.encoded[0][k], width) for k in range(len(b.cross))]
-            mask = stack_rows(group, lambda s: s.encoded[1], width)
-            tokens = np.concatenate([first[id(s)][0] if started else [sp.bos] * s.n_rows for s in group])
-            kv = (
-                [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))]
-                if started
-                else None
-            )
-            start = len(b)
-            b.add(cross, mask, tokens, kv)
-            for s in group:
-                s.row, start = start, start + s.n_rows
-        for s in seqs:
-            s.encoded = None  # joined: the batch holds its cross K/V now
-        self.seqs += seqs
-        if any(s.options.repetition_penalty != 1 or s.options.no_repeat_ngram_size for s in seqs):
-            b.track_history()
+        return appended
+
+    def _append(self, group: list[Sequence], first: dict | None) -> None:
+        """Rows appended to the batch: their cross K/V and masks to one width; with ``first`` (their first step
+        ran apart), its tokens and self-attention K/V, else BOS and no cache yet."""
+        sp, b = self.engine.special, self.batch
+        width = max(s.encoded[1].shape[0] for s in group)
+        rows = [s for s in group for _ in range(s.n_rows)]
+        cross = [stack_rows(group, lambda s, k=k: s.encoded[0][k], width) for k in range(len(b.cross))]
+        mask = stack_rows(group, lambda s: s.encoded[1], width)
+        tokens = np.concatenate([first[id(s)][0] if first else [sp.bos] * s.n_rows for s in group])
+        kv = [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))] if first else None
+        start = len(b)
+        b.add(cross, mask, tokens, kv)
+        for s in group:
+            s.row, start = start, start + s.n_rows
 
     def _first_steps(self, seqs: list[Sequence]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
         """The first decoder step of beams, one row each (CTranslate2 expands to beams after it): its k rows would
