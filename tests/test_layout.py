@@ -105,8 +105,8 @@ TREE_GRAPH = {
 
 
 def _cycle(package: str, graph: dict[str, set[str]] = GRAPH) -> list[str] | None:
-    """An import circle among the modules of ``package`` ("": every package of ``graph``; a package's __init__
-    importing its own submodules excepted), or None."""
+    """An import circle among the modules of ``package`` ("": every package of ``graph``), or None. A package's
+    __init__ that imports a submodule which imports the package back (``from pkg import sibling``) is one."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     stack: list[str] = []
 
@@ -114,8 +114,6 @@ def _cycle(package: str, graph: dict[str, set[str]] = GRAPH) -> list[str] | None
         state[m] = 1
         stack.append(m)
         for dep in sorted(d for d in graph[m] if d in graph and d != m):  # `from pkg import sub` inside pkg
-            if dep.startswith(m + "."):  # a package importing its own submodule is no circle
-                continue
             if state.get(dep) == 1:
                 return stack[stack.index(dep) :] + [dep]
             if dep not in state and (found := visit(dep)):

@@ -142,8 +142,8 @@ def build(
 def run(args, started: float) -> Report:
     import ctranslate2
 
+    import bench.engine.systems as sy
     import engine
-    from bench.engine import systems as sy
     from bench.engine.table import grid_table
 
     sizes = SIZES[args.model_family]["quick" if args.quick else "full"]
