@@ -390,8 +390,7 @@ class Scheduler:
                 with self.cv:
                     self.requests.pop(req.id, None)
         if out.finished and self.encoder_thread is not None:
-            with (
-                self.cv
-            ):  # freed rows may let in jobs that caps held back (a wake-up per finish shrinks encodes)
+            # Freed rows may let in the jobs that caps held back; only then (a wake-up per finish shrinks encodes).
+            with self.cv:
                 if self.pending.held_back:
                     self.cv.notify_all()

@@ -127,7 +127,10 @@ class ModelStatistics:
         if call.version is None:
             return
         end = time.perf_counter_ns()
-        s = self.versions.get(call.version) or self.versions.setdefault(call.version, VersionStatistics())
+        if (
+            s := self.versions.get(call.version)
+        ) is None:  # no default built per call: this runs on every one
+            s = self.versions[call.version] = VersionStatistics()
         s.last_inference_ms = time.time_ns() // 1_000_000
         if not ok:
             s.fail.add(end - call.start_ns)
@@ -144,8 +147,7 @@ class ModelStatistics:
         }
         for phase, ns in spent.items():
             s.phases[phase].add(ns)
-        batch = s.batches.get(call.inputs) or s.batches.setdefault(
-            call.inputs, {p: Duration() for p in PHASES if p != "queue"}
-        )
+        if (batch := s.batches.get(call.inputs)) is None:
+            batch = s.batches[call.inputs] = {p: Duration() for p in PHASES if p != "queue"}
         for phase, d in batch.items():
             d.add(spent[phase])
