@@ -1,13 +1,13 @@
 """How long a small request waits while other clients send long inputs back to back, against one `s2s serve`.
 
 --fairness-clients LibreTranslate clients each send a --fairness-chars-character input (held-out en->ja sentences
-joined on one line; the server splits it into pieces, all of them one submission) to `/translate`, back to back, while
---fairness-probes small `/translate` requests (one held-out sentence each), one after another, measure their time
-to the answer. The same probes on the idle server first give the baseline; the figure is the ratio of the medians
-(loaded / idle), measured in the same run, so that the machine's speed cancels out. The long clients' characters answered per
-second show what fairness costs them. Each --fairness-tree (another commit's server) and --fairness-serve (this
-tree's, flags added) runs in turn (ABBA over --rounds), for a before/after on one machine in one sitting; the table
-is printed, nothing is written:
+joined on one line; the server splits it into pieces, all of them one submission) to `/translate`, back to back,
+while --fairness-probes small `/translate` requests (one held-out sentence each), one after another, measure their
+time to the answer. The same probes on the idle server first give the baseline; the figure is the ratio of the
+medians (loaded / idle), measured in the same run, so that the machine's speed cancels out. The long clients'
+characters answered per second show what fairness costs them. Each --fairness-tree (another commit's server) and
+--fairness-serve (this tree's, flags added) runs in turn (ABBA over --rounds), for a before/after on one machine in
+one sitting; the table is printed, nothing is written:
 
     python -m bench serve --only fairness [--fairness-tree main=main]
         [--fairness-serve 'batch 16=--max-batch-size 16'] [--rounds 2]
