@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--serve-seconds", type=float, default=60.0, help="how long the server is kept under load")
     p.add_argument("--callers", type=int, default=32, help="closed-loop gRPC callers during the load phase")
     p.add_argument(
-        "--quick", action="store_true", help="small sizes (the tests' dry run): 48 inputs, 1 pass, 5 s load"
+        "--quick", action="store_true", help="small sizes (the tests' dry run): 16 inputs, 1 pass, 3 s load"
     )
     p.add_argument(
         "--out", type=Path, default=ROOT / ".cache" / "gpu-check", help="REPORT.md, report.json, fp16 bundles"
@@ -72,9 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.quick:
         a.inputs, a.passes, a.serve_seconds, a.callers = (
-            min(a.inputs, 48),
+            min(a.inputs, 16),
             1,
-            min(a.serve_seconds, 5.0),
+            min(a.serve_seconds, 3.0),
             min(a.callers, 8),
         )
     return a

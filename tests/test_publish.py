@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CHECKPOINTS, ROOT
+from conftest import CHECKPOINTS, MODEL_REPO, ROOT
 
 from contract import bundle
 
@@ -74,30 +74,36 @@ def test_a_negative_version_and_a_model_folder_linked_outside_are_refused(tmp_pa
     assert tree(victim) == before
 
 
-SLOW_COPY = """
-import shutil, sys, time
+# The publish step of an export, on a bundle already built (the committed one), made slow enough to be killed
+# half-way: the export before it is minutes of graph tracing that this test does not need to watch.
+SLOW_PUBLISH = """
+import shutil, sys, tempfile, time
+from pathlib import Path
+from export.publish import destination, next_version, publish
 copy = shutil.copyfile
-def slow(src, dst, *a, **k):  # the publish step made slow enough to be killed half-way
+def slow(src, dst, *a, **k):
     out = copy(src, dst, *a, **k)
     if ".staging-" in str(dst):
         print("copied", dst, flush=True)
         time.sleep(30)
     return out
+built, repo = Path(sys.argv[1]), Path(sys.argv[2])
+model_dir = destination(repo, "m", None)
 shutil.copyfile = slow
-from s2s.cli import main
-sys.exit(main(sys.argv[1:]))
+publish(built, model_dir / str(next_version(model_dir)), replace=False)
 """
 
 
-def test_a_killed_export_leaves_no_version_and_the_next_one_is_whole(tmp_path):
-    """SIGKILL while the bundle is copied into the repository: no version folder, only a staging folder the next
-    export passes over; that export is version 1, complete, whatever else the model folder holds."""
+def test_an_export_killed_while_publishing_leaves_no_version_and_the_next_one_is_whole(tmp_path):
+    """SIGKILL while a built bundle is copied into the repository (the last step of every export and import): no
+    version folder, only a staging folder the next export passes over; that export is version 1, complete, whatever
+    else the model folder holds."""
     repo = tmp_path / "repo"
     for weird in ("7x", "\u00b2", "01"):  # not versions ("²".isdigit() holds): they count for nothing
         (repo / "m" / weird).mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW_COPY, "export", str(ADDITION), "--repo", str(repo), "--name", "m"],
+        [sys.executable, "-c", SLOW_PUBLISH, str(MODEL_REPO / "addition" / "1"), str(repo)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

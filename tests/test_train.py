@@ -51,9 +51,19 @@ def s2s(*args: str, env=None) -> subprocess.CompletedProcess:
     )
 
 
-def test_resume_continues_from_the_same_state(tmp_path: Path):
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory) -> Path:
+    """One epoch of TINY: the run folder the tests below read, resume (a copy) or start from."""
+    out = tmp_path_factory.mktemp("train") / "one-epoch"
+    s2s("train", *TINY, "--epochs", "1", "--out", str(out))
+    return out
+
+
+def test_resume_continues_from_the_same_state(tmp_path: Path, one_epoch: Path):
+    import shutil
+
     s2s("train", *TINY, "--epochs", "2", "--out", str(tmp_path / "straight"))
-    s2s("train", *TINY, "--epochs", "1", "--out", str(tmp_path / "resumed"))
+    shutil.copytree(one_epoch, tmp_path / "resumed")
     s2s("train", *TINY, "--epochs", "2", "--resume", "--out", str(tmp_path / "resumed"))
     a = load_file(str(tmp_path / "straight/last/model.safetensors"))
     b = load_file(str(tmp_path / "resumed/last/model.safetensors"))
@@ -69,18 +79,17 @@ def test_resume_continues_from_the_same_state(tmp_path: Path):
     assert {"valid_seq_acc", "valid_token_acc", "valid_loss", "train_seq_acc"} <= set(log[-1])
 
 
-def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path: Path):
+def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path: Path, one_epoch: Path):
     """--init-from: a run folder that lost its trainer state goes on from the weights alone — the step,
     epoch and minutes count on from the checkpoint's, and the rate ramps back up to the schedule."""
-    s2s("train", *TINY, "--epochs", "1", "--out", str(tmp_path / "first"))
-    first = json.loads((tmp_path / "first/last/metrics.json").read_text())
+    first = json.loads((one_epoch / "last/metrics.json").read_text())
     s2s(
         "train",
         *TINY,
         "--epochs",
         "3",
         "--init-from",
-        str(tmp_path / "first/last"),
+        str(one_epoch / "last"),
         "--init-warmup",
         "10",
         "--out",
@@ -98,7 +107,7 @@ def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path:
     assert steps[0]["lr"] < 0.9 * rate(steps[0]["step"] + 1, **cfg)
     assert steps[-1]["lr"] == pytest.approx(rate(steps[-1]["step"] + 1, **cfg))
     a, b = (
-        load_file(str(tmp_path / "first/last/model.safetensors")),
+        load_file(str(one_epoch / "last/model.safetensors")),
         load_file(str(tmp_path / "second/last/model.safetensors")),
     )
     assert any(not torch.equal(a[k], b[k]) for k in a)  # it trained on
@@ -108,7 +117,7 @@ def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path:
             *TINY,
             "--resume",
             "--init-from",
-            str(tmp_path / "first/last"),
+            str(one_epoch / "last"),
             "--out",
             str(tmp_path / "second"),
         )
@@ -122,9 +131,8 @@ def test_init_from_continues_the_schedule_from_the_checkpoints_weights(tmp_path:
     assert "Traceback" not in refused.value.stderr
 
 
-def test_eval_cli_prints_metrics_json(tmp_path: Path):
-    s2s("train", *TINY, "--epochs", "1", "--out", str(tmp_path / "run"))
-    out = s2s("eval", str(tmp_path / "run/best"), "--data", str(tmp_path / "run/data/test.tsv"))
+def test_eval_cli_prints_metrics_json(one_epoch: Path):
+    out = s2s("eval", str(one_epoch / "best"), "--data", str(one_epoch / "data/test.tsv"))
     metrics = json.loads(out.stdout)
     assert metrics["n"] == 40 and 0.0 <= metrics["seq_acc"] <= 1.0 and metrics["loss"] > 0
 
