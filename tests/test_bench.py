@@ -169,19 +169,24 @@ def test_serve_options_against_a_baseline_commit_quick(tmp_path):
 
 
 @needs_models
-def test_serve_fairness_quick():
+def test_serve_fairness_quick(tmp_path):
     """The fairness part (`--only fairness`): a small /translate idle and beside a long-input client, on this tree's
-    server and on it again with flags added (--fairness-serve); its table printed, one row per server."""
+    server and on it again with flags added (--fairness-serve); its table printed and written, one row per server."""
     out = bench(
-        "serve", "--quick", "--only", "fairness", "--fairness-serve", "batch 8=--max-batch-size 8"
+        "serve",
+        "--quick",
+        "--only",
+        "fairness",
+        "--fairness-serve",
+        "batch 8=--max-batch-size 8",
+        "--results",
+        str(tmp_path),
     ).stdout
     assert "| server | idle p50 ms | loaded p50 ms |" in out, out
-    rows = [
-        line
-        for line in out.splitlines()
-        if line.startswith("| this tree |") or line.startswith("| batch 8 |")
-    ]
-    assert len(rows) == 2, out
+    table = rows(tmp_path, "fairness", "fairness")
+    assert [r["server"] for r in table] == ["this tree", "batch 8"], table
+    for r in table:
+        assert min(r["idle_p50_ms"], r["loaded_p50_ms"], r["loaded_idle_p50"], r["long_chars_s"]) > 0, r
 
 
 @needs_models

@@ -9,7 +9,7 @@ what each decoding-option family costs (bench/serve/cost.py). --only picks parts
 serve-cost.json, options.json (options-ab.json for `--option-families none --baseline REF`). The fairness part, only
 when asked for (`--only fairness`, bench/serve/fairness.py): how long a small `/translate` waits while clients send
 long inputs, against this tree's server with other flags (--fairness-serve) or another commit's (--fairness-tree);
-it prints its table and writes nothing.
+writes fairness.json.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def add_arguments(p) -> None:
 def run(args) -> list[Report]:
     reports = measured(args) if {"grid", "cost", "options"} & set(args.only) else []
     if "fairness" in args.only:
-        fairness.fairness(args)
+        reports.append(fairness.fairness(args))
     return reports
 
 

@@ -7,7 +7,7 @@ time to the answer. The same probes on the idle server first give the baseline; 
 medians (loaded / idle), measured in the same run, so that the machine's speed cancels out. The long clients'
 characters answered per second show what fairness costs them. Each --fairness-tree (another commit's server) and
 --fairness-serve (this tree's, flags added) runs in turn (ABBA over --rounds), for a before/after on one machine in
-one sitting; the table is printed, nothing is written:
+one sitting; writes fairness.json, a row per server:
 
     python -m bench serve --only fairness [--fairness-tree main=main]
         [--fairness-serve 'batch 16=--max-batch-size 16'] [--rounds 2]
@@ -27,6 +27,7 @@ import aiohttp
 
 from bench import ROOT
 from bench.harness.load import abba
+from bench.harness.results import Report, provenance
 from bench.harness.server import s2s_serve, source_tree
 
 JA = "translate-en-ja"
@@ -123,8 +124,9 @@ def add_arguments(a) -> None:
     )
 
 
-def fairness(args) -> None:
-    """Every server's probes, idle and loaded, over --rounds (ABBA); the table printed."""
+def fairness(args) -> Report:
+    """Every server's probes, idle and loaded, over --rounds (ABBA): the fairness report."""
+    started = time.time()
     with contextlib.ExitStack() as stack:
         trees = servers(args, stack)
         got: dict[str, list[dict]] = {label: [] for label in trees}
@@ -137,7 +139,17 @@ def fairness(args) -> None:
                     f"{statistics.median(m['loaded']) * 1000:.0f} ms, long inputs {m['chars_s']:.0f} chars/s",
                     flush=True,
                 )
-    print_table(args, got)
+    report = Report("fairness")
+    report.heading("A small request beside long inputs")
+    report.text(
+        f"{args.fairness_clients} clients send {args.fairness_chars}-character `/translate` inputs ({JA}) back to "
+        f"back; {args.fairness_probes} small `/translate` probes per measurement, one after another, idle and then "
+        f"under that load; {args.rounds} round(s), the servers taking turns (ABBA), the probes pooled. *loaded / idle "
+        "p50*: how much longer a small request waits beside the long ones; *long chars/s*: what the long clients get."
+    )
+    table(report, got)
+    report.text(provenance(started))
+    return report
 
 
 def servers(args, stack: contextlib.ExitStack) -> dict[str, tuple[Path, list[str]]]:
@@ -152,23 +164,14 @@ def servers(args, stack: contextlib.ExitStack) -> dict[str, tuple[Path, list[str
     return trees
 
 
-def print_table(args, got: dict[str, list[dict]]) -> None:
+def table(report: Report, got: dict[str, list[dict]]) -> None:
     """One row per server: its probes pooled over the rounds, idle and loaded."""
     ms = lambda xs, q: statistics.quantiles(xs, n=100)[q - 1] * 1000 if q < 100 else max(xs) * 1000  # noqa: E731
-    print(
-        f"\n{args.fairness_clients} clients x {args.fairness_chars}-character /translate inputs back to back; "
-        f"{args.fairness_probes} small /translate probes per measurement, {args.rounds} round(s)"
-    )
-    print(
-        "| server | idle p50 ms | loaded p50 ms | loaded p90 ms | loaded max ms | loaded / idle p50 | long chars/s |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    t = report.table("fairness", "server", ("idle p50 ms", "{:.0f}"), ("loaded p50 ms", "{:.0f}"), ("loaded p90 ms", "{:.0f}"),
+                     ("loaded max ms", "{:.0f}"), ("loaded / idle p50", "{:.2f}x"), ("long chars/s", "{:.0f}"))  # fmt: skip
     for label, runs in got.items():
         idle = [x for m in runs for x in m["idle"]]
         loaded = [x for m in runs for x in m["loaded"]]
         ratio = statistics.median(loaded) / statistics.median(idle)
         chars = statistics.median(m["chars_s"] for m in runs)
-        print(
-            f"| {label} | {ms(idle, 50):.0f} | {ms(loaded, 50):.0f} | {ms(loaded, 90):.0f} | {ms(loaded, 100):.0f} | "
-            f"{ratio:.2f}x | {chars:.0f} |"
-        )
+        t.row(label, ms(idle, 50), ms(loaded, 50), ms(loaded, 90), ms(loaded, 100), ratio, chars)
