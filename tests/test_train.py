@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,8 +61,6 @@ def one_epoch(tmp_path_factory) -> Path:
 
 
 def test_resume_continues_from_the_same_state(tmp_path: Path, one_epoch: Path):
-    import shutil
-
     s2s("train", *TINY, "--epochs", "2", "--out", str(tmp_path / "straight"))
     shutil.copytree(one_epoch, tmp_path / "resumed")
     s2s("train", *TINY, "--epochs", "2", "--resume", "--out", str(tmp_path / "resumed"))

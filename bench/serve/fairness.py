@@ -26,7 +26,7 @@ from pathlib import Path
 import aiohttp
 
 from bench import ROOT
-from bench.harness.load import abba
+from bench.harness.load import abba, pct
 from bench.harness.results import Report, provenance
 from bench.harness.server import s2s_serve, source_tree
 
@@ -166,12 +166,19 @@ def servers(args, stack: contextlib.ExitStack) -> dict[str, tuple[Path, list[str
 
 def table(report: Report, got: dict[str, list[dict]]) -> None:
     """One row per server: its probes pooled over the rounds, idle and loaded."""
-    ms = lambda xs, q: statistics.quantiles(xs, n=100)[q - 1] * 1000 if q < 100 else max(xs) * 1000  # noqa: E731
     t = report.table("fairness", "server", ("idle p50 ms", "{:.0f}"), ("loaded p50 ms", "{:.0f}"), ("loaded p90 ms", "{:.0f}"),
                      ("loaded max ms", "{:.0f}"), ("loaded / idle p50", "{:.2f}x"), ("long chars/s", "{:.0f}"))  # fmt: skip
     for label, runs in got.items():
         idle = [x for m in runs for x in m["idle"]]
         loaded = [x for m in runs for x in m["loaded"]]
-        ratio = statistics.median(loaded) / statistics.median(idle)
         chars = statistics.median(m["chars_s"] for m in runs)
-        t.row(label, ms(idle, 50), ms(loaded, 50), ms(loaded, 90), ms(loaded, 100), ratio, chars)
+        p50 = pct(idle, 50), pct(loaded, 50)
+        t.row(
+            label,
+            1e3 * p50[0],
+            1e3 * p50[1],
+            1e3 * pct(loaded, 90),
+            1e3 * max(loaded),
+            p50[1] / p50[0],
+            chars,
+        )

@@ -127,9 +127,8 @@ class ModelStatistics:
         if call.version is None:
             return
         end = time.perf_counter_ns()
-        if (
-            s := self.versions.get(call.version)
-        ) is None:  # no default built per call: this runs on every one
+        # Made where missing, not as setdefault's default: that would build one on every call.
+        if (s := self.versions.get(call.version)) is None:
             s = self.versions[call.version] = VersionStatistics()
         s.last_inference_ms = time.time_ns() // 1_000_000
         if not ok:
