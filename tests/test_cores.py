@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -136,9 +138,7 @@ def test_no_core_outlives_the_server_however_it_stops(how):
             stub = health_pb2_grpc.HealthStub(ch)
             assert wait_for(lambda: _serving(stub), 60)
         cores = {
-            p
-            for p in _children(proc.pid)
-            if "server.core_process.process" in Path(f"/proc/{p}/cmdline").read_text()
+            p for p in _children(proc.pid) if "server.core_process" in Path(f"/proc/{p}/cmdline").read_text()
         }
         assert len(cores) == 4  # 2 models x 2 cores
         proc.send_signal(getattr(signal, how))
@@ -171,6 +171,42 @@ def test_the_in_process_api_decodes_like_the_server(server, model_repo):
             assert [r.text for r in local.generate(texts, beam_size=beam)] == served
     results = local.generate(["Save changes"])
     assert results[0].tokens and results[0].input_tokens == len(local.codec.source_ids("Save changes"))
+
+
+def test_a_core_signalled_while_it_loads_finishes_loading_then_exits_cleanly():
+    """A SIGTERM to the whole process group (timeout(1), systemd, a terminal) can reach a core while it still
+    imports ONNX Runtime or loads its bundle: it is kept, not fatal. The core still loads, says it is ready, then
+    drains (nothing to finish) and exits 0, which the front end reads as a drain, not as a core that died."""
+    from multiprocessing.connection import Connection
+
+    from engine import EngineOptions
+    from server.config import SchedulerConfig
+    from server.core_wire.messages import CoreSpec, Ready, Report
+
+    ours, theirs = socket.socketpair()
+    core = subprocess.Popen(
+        [sys.executable, "-m", "server.core_process", str(theirs.fileno()), "test#0"],
+        pass_fds=[theirs.fileno()],
+        cwd=ROOT,
+    )
+    theirs.close()
+    try:
+        time.sleep(0.3)  # past the interpreter's start (the signals are set first), before the spec is sent
+        core.send_signal(signal.SIGTERM)
+        conn = Connection(ours.detach())
+        spec = CoreSpec(ADD, "1", served_version(ADD), 0, EngineOptions(device="cpu"), SchedulerConfig())
+        conn.send(spec)
+        assert conn.poll(60)
+        assert isinstance(conn.recv(), Ready)
+        assert core.wait(30) == 0
+        said = []
+        with pytest.raises(EOFError):  # then it closed its pipe
+            while True:
+                said.append(conn.recv())
+        assert all(isinstance(m, Report) and not m.events for m in said), said  # its last stats, no answers
+    finally:
+        core.kill()
+        core.wait()
 
 
 def test_cores_start_where_the_server_package_is_importable():

@@ -101,7 +101,7 @@ class CoreHandle:
     def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """Start the process; the returned future resolves once the engine is loaded (or fails naming why).
 
-        ``python -m server.core_process.process FD`` over one end of a socket pair, rather than multiprocessing's spawn:
+        ``python -m server.core_process FD`` over one end of a socket pair, rather than multiprocessing's spawn:
         a fresh interpreter that never re-imports the embedding program's ``__main__``. Called on the
         event loop thread: the kernel's parent-death signal is tied to the thread that starts the child,
         and the event loop thread lives as long as the server."""
@@ -110,7 +110,7 @@ class CoreHandle:
         try:
             self.proc = subprocess.Popen(
                 # The label (model#index) only names the process for ps and top: the core reads its spec from the pipe.
-                [sys.executable, "-m", "server.core_process.process", str(theirs.fileno()), self.label],
+                [sys.executable, "-m", "server.core_process", str(theirs.fileno()), self.label],
                 pass_fds=[theirs.fileno()],
                 cwd=_ROOT,
                 env=_child_env(),

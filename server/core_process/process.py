@@ -45,15 +45,14 @@ def _die_with_parent() -> None:
             pass
 
 
-def main(conn: Connection, spec: CoreSpec) -> None:
-    """The child process's entry point."""
+def main(conn: Connection, spec: CoreSpec, terminated_early=lambda: False) -> None:
+    """The child process's entry point (``server/core_process/__main__.py``, which set the signals first);
+    ``terminated_early()`` says whether a SIGTERM came while it loaded."""
     _die_with_parent()
     # The step loop, the encoder thread and the pipe reader share this process's GIL. Python hands it
     # over every 5 ms by default, longer than a decode step; at 0.5 ms a thread coming back from ONNX Runtime
     # waits less (docs/BENCHMARKS.md#design-choices).
     sys.setswitchinterval(0.0005)
-    # Ctrl-C reaches the whole process group: the front end drains the cores, in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
         level=spec.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[{spec.model}#{spec.index}]: %(message)s",
@@ -93,6 +92,8 @@ def main(conn: Connection, spec: CoreSpec) -> None:
     # A SIGTERM of its own (systemd's control-group kill, multiprocessing's terminate() at exit): finish the
     # queued work within the grace period, then exit, as the front end does.
     signal.signal(signal.SIGTERM, lambda *_: start_drain(spec.grace_s))
+    if terminated_early():
+        start_drain(spec.grace_s)
 
     def handle(msg) -> None:
         _handle(msg, sched, send, start_drain)
@@ -126,10 +127,3 @@ def _handle(msg, sched: Scheduler, send, start_drain) -> None:
         start_drain(msg.grace_s)
     elif isinstance(msg, Abort):
         sched.abort()
-
-
-if (
-    __name__ == "__main__"
-):  # python -m server.core_process.process FD: started by server/core_client/client.py
-    channel = Connection(int(sys.argv[1]))
-    main(channel, channel.recv())
