@@ -37,7 +37,7 @@ from typing import Any
 
 from contract.config import ModelConfig, TaskConfig, read_json, write_json
 from contract.languages import Languages
-from contract.names import GraphIO, decoder_io, encoder_io
+from contract.names import GraphIO, cross_key, decoder_io, encoder_io
 
 FORMAT_VERSION = 2
 # A bundle whose graphs use ONNX Runtime's contrib operators (com.microsoft, e.g. the fused
@@ -110,6 +110,9 @@ class BundleConfig:
     languages: Languages | None = (
         None  # a multilingual model's languages; None: one pair (or none) per bundle
     )
+    # The decoder takes cross K/V once per input, not per beam row (its config's decoder I/O names that axis
+    # "sources"). Older readers feed them per row, which such a graph reads right too (N = B): no format change.
+    cross_per_source: bool = False
 
     def __post_init__(self) -> None:
         check_language(self.source_language, "source_language")
@@ -121,7 +124,7 @@ class BundleConfig:
 
     @property
     def decoder_io(self) -> GraphIO:
-        return decoder_io(self.model.n_decoder_layers)
+        return decoder_io(self.model.n_decoder_layers, self.cross_per_source)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -284,6 +287,7 @@ def read_bundle(
             target_language=d.get("target_language"),
             origin=d.get("origin"),
             languages=Languages.from_dict(d["languages"]) if d.get("languages") else None,
+            cross_per_source=_axis(d, "decoder", cross_key(0), 0) == "sources",
         )
     except BundleError:
         raise
@@ -303,6 +307,14 @@ def read_bundle(
     if verify_hashes:
         _check_external_data(folder, cfg, hashed, stamps)
     return cfg
+
+
+def _axis(d: dict, graph: str, tensor: str, axis: int) -> str | None:
+    """The name config.json gives one axis of a graph's tensor (None: not said, as in hand-made configs)."""
+    try:
+        return d[graph]["inputs"][tensor][str(axis)]
+    except (KeyError, TypeError):
+        return None
 
 
 def _check_external_data(

@@ -1,7 +1,9 @@
 """Tensor names and dynamic axes of the two ONNX graphs, declared once as data.
 
 Shapes use these axis names:
-  batch           B   sequences in the batch
+  batch           B   sequences in the batch (the decoder's: rows, a beam's rows each)
+  sources         N   the decoder's cross K/V and source mask once per input, B = N x g: the g rows of one input
+                      (its beam) attend to one copy (bundles that say so; older ones name it batch, N = B)
   src_len         S   source tokens (after padding)
   past_len        P   decoder positions already in the self-attention cache
   tgt_len         T   target tokens fed in this step (1 while generating)
@@ -75,16 +77,18 @@ def encoder_io(n_decoder_layers: int) -> GraphIO:
     )
 
 
-def decoder_io(n_decoder_layers: int) -> GraphIO:
+def decoder_io(n_decoder_layers: int, per_source: bool = False) -> GraphIO:
+    """``per_source``: the graph takes cross K/V and the source mask per input (axis ``sources``)."""
     bt = {0: "batch", 1: "tgt_len"}
+    src = "sources" if per_source else "batch"
     inputs: dict[str, dict[int, str]] = {TGT_IDS: bt, POSITIONS: bt, PAST_MASK: {0: "batch", 1: "past_len"}}
     for i in range(n_decoder_layers):
         inputs[past_key(i)] = {0: "batch", 2: "past_len"}
         inputs[past_value(i)] = {0: "batch", 2: "past_len"}
     for i in range(n_decoder_layers):
-        inputs[cross_key(i)] = {0: "batch", 2: "src_len"}
-        inputs[cross_value(i)] = {0: "batch", 2: "src_len"}
-    inputs[SRC_MASK] = {0: "batch", 1: "src_len"}
+        inputs[cross_key(i)] = {0: src, 2: "src_len"}
+        inputs[cross_value(i)] = {0: src, 2: "src_len"}
+    inputs[SRC_MASK] = {0: src, 1: "src_len"}
     outputs: dict[str, dict[int, str]] = {LOGITS: {0: "batch", 1: "tgt_len"}}
     for i in range(n_decoder_layers):
         outputs[present_key(i)] = {0: "batch", 2: "total_len"}

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from engine.runner import EngineOptions, Runner
 from engine.search import Hypothesis, TextHypothesis
-from engine.step_loop import Sequence, StepLoop, StepOutput
+from engine.sequence import Sequence, StepOutput
+from engine.step_loop import StepLoop
 from engine.translator import Result, TranslationResult, Translator
 
 

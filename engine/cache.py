@@ -1,8 +1,13 @@
 """The running batch's KV cache: rows that join, leave and (for beams) reorder between decode steps.
 
 Layout, per decoder layer: self-attention K and V (B, H, P, Dh), cross-attention K and V
-(B, H, S, Dh). A row that joins a running batch gets P zero columns marked 0 in ``past_mask``:
+(B / group, H, S, Dh). A row that joins a running batch gets P zero columns marked 0 in ``past_mask``:
 holes that attention ignores, so every row decodes exactly as it would alone.
+
+Cross K/V and the source mask are kept once per ``group`` rows: a batch of beams of one width g, on a decoder that
+takes them per source (``BundleConfig.cross_per_source``), keeps one copy per input where a per-row cache repeated
+it g times (a quarter of the memory and of the cross-attention's reads at beam 4). Rows of another width joining
+it ``unfold`` it to one copy per row (group 1, what every other batch is).
 
 A row that leaves is only *released*: its slot is masked and handed to the next newcomer, which
 is written into it in place (``fill``). Under steady load, sequences join and leave every step,
@@ -94,9 +99,10 @@ class DecodeBatch:
         self.dtype = dtype
         z = np.zeros((0, n_heads, 0, d_head), dtype)
         self.past: list[np.ndarray] = [z] * (2 * n_layers)  # flat [k0, v0, k1, v1, ...]  (B, H, P, Dh)
-        self.cross: list[np.ndarray] = [z] * (2 * n_layers)  # (B, H, S, Dh)
+        self.cross: list[np.ndarray] = [z] * (2 * n_layers)  # (B / group, H, S, Dh)
         self.past_mask = np.zeros((0, 0), np.int64)  # (B, P)
-        self.src_mask = np.zeros((0, 0), np.int64)  # (B, S)
+        self.src_mask = np.zeros((0, 0), np.int64)  # (B / group, S)
+        self.group = 1  # rows per cross K/V entry: a beam's width, or 1 (see the module docstring)
         self.tokens = np.zeros((0, 1), np.int64)  # (B, 1) next token to feed
         self.positions = np.zeros((0, 1), np.int64)  # (B, 1) its position
         self.free: list[int] = []  # released rows, reused by ``fill``
@@ -139,14 +145,17 @@ class DecodeBatch:
         src_mask: np.ndarray,
         tokens: np.ndarray,
         first_kv: list[np.ndarray] | None = None,
+        group: int = 1,
     ) -> None:
-        """Append rows (their encoder's cross K/V and source mask) fed ``tokens`` (one each). Without ``first_kv``
-        they start at position 0; with it (per layer (b_new, H, 1, Dh): a beam's first step, run before it joined,
-        ``StepLoop.add``) they hold that position's K/V in the last cache column and go on at position 1."""
-        b_new = src_mask.shape[0]
+        """Append rows (their encoder's cross K/V and source mask, one per ``group`` rows) fed ``tokens`` (one
+        each). Without ``first_kv`` they start at position 0; with it (per layer (b_new, H, 1, Dh): a beam's first
+        step, run before it joined, ``StepLoop.add``) they hold that position's K/V in the last cache column and go
+        on at position 1. A running batch takes only its own ``group``."""
+        b_new = len(tokens)
         self.dev_cross = None
         tokens = np.asarray(tokens, np.int64).reshape(b_new, 1)
         if not len(self):  # an idle batch: the newcomers are the batch (no padding, no copies)
+            self.group = group
             self.dev_past = None
             self.cross, self.src_mask = list(cross), src_mask
             p = 0 if first_kv is None else 1
@@ -163,6 +172,8 @@ class DecodeBatch:
             return
         if first_kv is not None:
             raise ValueError("rows with their first step done join an idle batch only")
+        if group != self.group:
+            raise ValueError(f"rows of {group} per source join a batch of {self.group} only after unfold()")
         self._host()
         s = max(self.src_mask.shape[1], src_mask.shape[1])
         self.cross = [
@@ -203,8 +214,17 @@ class DecodeBatch:
             return True
         return self.steps - min(self.released_at[r] for r in self.free) >= KEEP_RELEASED_STEPS
 
+    def unfold(self) -> None:
+        """Cross K/V and the source mask once per row again (group 1): rows of another width are joining."""
+        if self.group == 1:
+            return
+        self.cross = [np.repeat(a, self.group, axis=0) for a in self.cross]
+        self.src_mask = np.repeat(self.src_mask, self.group, axis=0)
+        self.group, self.dev_cross = 1, None
+
     def fill(self, row: int, cross: list[np.ndarray], src_mask: np.ndarray, first_token: int) -> None:
-        """Write one newcomer (cross K/V (H, S', Dh), mask (S',)) into a released row, in place."""
+        """Write one newcomer (cross K/V (H, S', Dh), mask (S',)) into a released row, in place (with a group, the
+        first row of a released group writes the group's cross K/V; its other rows only their own state)."""
         self.dev_cross = None
         s_new, s = src_mask.shape[0], self.src_mask.shape[1]
         if s_new > s:  # a longer source than any in the batch: widen (a copy), with room for the next ones
@@ -215,10 +235,12 @@ class DecodeBatch:
         # row (cross K/V past s_new, all of its self-attention K/V) stays: masked (src_mask / past_mask 0),
         # it adds exactly 0 to attention. That halves a refill's memory traffic, and a device-resident
         # cache needs no round trip for a newcomer.
-        for a, c in zip(self.cross, cross):
-            a[row, :, :s_new] = c
-        self.src_mask[row] = 0
-        self.src_mask[row, :s_new] = src_mask
+        if row % self.group == 0:
+            at = row // self.group
+            for a, c in zip(self.cross, cross):
+                a[at, :, :s_new] = c
+            self.src_mask[at] = 0
+            self.src_mask[at, :s_new] = src_mask
         self.past_mask[row] = 0
         if self.history is not None:
             self.history[row] = -1
@@ -277,8 +299,9 @@ class DecodeBatch:
         self._host()
         self.dev_cross = None
         self.past = [a[rows] for a in self.past]
-        self.cross = [a[rows] for a in self.cross]
-        self.past_mask, self.src_mask = self.past_mask[rows], self.src_mask[rows]
+        sources = rows[:: self.group] // self.group  # rows come in whole groups, each group's in order
+        self.cross = [a[sources] for a in self.cross]
+        self.past_mask, self.src_mask = self.past_mask[rows], self.src_mask[sources]
         self.tokens, self.positions = self.tokens[rows], self.positions[rows]
         if self.history is not None:
             self.history = self.history[rows]

@@ -7,7 +7,8 @@ sequences join: as many as the batch has rows for, in order, refilled as rows fi
 from __future__ import annotations
 
 from engine.runner import Runner
-from engine.step_loop import Sequence, StepLoop
+from engine.sequence import Sequence
+from engine.step_loop import StepLoop
 
 
 def run(engine: Runner, seqs: list[Sequence], batch_size: int = 64) -> list[Sequence]:

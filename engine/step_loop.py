@@ -9,77 +9,14 @@ works on ids and a ``runner.Runner``; texts are ``engine.translator``'s.
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from contract.decoding import DecodingOptions
 from engine.cache import DecodeBatch, free_run, pad_batch, stack_rows  # noqa: F401  (pad_batch: re-exported)
 from engine.greedy_rows import argmax_rows, screen_bans
 from engine.logits import RowOptions
 from engine.runner import Runner
-from engine.search import VECTOR_MIN_BEAMS, Beam, EndRules, Greedy, Hypothesis, advance_beams
-
-_ids = itertools.count()
-
-
-@dataclass(eq=False)
-class Sequence:
-    """One input text's generation. ``stream``: report each one-row token in ``StepOutput.tokens``.
-
-    ``options`` (``contract.decoding``) say how tokens are chosen; without them ``beam`` alone does (the
-    paper's beam, or greedy). ``prefix``: target ids forced first, then continued (part of the output).
-    """
-
-    src_ids: list[int]
-    max_new_tokens: int
-    beam: int = 1
-    id: int = field(default_factory=lambda: next(_ids))
-    stream: bool = False
-    search: Greedy | Beam | None = None
-    row: int = -1  # first of its rows in the running batch
-    result: list[int] | None = None
-    hypotheses: list[Hypothesis] | None = None  # n-best, best first (result is hypotheses[0].tokens)
-    # Encoder output waiting to join a batch: per-layer cross K/V (H, S, Dh) and source mask (S,).
-    encoded: tuple[list[np.ndarray], np.ndarray] | None = None
-    error: BaseException | None = None
-    options: DecodingOptions | None = None
-    prefix: list[int] = field(default_factory=list)
-    rng: np.random.Generator | None = None  # sampling: this input's own generator
-
-    def __post_init__(self) -> None:
-        if self.options is None:
-            self.options = DecodingOptions(beam_size=self.beam)
-        if self.options.beam_size < 1:
-            raise ValueError(
-                "Sequence options need a resolved beam_size (0 means the model's default): "
-                "pass options.resolved(engine.config.task.beam_size, budget)"
-            )
-        if not self.options.length_penalty_type:  # unresolved: the rule of a model that names none
-            self.options = self.options.replace(length_penalty_type="gnmt")
-        self.beam = self.options.beam_size
-        if self.options.sampling and self.rng is None:
-            self.rng = np.random.Generator(np.random.PCG64(self.options.seed))
-
-    @property
-    def n_rows(self) -> int:
-        return self.beam
-
-    @property
-    def needs_pass(self) -> bool:
-        """Its rows go through the logits pass (``engine.logits``): options beyond plain greedy/beam, or a
-        one-row prefix to force (a beam forces its own)."""
-        return self.options.acts_on_logits or (bool(self.prefix) and self.beam == 1)
-
-
-@dataclass
-class StepOutput:
-    """What one decoder step did: sequences that finished (``result`` set, already removed from the
-    batch) and, for streaming sequences, the token each got (EOS included)."""
-
-    finished: list[Sequence]
-    tokens: list[tuple[Sequence, int]]
+from engine.search import VECTOR_MIN_BEAMS, Beam, EndRules, Greedy, advance_beams
+from engine.sequence import Sequence, StepOutput
 
 
 class StepLoop:
@@ -192,12 +129,18 @@ class StepLoop:
             if s.needs_pass:
                 self.n_pass += 1
                 self.row_options = None
+            if (
+                b.group > 1 and s.n_rows != b.group
+            ):  # another width joins beams that share cross K/V per input
+                b.unfold()
             if id(s) in first:  # into an idle batch: appended, as its first rows
                 appended[True].append(s)
             elif s.n_rows == 1 and b.free:
                 s.row = b.free[-1]
                 b.fill(s.row, *s.encoded, sp.bos)
             elif s.n_rows > 1 and (start := free_run(b.free, s.n_rows)) is not None:
+                if start % b.group:  # not a released group's rows (never, while every beam is of its width)
+                    b.unfold()
                 s.row = start  # a beam takes consecutive released rows (a finished beam's) in place
                 for r in range(start, start + s.n_rows):
                     b.fill(r, *s.encoded, sp.bos)
@@ -207,16 +150,24 @@ class StepLoop:
 
     def _append(self, group: list[Sequence], first: dict | None) -> None:
         """Rows appended to the batch: their cross K/V and masks to one width; with ``first`` (their first step
-        ran apart), its tokens and self-attention K/V, else BOS and no cache yet."""
+        ran apart), its tokens and self-attention K/V, else BOS and no cache yet. Beams all of one width, into an
+        idle batch or one of that width, keep their cross K/V once per input where the decoder takes it so."""
         sp, b = self.engine.special, self.batch
         width = max(s.encoded[1].shape[0] for s in group)
         rows = [s for s in group for _ in range(s.n_rows)]
-        cross = [stack_rows(group, lambda s, k=k: s.encoded[0][k], width) for k in range(len(b.cross))]
-        mask = stack_rows(group, lambda s: s.encoded[1], width)
+        widths = {s.n_rows for s in group}
+        g = widths.pop() if len(widths) == 1 and self.engine.cross_per_source else 1
+        if len(b) and g != b.group:
+            g = 1
+            b.unfold()
+        cross = [
+            stack_rows(group, lambda s, k=k: s.encoded[0][k], width, g == 1) for k in range(len(b.cross))
+        ]
+        mask = stack_rows(group, lambda s: s.encoded[1], width, g == 1)
         tokens = np.concatenate([first[id(s)][0] if first else [sp.bos] * s.n_rows for s in group])
         kv = [np.stack([first[id(s)][1][k] for s in rows]) for k in range(len(b.past))] if first else None
         start = len(b)
-        b.add(cross, mask, tokens, kv)
+        b.add(cross, mask, tokens, kv, g)
         for s in group:
             s.row, start = start, start + s.n_rows
 

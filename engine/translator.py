@@ -20,7 +20,7 @@ from contract.text import TextCodec
 from engine.drive import run
 from engine.runner import EngineOptions, Runner
 from engine.search import TextHypothesis
-from engine.step_loop import Sequence
+from engine.sequence import Sequence
 
 
 @dataclass(frozen=True)

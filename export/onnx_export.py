@@ -55,23 +55,25 @@ class ExportOptions:
     languages: Any = None  # s2s import of a multilingual model: its contract.languages.Languages
 
 
-def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2):
-    """Example shapes are all >= 2: the exporter would freeze a dynamic axis whose example size is 1."""
+def _example_inputs(model, b: int = 3, s: int = 5, p: int = 4, t: int = 2, g: int = 2):
+    """Example shapes are all >= 2: the exporter would freeze a dynamic axis whose example size is 1. The decoder's
+    rows are g per source (a beam's), so that its rows and its sources stay two sizes."""
     c = model.config
     src = torch.randint(4, c.src_vocab_size, (b, s))
     src_mask = torch.ones(b, s, dtype=torch.long)
-    past = [torch.randn(b, c.n_heads, p, c.d_head) for _ in range(2 * c.n_decoder_layers)]
+    rows = b * g
+    past = [torch.randn(rows, c.n_heads, p, c.d_head) for _ in range(2 * c.n_decoder_layers)]
     cross = [torch.randn(b, c.n_heads, s, c.d_head) for _ in range(2 * c.n_decoder_layers)]
-    tgt = torch.randint(4, c.tgt_vocab_size, (b, t))
-    positions = torch.arange(p, p + t).expand(b, t).contiguous()
-    past_mask = torch.ones(b, p, dtype=torch.long)
+    tgt = torch.randint(4, c.tgt_vocab_size, (rows, t))
+    positions = torch.arange(p, p + t).expand(rows, t).contiguous()
+    past_mask = torch.ones(rows, p, dtype=torch.long)
     return (src, src_mask), (tgt, positions, past_mask, *past, *cross, src_mask)
 
 
 def _dims(io: names.GraphIO) -> dict[str, dict[int, Dim]]:
     axis = {
         a: Dim(a, min=0 if a == "past_len" else 1, max=4096)
-        for a in ("batch", "src_len", "past_len", "tgt_len")
+        for a in ("batch", "sources", "src_len", "past_len", "tgt_len")
     }
     return {name: {k: axis[v] for k, v in axes.items()} for name, axes in io.inputs.items()}
 
@@ -213,7 +215,7 @@ def _write_graphs(model, out: Path, opts: ExportOptions) -> None:
         _export(
             DecoderGraph(model),
             dec_args,
-            names.decoder_io(c.n_decoder_layers),
+            names.decoder_io(c.n_decoder_layers, per_source=True),
             out / bundle.DECODER_FILE,
             3,
             opts.fused,
@@ -251,6 +253,7 @@ def _bundle_config(
         target_language=opts.target_language,
         origin=opts.origin,
         languages=opts.languages,
+        cross_per_source=True,  # training.model's cross-attention folds a source's rows (attend_per_source)
         format_version=bundle.format_for(
             c, task, opts.fused or opts.gqa, target_tokenizer, opts.languages is not None
         ),

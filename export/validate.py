@@ -87,15 +87,20 @@ def _check_decoder(
     one_token_over_past: bool,
 ) -> dict:
     """Decoder: ragged cache with holes, two new tokens; then the empty first-step cache (one token over a past
-    and two over none with ``one_token_over_past``). Per case, the logits' and present K/V's largest differences."""
-    c, b = model.config, src_mask.shape[0]
+    and two over none with ``one_token_over_past``); where the graph takes cross K/V per source, 3 rows a source (a
+    beam's) over a ragged cache, one token, as the engine feeds a beam. Per case, the logits' and present K/V's
+    largest differences."""
+    c, n = model.config, src_mask.shape[0]
     cases = {}
     shapes = (
-        (("ragged_past", 6, 1), ("empty_past", 0, 2))
+        (("ragged_past", 6, 1, 1), ("empty_past", 0, 2, 1))
         if one_token_over_past
-        else (("ragged_past", 6, 2), ("empty_past", 0, 1))
+        else (("ragged_past", 6, 2, 1), ("empty_past", 0, 1, 1))
     )
-    for name, p, t in shapes:
+    if engine.config.cross_per_source:
+        shapes += (("per_source", 6, 1, 3),)
+    for name, p, t, rows_per_source in shapes:
+        b = n * rows_per_source
         past = [torch.randn(b, c.n_heads, p, c.d_head, generator=g) for _ in range(2 * c.n_decoder_layers)]
         past_mask = (torch.rand(b, p, generator=g) > 0.3).long()
         tgt = torch.randint(4, c.tgt_vocab_size, (b, t), generator=g)

@@ -48,7 +48,7 @@ def decode(
     """Texts decoded by the engine's step loop (``engine.drive.run``) with a plain beam or greedy search and
     no decoding options: the engine below its ``generate`` API."""
     from engine.drive import run
-    from engine.step_loop import Sequence
+    from engine.sequence import Sequence
 
     seqs = [
         Sequence(t.codec.source_ids(s), max_new_tokens or t.config.task.max_new_tokens, beam) for s in texts

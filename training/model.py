@@ -132,6 +132,13 @@ class MultiHeadAttention(nn.Module):
         )
         return self.w_o(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
 
+    def attend_per_source(self, x: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+        """Cross-attention of B = N x g query rows over K/V kept once per source, k, v (N, H, S, Dh): the g rows of
+        one source (its beam) read as one sequence of g x T queries against its one copy, and split back, as
+        CTranslate2 folds a beam's queries. Training and the per-row cache are the case g = 1 (N = B)."""
+        b, t, d = x.shape
+        return self.attend(x.reshape(k.shape[0], -1, d), k, v, bias).reshape(b, t, d)
+
     def attend_cached(self, x: Tensor, past: KV, bias: Tensor) -> tuple[Tensor, KV]:
         """Self-attention of x (B, T, d_model) over the cache ``past`` (B, H, P, Dh) and x itself, its keys and
         values appended: the attention (B, T, d_model) and the new cache (B, H, P+T, Dh)."""
@@ -235,7 +242,10 @@ class DecoderLayer(nn.Module):
         y = add_norm(self.norm1, y, self.dropout(a), self.pre)
         h = sublayer_input(self.norm2, y, self.pre)
         y = add_norm(
-            self.norm2, y, self.dropout(self.cross_attn.attend(h, cross[0], cross[1], cross_bias)), self.pre
+            self.norm2,
+            y,
+            self.dropout(self.cross_attn.attend_per_source(h, cross[0], cross[1], cross_bias)),
+            self.pre,
         )
         h = sublayer_input(self.norm3, y, self.pre)
         y = add_norm(self.norm3, y, self.dropout(self.ffn(h)), self.pre)
@@ -333,8 +343,8 @@ class Transformer(nn.Module):
         positions: Tensor,  # (B, T) their absolute positions
         past: list[KV],  # per layer (B, H, P, Dh)
         past_mask: Tensor,  # (B, P) 1 = real cached position
-        cross: list[KV],  # per layer (B, H, S, Dh)
-        src_mask: Tensor,  # (B, S)
+        cross: list[KV],  # per layer (N, H, S, Dh): per source, B = N x g rows (a beam's g rows share theirs)
+        src_mask: Tensor,  # (N, S)
     ) -> tuple[Tensor, list[KV]]:
         """One decoder pass over T new tokens on top of P cached ones -> logits (B, T, V), present K/V (B, H, P+T, Dh).
 
@@ -353,7 +363,7 @@ class Transformer(nn.Module):
             # distances are its own, whenever it joined the batch
             keys = torch.cat([past_mask.cumsum(1) - 1, positions], dim=1)  # (B, P+T)
             self_bias = self_bias + self.decoder_position_bias(positions, keys)  # (B, H, T, P+T)
-        cross_bias = mask_bias(src_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
+        cross_bias = mask_bias(src_mask.bool()[:, None, None, :])  # (N, 1, 1, S)
         y = self.embed("decoder", tgt, positions)
         present: list[KV] = []
         for layer, layer_past, layer_cross in zip(self.decoder, past, cross):

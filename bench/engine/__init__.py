@@ -66,6 +66,14 @@ def add_arguments(p) -> None:
     a("--accuracy-sentences", type=int, default=200, help="int8's accuracy: held-out inputs, greedy")
     a("--verify-sentences", type=int, default=64, help="CTranslate2 greedy = PyTorch greedy on these")
     a("--seed", type=int, default=0, help="the held-out inputs' shuffle")
+    a(
+        "--engine-bundle",
+        action="append",
+        default=[],
+        metavar="LABEL=FOLDER",
+        help="real, float32: also the engine on this bundle (another export of the same weights) as system "
+        "`engine LABEL`, taking turns with the served one in the same cells (repeat)",
+    )
 
 
 @dataclass
@@ -78,6 +86,7 @@ class Setup:
     budget: int
     verification: dict
     about: str
+    others: dict  # "engine LABEL" -> engine.Translator of --engine-bundle
 
 
 def setup(args) -> Setup:
@@ -119,7 +128,14 @@ def setup(args) -> Setup:
     )
     v["budget"] = budget
     log(f"CTranslate2 vs PyTorch greedy: {v['identical']}/{v['n']} identical")
-    return Setup(ck, engines, ct2, vocab, rows, budget, v, about + f"; held-out inputs `{rel(data(args))}`)")
+    others = {
+        f"engine {k}": engine.load(f, threads=1, device="cpu")
+        for k, f in (x.split("=", 1) for x in args.engine_bundle)
+    }
+    about += "".join(f"; `{k}`: `{f}`" for k, f in (x.split("=", 1) for x in args.engine_bundle))
+    return Setup(
+        ck, engines, ct2, vocab, rows, budget, v, about + f"; held-out inputs `{rel(data(args))}`)", others
+    )
 
 
 def run(args) -> list[Report]:
@@ -151,8 +167,12 @@ def grid(args, s: Setup, kind: str, started: float) -> Report:
             [sy.engine_no_cache(f32, n), sy.torch_forced(s.ck.model, codec, n)]
             if forced
             else [sy.engine_real(f32, s.budget, "float32", "gnmt")]
+            + [
+                sy.engine_real(e, s.budget, "float32", alpha=args.ct2_length_penalty, system=k)
+                for k, e in s.others.items()
+            ]
         )
-        sides = [x for x in sides if x.system in args.systems]
+        sides = [x for x in sides if x.system in args.systems or x.system in s.others]
         for beam in [1] if forced else args.beams:
             for b in args.batch_sizes:
                 k = max(b, args.min_sentences) if forced else args.real_inputs

@@ -73,7 +73,7 @@ def engine_forced(engine, n: int, precision: str = "float32", system: str = "eng
     sets), beams with min = max new tokens (CTranslate2's min_decoding_length)."""
     from engine.drive import run
     from engine.search import Greedy
-    from engine.step_loop import Sequence
+    from engine.sequence import Sequence
 
     def go(texts, _tokens, beam, batch):
         if beam > 1:
@@ -89,9 +89,12 @@ def engine_forced(engine, n: int, precision: str = "float32", system: str = "eng
     return Side(system, precision, go)
 
 
-def engine_real(engine, budget: int, precision: str, rule: str = "ctranslate2", alpha: float = 0.6) -> Side:
+def engine_real(
+    engine, budget: int, precision: str, rule: str = "ctranslate2", alpha: float = 0.6, system: str = ""
+) -> Side:
     """The engine stopped at EOS; beams rank and stop by ``rule``: CTranslate2's (with its length_penalty
-    ``alpha``, the same search as its side) or GNMT's, the engine's default (beams only)."""
+    ``alpha``, the same search as its side) or GNMT's, the engine's default (beams only). ``system``: its name in
+    the tables, where it is not the served bundle's engine."""
 
     def go(texts, _tokens, beam, batch):
         search = {} if beam == 1 else dict(length_penalty_type=rule)
@@ -103,7 +106,10 @@ def engine_real(engine, budget: int, precision: str, rule: str = "ctranslate2", 
         return [list(r.tokens) for r in res]
 
     return Side(
-        "engine gnmt" if rule == "gnmt" else "engine", precision, go, "beam" if rule == "gnmt" else ""
+        system or ("engine gnmt" if rule == "gnmt" else "engine"),
+        precision,
+        go,
+        "beam" if rule == "gnmt" else "",
     )
 
 

@@ -21,7 +21,7 @@ def grid_table(report: Report, cells: list, forced: bool) -> None:
         base, ref, same = by.get(_key(c, "ct2")), by.get(_key(c, "engine", "float32")), None
         if forced and ref is not None and c.system != "ct2" and c is not ref:
             same = f"{sum(a == b for a, b in zip(c.ids, ref.ids))} of {len(c.ids)}"
-        elif not forced and base is not None and c.system == "engine":
+        elif not forced and base is not None and c.system.startswith("engine") and c.system != "engine gnmt":
             cut = [r[: n + 50] for r, n in zip(base.ids, c.sources)]
             same = f"{sum(c.ids[i] == cut[i] for i in c.keep)} of {len(c.keep)}"
         rate = (c.tok_s / base.tok_s if forced else c.seq_s / base.seq_s) if base else None
