@@ -157,11 +157,6 @@ class Runner:
             )
         return sess
 
-    @property
-    def cross_per_source(self) -> bool:
-        """The decoder takes cross K/V once per input for a beam's rows (``BundleConfig.cross_per_source``)."""
-        return self.config.cross_per_source
-
     def top_logprobs(self, logits: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's n best tokens by log-probability (float64), best first: ``engine.topk``."""
         if self._top is None:

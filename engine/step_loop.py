@@ -129,9 +129,8 @@ class StepLoop:
             if s.needs_pass:
                 self.n_pass += 1
                 self.row_options = None
-            if (
-                b.group > 1 and s.n_rows != b.group
-            ):  # another width joins beams that share cross K/V per input
+            # another width joins beams that share cross K/V per input
+            if b.group > 1 and s.n_rows != b.group:
                 b.unfold()
             if id(s) in first:  # into an idle batch: appended, as its first rows
                 appended[True].append(s)
@@ -156,7 +155,7 @@ class StepLoop:
         width = max(s.encoded[1].shape[0] for s in group)
         rows = [s for s in group for _ in range(s.n_rows)]
         widths = {s.n_rows for s in group}
-        g = widths.pop() if len(widths) == 1 and self.engine.cross_per_source else 1
+        g = widths.pop() if len(widths) == 1 and self.engine.config.cross_per_source else 1
         if len(b) and g != b.group:
             g = 1
             b.unfold()

@@ -128,11 +128,9 @@ def setup(args) -> Setup:
     )
     v["budget"] = budget
     log(f"CTranslate2 vs PyTorch greedy: {v['identical']}/{v['n']} identical")
-    others = {
-        f"engine {k}": engine.load(f, threads=1, device="cpu")
-        for k, f in (x.split("=", 1) for x in args.engine_bundle)
-    }
-    about += "".join(f"; `{k}`: `{f}`" for k, f in (x.split("=", 1) for x in args.engine_bundle))
+    extra = dict(x.split("=", 1) for x in args.engine_bundle)
+    others = {f"engine {k}": engine.load(f, threads=1, device="cpu") for k, f in extra.items()}
+    about += "".join(f"; `{k}`: `{f}`" for k, f in extra.items())
     return Setup(
         ck, engines, ct2, vocab, rows, budget, v, about + f"; held-out inputs `{rel(data(args))}`)", others
     )
